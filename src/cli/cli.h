@@ -1,0 +1,18 @@
+/*
+ * cli.h — the `nextn` command-line tool: one function per subcommand (src/cli/cmd_*.c).
+ * Each takes the arguments after the subcommand name (argv[0] = subcommand) and returns
+ * the process exit code (0 ok, 1 runtime error, 2 usage error). Errors go to stderr as one
+ * line starting with "nextn <cmd>: ".
+ */
+#ifndef NX_CLI_H
+#define NX_CLI_H
+
+int nx_cmd_gguf_info(int argc, char **argv);
+int nx_cmd_gen_model(int argc, char **argv);
+int nx_cmd_bench_kernels(int argc, char **argv);
+int nx_cmd_tokenize(int argc, char **argv);
+int nx_cmd_detokenize(int argc, char **argv);
+int nx_cmd_convert_tokenizer(int argc, char **argv);
+int nx_cmd_demo(int argc, char **argv);
+
+#endif

@@ -1,0 +1,45 @@
+/* main.c — `nextn` entry point: dispatches to the subcommand named by argv[1]. */
+#include <stdio.h>
+#include <string.h>
+#include "cli/cli.h"
+#include "nextn.h"
+
+typedef struct {
+    const char *name;
+    int (*fn)(int, char **);
+    const char *help;
+} nx_command;
+
+static const nx_command commands[] = {
+    {"demo", nx_cmd_demo, "run the main job on the bundled default model"},
+    {"gguf-info", nx_cmd_gguf_info, "print a GGUF file's metadata and tensor table"},
+    {"gen-model", nx_cmd_gen_model, "write a random-weight test model GGUF"},
+    {"bench-kernels", nx_cmd_bench_kernels, "matmul throughput per weight type vs memory bandwidth"},
+    {"tokenize", nx_cmd_tokenize, "text -> token ids with a model's tokenizer"},
+    {"detokenize", nx_cmd_detokenize, "token ids -> text"},
+    {"convert-tokenizer", nx_cmd_convert_tokenizer, "tokenizer.json -> vocab-only GGUF"},
+};
+
+static void usage(FILE *f) {
+    fprintf(f, "nextn %s — LLM inference with multi-token-prediction speculative decoding\n\n", nx_version());
+    fprintf(f, "usage: nextn <command> [options]   (nextn <command> --help for details)\n\ncommands:\n");
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        fprintf(f, "  %-18s %s\n", commands[i].name, commands[i].help);
+    fprintf(f, "  %-18s %s\n", "version", "print the version");
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "help")) {
+        usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    if (!strcmp(argv[1], "version") || !strcmp(argv[1], "--version")) {
+        printf("nextn %s\n", nx_version());
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        if (!strcmp(argv[1], commands[i].name)) return commands[i].fn(argc - 1, argv + 1);
+    fprintf(stderr, "nextn: unknown command '%s'\n", argv[1]);
+    usage(stderr);
+    return 2;
+}
