@@ -1,0 +1,275 @@
+/*
+ * genmodel.c — random-weight GGUF test models.
+ *
+ * A builder collects metadata and tensors into a GGUF writer; each architecture is one
+ * function that reads its hyper-parameters from the JSON config (with defaults) and
+ * declares keys and tensors. Weight data is generated here and owned by the builder until
+ * the file is written. The PRNG is splitmix64 + Box-Muller: deterministic everywhere.
+ */
+#include "genmodel.h"
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "gguf.h"
+#include "quant/quant.h"
+
+/* ===== Builder ===== */
+
+typedef struct gm_builder {
+    nx_gguf_writer *w;
+    cJSON *cfg;
+    uint64_t rng;
+    nx_type wtype;
+    const char *arch;
+    void **bufs;          /* tensor data kept alive until the writer has written */
+    size_t n_bufs, cap_bufs;
+    nx_error *err;
+    nx_status st;         /* first failure, sticky */
+} gm_builder;
+
+static uint64_t gm_next(gm_builder *b) {
+    uint64_t z = (b->rng += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static double gm_uniform(gm_builder *b) { return ((gm_next(b) >> 11) + 0.5) * (1.0 / 9007199254740992.0); }
+
+static float gm_gauss(gm_builder *b) {
+    double u1 = gm_uniform(b), u2 = gm_uniform(b);
+    return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
+}
+
+static int64_t gm_int(gm_builder *b, const char *key, int64_t def) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(b->cfg, key);
+    return cJSON_IsNumber(v) ? (int64_t)v->valuedouble : def;
+}
+
+static double gm_float(gm_builder *b, const char *key, double def) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(b->cfg, key);
+    return cJSON_IsNumber(v) ? v->valuedouble : def;
+}
+
+static bool gm_bool(gm_builder *b, const char *key, bool def) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(b->cfg, key);
+    return cJSON_IsBool(v) ? cJSON_IsTrue(v) : def;
+}
+
+static void *gm_keep(gm_builder *b, size_t bytes) {
+    if (b->st != NX_OK) return NULL;
+    if (b->n_bufs == b->cap_bufs) {
+        size_t cap = b->cap_bufs ? b->cap_bufs * 2 : 64;
+        void **nb = realloc(b->bufs, cap * sizeof *nb);
+        if (!nb) { b->st = nx_fail(b->err, NX_ERR_NOMEM, "gen-model: out of memory"); return NULL; }
+        b->bufs = nb;
+        b->cap_bufs = cap;
+    }
+    void *p = calloc(1, bytes ? bytes : 1);
+    if (!p) { b->st = nx_fail(b->err, NX_ERR_NOMEM, "gen-model: out of memory (%zu bytes)", bytes); return NULL; }
+    b->bufs[b->n_bufs++] = p;
+    return p;
+}
+
+static void gm_check(gm_builder *b, nx_status s, const char *what) {
+    if (s != NX_OK && b->st == NX_OK) b->st = nx_fail(b->err, s, "gen-model: cannot add %s", what);
+}
+
+/* How a tensor's values are drawn. */
+typedef enum { GM_NORMAL, GM_NORM_WEIGHT, GM_ZERO, GM_CONST } gm_init;
+
+/* Add a tensor of 1..4 dims (ggml order). 2-D+ tensors take the builder's weight type when
+ * their rows fit its block size; 1-D tensors (norms, biases) stay F32. */
+static void gm_tensor(gm_builder *b, const char *name, gm_init init, float scale, int n_dims, int64_t ne0,
+                      int64_t ne1, int64_t ne2, int64_t ne3) {
+    if (b->st != NX_OK) return;
+    int64_t ne[4] = {ne0, ne1, ne2, ne3};
+    int64_t n = 1;
+    for (int i = 0; i < n_dims; i++) n *= ne[i];
+    float *x = malloc((size_t)n * sizeof *x);
+    if (!x) { b->st = nx_fail(b->err, NX_ERR_NOMEM, "gen-model: out of memory for %s", name); return; }
+    for (int64_t i = 0; i < n; i++) {
+        switch (init) {
+        case GM_NORMAL: x[i] = scale * gm_gauss(b); break;
+        case GM_NORM_WEIGHT: x[i] = 1.0f + scale * gm_gauss(b); break;
+        case GM_ZERO: x[i] = 0.0f; break;
+        case GM_CONST: x[i] = scale; break;
+        }
+    }
+    nx_type t = NX_TYPE_F32;
+    const nx_type_traits *tr = nx_type_info(b->wtype);
+    if (n_dims >= 2 && tr && ne0 % tr->blck_size == 0) t = b->wtype;
+    size_t row = nx_row_size(t, ne0);
+    void *data = gm_keep(b, row * (size_t)(n / ne0));
+    if (!data) { free(x); return; }
+    for (int64_t r = 0; r < n / ne0; r++) {
+        if (nx_quantize_row(t, x + r * ne0, (char *)data + (size_t)r * row, ne0) != row) {
+            free(x);
+            b->st = nx_fail(b->err, NX_ERR_UNSUPPORTED, "gen-model: cannot quantize %s to %s", name, nx_type_name(t));
+            return;
+        }
+    }
+    free(x);
+    gm_check(b, nx_gguf_add_tensor(b->w, name, t, n_dims, ne, data), name);
+}
+
+static void gm_key_u32(gm_builder *b, const char *suffix, uint32_t v) {
+    char key[256];
+    snprintf(key, sizeof key, "%s.%s", b->arch, suffix);
+    gm_check(b, nx_gguf_set_u32(b->w, key, v), key);
+}
+
+static void gm_key_f32(gm_builder *b, const char *suffix, float v) {
+    char key[256];
+    snprintf(key, sizeof key, "%s.%s", b->arch, suffix);
+    gm_check(b, nx_gguf_set_f32(b->w, key, v), key);
+}
+
+/* ===== Tokenizer: byte-level BPE over the 256 bytes, plus fillers and ChatML specials ===== */
+
+/* GPT-2's byte -> code point mapping: printable bytes map to themselves, the rest to 256+. */
+static uint32_t gm_byte_cp(int byte) {
+    if ((byte >= 33 && byte <= 126) || (byte >= 161 && byte <= 172) || (byte >= 174 && byte <= 255)) return (uint32_t)byte;
+    int k = 0;
+    for (int c = 0; c < byte; c++)
+        if (!((c >= 33 && c <= 126) || (c >= 161 && c <= 172) || (c >= 174 && c <= 255))) k++;
+    return 256u + (uint32_t)k;
+}
+
+static int gm_utf8(uint32_t cp, char *out) {
+    if (cp < 0x80) { out[0] = (char)cp; return 1; }
+    if (cp < 0x800) { out[0] = (char)(0xc0 | (cp >> 6)); out[1] = (char)(0x80 | (cp & 0x3f)); return 2; }
+    out[0] = (char)(0xe0 | (cp >> 12)); out[1] = (char)(0x80 | ((cp >> 6) & 0x3f)); out[2] = (char)(0x80 | (cp & 0x3f));
+    return 3;
+}
+
+static void gm_tokenizer_bytes(gm_builder *b, int64_t n_vocab) {
+    if (b->st != NX_OK) return;
+    static const char *specials[] = {"<|endoftext|>", "<|im_start|>", "<|im_end|>"};
+    const int n_spec = 3;
+    if (n_vocab < 256 + n_spec) {
+        b->st = nx_fail(b->err, NX_ERR_INVALID_ARG, "gen-model: n_vocab %lld < %d (256 bytes + specials)",
+                        (long long)n_vocab, 256 + n_spec);
+        return;
+    }
+    char **toks = gm_keep(b, (size_t)n_vocab * sizeof *toks);
+    int32_t *types = gm_keep(b, (size_t)n_vocab * sizeof *types);
+    char *text = gm_keep(b, (size_t)n_vocab * 24);
+    if (!toks || !types || !text) return;
+    for (int64_t i = 0; i < n_vocab; i++) {
+        char *s = text + i * 24;
+        if (i < 256) {
+            s[gm_utf8(gm_byte_cp((int)i), s)] = '\0';
+            types[i] = 1;  /* normal */
+        } else if (i >= n_vocab - n_spec) {
+            snprintf(s, 24, "%s", specials[i - (n_vocab - n_spec)]);
+            types[i] = 3;  /* control */
+        } else {
+            snprintf(s, 24, "<|filler_%lld|>", (long long)i);
+            types[i] = 5;  /* unused */
+        }
+        toks[i] = s;
+    }
+    gm_check(b, nx_gguf_set_str(b->w, "tokenizer.ggml.model", "gpt2"), "tokenizer.ggml.model");
+    gm_check(b, nx_gguf_set_str(b->w, "tokenizer.ggml.pre", "qwen2"), "tokenizer.ggml.pre");
+    gm_check(b, nx_gguf_set_arr_str(b->w, "tokenizer.ggml.tokens", (const char *const *)toks, NULL, (uint64_t)n_vocab),
+             "tokenizer.ggml.tokens");
+    gm_check(b, nx_gguf_set_arr(b->w, "tokenizer.ggml.token_type", NX_GGUF_I32, types, (uint64_t)n_vocab),
+             "tokenizer.ggml.token_type");
+    const char *no_merges[1] = {NULL};
+    gm_check(b, nx_gguf_set_arr_str(b->w, "tokenizer.ggml.merges", no_merges, NULL, 0), "tokenizer.ggml.merges");
+    gm_check(b, nx_gguf_set_u32(b->w, "tokenizer.ggml.eos_token_id", (uint32_t)(n_vocab - 1)), "eos");
+    gm_check(b, nx_gguf_set_u32(b->w, "tokenizer.ggml.padding_token_id", (uint32_t)(n_vocab - n_spec)), "pad");
+    gm_check(b, nx_gguf_set_bool(b->w, "tokenizer.ggml.add_bos_token", false), "add_bos");
+}
+
+/* ===== Architectures ===== */
+
+/* Generic dense transformer in llama.cpp's `llama` layout (RMSNorm, GQA attention, SwiGLU). */
+static void gm_arch_llama(gm_builder *b) {
+    int64_t n_embd = gm_int(b, "n_embd", 256), n_layer = gm_int(b, "n_layer", 2);
+    int64_t n_head = gm_int(b, "n_head", 4), n_head_kv = gm_int(b, "n_head_kv", 2);
+    int64_t head_dim = gm_int(b, "head_dim", n_embd / (n_head ? n_head : 1));
+    int64_t n_ff = gm_int(b, "n_ff", 4 * n_embd), n_vocab = gm_int(b, "n_vocab", 512);
+    bool tied = gm_bool(b, "tied_embeddings", false);
+    if (n_embd <= 0 || n_layer <= 0 || n_head <= 0 || n_head_kv <= 0 || head_dim <= 0 || n_ff <= 0 ||
+        n_head % n_head_kv != 0) {
+        b->st = nx_fail(b->err, NX_ERR_INVALID_ARG,
+                        "gen-model llama: bad config (n_embd %lld, n_layer %lld, n_head %lld, n_head_kv %lld, "
+                        "head_dim %lld, n_ff %lld)", (long long)n_embd, (long long)n_layer, (long long)n_head,
+                        (long long)n_head_kv, (long long)head_dim, (long long)n_ff);
+        return;
+    }
+    gm_check(b, nx_gguf_set_str(b->w, "general.architecture", "llama"), "general.architecture");
+    gm_check(b, nx_gguf_set_str(b->w, "general.name", "nextn-gen-llama"), "general.name");
+    gm_key_u32(b, "context_length", (uint32_t)gm_int(b, "n_ctx", 4096));
+    gm_key_u32(b, "embedding_length", (uint32_t)n_embd);
+    gm_key_u32(b, "block_count", (uint32_t)n_layer);
+    gm_key_u32(b, "feed_forward_length", (uint32_t)n_ff);
+    gm_key_u32(b, "attention.head_count", (uint32_t)n_head);
+    gm_key_u32(b, "attention.head_count_kv", (uint32_t)n_head_kv);
+    gm_key_u32(b, "attention.key_length", (uint32_t)head_dim);
+    gm_key_u32(b, "attention.value_length", (uint32_t)head_dim);
+    gm_key_u32(b, "rope.dimension_count", (uint32_t)gm_int(b, "n_rot", head_dim));
+    gm_key_f32(b, "rope.freq_base", (float)gm_float(b, "rope_freq_base", 10000.0));
+    gm_key_f32(b, "attention.layer_norm_rms_epsilon", (float)gm_float(b, "rms_eps", 1e-6));
+    gm_key_u32(b, "vocab_size", (uint32_t)n_vocab);
+    gm_tokenizer_bytes(b, n_vocab);
+
+    float s_in = 1.0f / sqrtf((float)n_embd);
+    gm_tensor(b, "token_embd.weight", GM_NORMAL, 1.0f, 2, n_embd, n_vocab, 1, 1);
+    char name[128];
+    for (int64_t l = 0; l < n_layer; l++) {
+#define GM_T(suffix, init, scale, nd, a, c) \
+        snprintf(name, sizeof name, "blk.%lld." suffix, (long long)l); gm_tensor(b, name, init, scale, nd, a, c, 1, 1)
+        GM_T("attn_norm.weight", GM_NORM_WEIGHT, 0.1f, 1, n_embd, 1);
+        GM_T("attn_q.weight", GM_NORMAL, s_in, 2, n_embd, n_head * head_dim);
+        GM_T("attn_k.weight", GM_NORMAL, s_in, 2, n_embd, n_head_kv * head_dim);
+        GM_T("attn_v.weight", GM_NORMAL, s_in, 2, n_embd, n_head_kv * head_dim);
+        GM_T("attn_output.weight", GM_NORMAL, 1.0f / sqrtf((float)(n_head * head_dim)), 2, n_head * head_dim, n_embd);
+        GM_T("ffn_norm.weight", GM_NORM_WEIGHT, 0.1f, 1, n_embd, 1);
+        GM_T("ffn_gate.weight", GM_NORMAL, s_in, 2, n_embd, n_ff);
+        GM_T("ffn_up.weight", GM_NORMAL, s_in, 2, n_embd, n_ff);
+        GM_T("ffn_down.weight", GM_NORMAL, 1.0f / sqrtf((float)n_ff), 2, n_ff, n_embd);
+#undef GM_T
+    }
+    gm_tensor(b, "output_norm.weight", GM_NORM_WEIGHT, 0.1f, 1, n_embd, 1, 1, 1);
+    if (!tied) gm_tensor(b, "output.weight", GM_NORMAL, s_in, 2, n_embd, n_vocab, 1, 1);
+}
+
+typedef struct { const char *name; void (*build)(gm_builder *); } gm_arch;
+static const gm_arch g_archs[] = {
+    {"llama", gm_arch_llama},
+};
+
+const char *nx_genmodel_archs(void) { return "llama"; }
+
+nx_status nx_genmodel_write(const nx_genmodel_opts *opts, nx_error *err) {
+    const gm_arch *arch = NULL;
+    for (size_t i = 0; i < sizeof g_archs / sizeof g_archs[0]; i++)
+        if (opts->arch && !strcmp(opts->arch, g_archs[i].name)) arch = &g_archs[i];
+    if (!arch)
+        return nx_fail(err, NX_ERR_UNSUPPORTED, "gen-model: unknown arch '%s' (known: %s)",
+                       opts->arch ? opts->arch : "(none)", nx_genmodel_archs());
+    const nx_type_traits *tr = nx_type_info(opts->wtype);
+    if (!tr || !tr->quantizable)
+        return nx_fail(err, NX_ERR_UNSUPPORTED, "gen-model: cannot write weights of type %s", nx_type_name(opts->wtype));
+    gm_builder b = {.rng = opts->seed, .wtype = opts->wtype, .arch = arch->name, .err = err, .st = NX_OK};
+    const char *json = opts->config_json && *opts->config_json ? opts->config_json : "{}";
+    b.cfg = cJSON_Parse(json);
+    if (!b.cfg || !cJSON_IsObject(b.cfg)) {
+        cJSON_Delete(b.cfg);
+        return nx_fail(err, NX_ERR_FORMAT, "gen-model: config is not a JSON object");
+    }
+    b.w = nx_gguf_writer_create();
+    if (!b.w) b.st = nx_fail(err, NX_ERR_NOMEM, "gen-model: out of memory");
+    else arch->build(&b);
+    if (b.st == NX_OK) b.st = nx_gguf_writer_write(b.w, opts->out_path, err);
+    nx_gguf_writer_free(b.w);
+    for (size_t i = 0; i < b.n_bufs; i++) free(b.bufs[i]);
+    free(b.bufs);
+    cJSON_Delete(b.cfg);
+    return b.st;
+}
