@@ -12,6 +12,9 @@ typedef struct {
 
 static const nx_command commands[] = {
     {"demo", nx_cmd_demo, "run the main job on the bundled default model"},
+    {"run", nx_cmd_run, "generate text from a prompt (streams to stdout)"},
+    {"eval", nx_cmd_eval, "golden interface: logits / greedy continuation / drafts for prompt ids"},
+    {"bench", nx_cmd_bench, "prompt and decode throughput of a model"},
     {"gguf-info", nx_cmd_gguf_info, "print a GGUF file's metadata and tensor table"},
     {"gen-model", nx_cmd_gen_model, "write a random-weight test model GGUF"},
     {"bench-kernels", nx_cmd_bench_kernels, "matmul throughput per weight type vs memory bandwidth"},
