@@ -14,9 +14,8 @@ if command -v pkg-config >/dev/null 2>&1; then
 else
   need+=(libpcre2-dev libmicrohttpd-dev libcjson-dev)
 fi
-if [ "${NEXTN_NEED_NUMPY:-0}" = 1 ]; then
-  python3 -c 'import numpy' >/dev/null 2>&1 || need+=(python3-numpy)
-fi
+# numpy (Debian's, for /usr/bin/python3) runs the independent references under tests/ref/.
+/usr/bin/python3 -c 'import numpy' >/dev/null 2>&1 || need+=(python3-numpy)
 [ ${#need[@]} -eq 0 ] && exit 0
 echo "nextn: installing missing packages: ${need[*]}" >&2
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
