@@ -1,9 +1,10 @@
 /*
  * blocks.h — byte layouts of the ggml block formats nextn reads and writes.
  *
- * Facts from ggml's public format description (ggml-common.h); the structs are ours.
- * Every struct is packed to exactly the on-disk size (static_asserts below), so a weight
- * row in a mmapped GGUF is an array of these blocks. All multi-byte fields little-endian.
+ * Facts from ggml's public format description (ggml-common.h, checked field by field); the
+ * structs are ours. Every struct has exactly the on-disk size with no padding (static_asserts
+ * below), so a weight row in a mmapped GGUF is an array of these blocks. All multi-byte fields
+ * little-endian. The exact value formulas and bit orders live in quant/quant_*.c.
  */
 #ifndef NX_QUANT_BLOCKS_H
 #define NX_QUANT_BLOCKS_H
@@ -39,18 +40,21 @@ typedef struct { nx_half d, s; int8_t qs[NX_QK8_1]; } nx_block_q8_1;
 typedef struct { uint8_t scales[NX_QK_K / 16]; uint8_t qs[NX_QK_K / 4]; nx_half d, dmin; } nx_block_q2_K;
 /* Q3_K: 16 sub-blocks of 16; 6-bit scales packed in 12 bytes; high bit in hmask. */
 typedef struct { uint8_t hmask[NX_QK_K / 8]; uint8_t qs[NX_QK_K / 4]; uint8_t scales[12]; nx_half d; } nx_block_q3_K;
-/* Q4_K: 8 sub-blocks of 32; 6-bit scales and mins packed in 12 bytes; x = d*sc*q - dmin*m. */
+/* Q4_K: 8 sub-blocks of 32; 6-bit scales and mins packed in 12 bytes (nx_q4k_scale_min);
+ * x = d*sc*q - dmin*m; qs byte l of 32-byte group g holds values 64g+l (low) and 64g+32+l (high). */
 typedef struct { nx_half d, dmin; uint8_t scales[NX_K_SCALE_SIZE]; uint8_t qs[NX_QK_K / 2]; } nx_block_q4_K;
 /* Q5_K: as Q4_K plus a fifth bit per value in qh. */
 typedef struct { nx_half d, dmin; uint8_t scales[NX_K_SCALE_SIZE]; uint8_t qh[NX_QK_K / 8]; uint8_t qs[NX_QK_K / 2]; } nx_block_q5_K;
 /* Q6_K: 16 sub-blocks of 16; x = d * scale * (q - 32), q 6-bit split in ql (4) + qh (2). */
 typedef struct { uint8_t ql[NX_QK_K / 2]; uint8_t qh[NX_QK_K / 4]; int8_t scales[NX_QK_K / 16]; nx_half d; } nx_block_q6_K;
-/* Q8_K: activation format for K-quant dot products; bsums = sums of each 16 values. */
+/* Q8_K: activation format for K-quant dot products; d is a float (not half); bsums[j] =
+ * sum of qs[16j..16j+15]. */
 typedef struct { float d; int8_t qs[NX_QK_K]; int16_t bsums[NX_QK_K / 16]; } nx_block_q8_K;
 
 /* IQ4_NL: 4-bit indices into a fixed non-linear table of 16 int8 values; x = d * table[q]. */
 typedef struct { nx_half d; uint8_t qs[NX_QK4_NL / 2]; } nx_block_iq4_nl;
-/* IQ4_XS: 8 sub-blocks of 32 with 6-bit scales (low 4 bits in scales_l, high 2 in scales_h). */
+/* IQ4_XS: 8 sub-blocks of 32 with 6-bit scales ls (low 4 bits in scales_l, high 2 in scales_h);
+ * x = d * (ls - 32) * table[q]. */
 typedef struct { nx_half d; uint16_t scales_h; uint8_t scales_l[NX_QK_K / 64]; uint8_t qs[NX_QK_K / 2]; } nx_block_iq4_xs;
 
 static_assert(sizeof(nx_block_q4_0) == 18, "q4_0 size");
