@@ -8,10 +8,24 @@
  * offset and the problem; it never crashes. After a successful open every accessor is
  * safe and cheap. Keys and tensor names are copied into NUL-terminated strings; string
  * values point into the mapping (ptr + length, not NUL-terminated). Tensor data pointers
- * point into the mapping and live until nx_gguf_close().
+ * point into the read-only mapping (never write through them), are aligned to the file's
+ * alignment (mappings start on a page), and live until nx_gguf_close().
  *
- * Writer: collects key/values and tensors (tensor data is borrowed until write), then
- * writes a v3 file with the requested alignment.
+ * Limits and choices: v1 files are rejected (v2 and v3 share a layout); keys and tensor names
+ * are 1..65535 bytes without NUL; n_dims is 1..4, every ne < 2^62; tensor type ids must be
+ * known to nx_type_info(); offsets are multiples of the alignment (`general.alignment`, u32,
+ * nonzero power of two, default 32). Arrays of arrays (nesting <= 8) are accepted and exposed
+ * only as raw bytes (nx_gguf_kv_raw); their arr_type is NX_GGUF_ARRAY and element getters fail.
+ *
+ * Split models: when the path ends in `-00001-of-0000N.gguf` every part is opened; each must
+ * carry split.no / split.count (and the same split.tensors.count); tensors of all parts are
+ * merged in part order (data pointers point into their own part's mapping); key/values are
+ * those of the first part. A later part given to nx_gguf_open() is an error naming the first
+ * part; nx_gguf_open_part() opens exactly one file without following splits.
+ *
+ * Writer: collects key/values (in insertion order) and tensors (tensor data is borrowed until
+ * write), then writes a v3 file with the requested alignment. Setter errors are sticky: the
+ * setter returns the status and the next write reports the first failure's message.
  */
 #ifndef NX_GGUF_H
 #define NX_GGUF_H
@@ -38,7 +52,10 @@ typedef struct nx_gguf nx_gguf;
 
 /* Open and validate a file (split parts are found and merged transparently). */
 nx_status nx_gguf_open(const char *path, nx_gguf **out, nx_error *err);
-/* Parse a buffer already in memory (borrowed; must outlive the handle). Used by fuzzing/tests. */
+/* Open exactly one file, even a part of a split model (its own key/values and tensors). */
+nx_status nx_gguf_open_part(const char *path, nx_gguf **out, nx_error *err);
+/* Parse a buffer already in memory (borrowed; must outlive the handle). Used by fuzzing/tests.
+ * Split keys are checked for type and range but other parts are not looked for. */
 nx_status nx_gguf_open_memory(const void *data, size_t size, nx_gguf **out, nx_error *err);
 void nx_gguf_close(nx_gguf *g);
 
@@ -46,18 +63,26 @@ uint32_t nx_gguf_version(const nx_gguf *g);
 uint32_t nx_gguf_alignment(const nx_gguf *g);
 int      nx_gguf_n_splits(const nx_gguf *g);
 size_t   nx_gguf_file_size(const nx_gguf *g);     /* all parts together */
+/* Absolute offset of a part's data section, and the path of a part ("<memory>" for buffers). */
+uint64_t    nx_gguf_data_offset(const nx_gguf *g, int split);
+const char *nx_gguf_split_file(const nx_gguf *g, int split);
+/* Does path end in `-NNNNN-of-MMMMM.gguf` (1 <= NNNNN <= MMMMM)? Fills the 1-based part
+ * number, the part count and the length of the prefix before "-NNNNN" (any may be NULL). */
+bool nx_gguf_split_path(const char *path, int *no, int *count, size_t *prefix_len);
 
 /* -- key/values -- */
 int64_t       nx_gguf_n_kv(const nx_gguf *g);
 int64_t       nx_gguf_find_key(const nx_gguf *g, const char *key);   /* index or -1 */
 const char   *nx_gguf_key(const nx_gguf *g, int64_t i);
 nx_gguf_vtype nx_gguf_kv_type(const nx_gguf *g, int64_t i);
-/* For arrays: element type and count (count 0 / type U8 for non-arrays). */
+/* For arrays: element type and count (count 0 / type U8 for non-arrays). Bad index: type
+ * NX_GGUF_VTYPE_COUNT, key NULL. */
 nx_gguf_vtype nx_gguf_arr_type(const nx_gguf *g, int64_t i);
 uint64_t      nx_gguf_arr_n(const nx_gguf *g, int64_t i);
 
 /* Scalar access by index. Integers of any width/signedness (and bool) convert to int64 when
- * they fit; floats (f32/f64) convert to double. Return false on a type that does not convert. */
+ * they fit; floats (f32/f64) and integers (not bool) convert to double. Return false on a
+ * type that does not convert. */
 bool nx_gguf_kv_int(const nx_gguf *g, int64_t i, int64_t *out);
 bool nx_gguf_kv_float(const nx_gguf *g, int64_t i, double *out);
 bool nx_gguf_kv_bool(const nx_gguf *g, int64_t i, bool *out);
@@ -68,8 +93,12 @@ const char *nx_gguf_kv_str(const nx_gguf *g, int64_t i, uint64_t *len);
 bool        nx_gguf_arr_int(const nx_gguf *g, int64_t i, uint64_t j, int64_t *out);
 bool        nx_gguf_arr_float(const nx_gguf *g, int64_t i, uint64_t j, double *out);
 const char *nx_gguf_arr_str(const nx_gguf *g, int64_t i, uint64_t j, uint64_t *len);
-/* Raw pointer to a numeric array's packed elements (little-endian), NULL for string arrays. */
+/* Raw pointer to a numeric array's packed elements (little-endian, possibly unaligned: read
+ * with memcpy), NULL for string arrays and arrays of arrays. */
 const void *nx_gguf_arr_data(const nx_gguf *g, int64_t i);
+/* The value exactly as encoded in the file (after its type tag; for arrays starting at the
+ * element type) and its size. Works for every type, nested arrays included. */
+const void *nx_gguf_kv_raw(const nx_gguf *g, int64_t i, uint64_t *size);
 
 /* Convenience by key name: false if absent or of a non-converting type. */
 bool        nx_gguf_get_int(const nx_gguf *g, const char *key, int64_t *out);
@@ -81,7 +110,7 @@ const char *nx_gguf_get_str(const nx_gguf *g, const char *key, uint64_t *len);
 int64_t          nx_gguf_n_tensors(const nx_gguf *g);
 int64_t          nx_gguf_find_tensor(const nx_gguf *g, const char *name);  /* index or -1 */
 const nx_tensor *nx_gguf_tensor(const nx_gguf *g, int64_t i);   /* data points into the mapping */
-uint64_t         nx_gguf_tensor_offset(const nx_gguf *g, int64_t i);  /* offset in its part file */
+uint64_t         nx_gguf_tensor_offset(const nx_gguf *g, int64_t i);  /* absolute offset in its part file */
 int              nx_gguf_tensor_split(const nx_gguf *g, int64_t i);   /* part index (0-based) */
 
 /* ===== Writer ===== */
@@ -90,9 +119,12 @@ typedef struct nx_gguf_writer nx_gguf_writer;
 
 nx_gguf_writer *nx_gguf_writer_create(void);
 void nx_gguf_writer_free(nx_gguf_writer *w);
-void nx_gguf_writer_set_alignment(nx_gguf_writer *w, uint32_t alignment);  /* default 32 */
+/* Default 32; must be a nonzero power of two (else a sticky error). Setting the key
+ * `general.alignment` (u32) does the same. The key is written only when alignment != 32. */
+void nx_gguf_writer_set_alignment(nx_gguf_writer *w, uint32_t alignment);
 
-/* Scalars (a key set twice keeps the last value). */
+/* Keys are 1..65535 bytes without NUL. A key set twice keeps its first position and the
+ * last value. Errors: NX_ERR_INVALID_ARG (bad key/type), NX_ERR_NOMEM. */
 nx_status nx_gguf_set_u32(nx_gguf_writer *w, const char *key, uint32_t v);
 nx_status nx_gguf_set_i32(nx_gguf_writer *w, const char *key, int32_t v);
 nx_status nx_gguf_set_u64(nx_gguf_writer *w, const char *key, uint64_t v);
@@ -105,15 +137,25 @@ nx_status nx_gguf_set_scalar(nx_gguf_writer *w, const char *key, nx_gguf_vtype t
 nx_status nx_gguf_set_arr(nx_gguf_writer *w, const char *key, nx_gguf_vtype elem, const void *data, uint64_t n);
 nx_status nx_gguf_set_arr_str(nx_gguf_writer *w, const char *key, const char *const *strs,
                               const uint64_t *lens, uint64_t n);
-/* Copy key/value i of an open file (any type, arrays included). */
+/* Copy key/value i of an open file (any type, arrays and nested arrays included). */
 nx_status nx_gguf_copy_kv(nx_gguf_writer *w, const nx_gguf *g, int64_t i);
+/* Forget a key (no-op when absent). */
+void nx_gguf_remove_key(nx_gguf_writer *w, const char *key);
 
-/* Add a tensor; data (nx_row_size(type, ne[0]) * rows bytes) is borrowed until write. */
+/* Add a tensor; data (nx_row_size(type, ne[0]) * rows bytes) is borrowed until write (NULL
+ * writes zeros). Names are unique, 1..65535 bytes. Data is laid out in insertion order,
+ * each tensor padded to the alignment (the last one too, as ggml expects). */
 nx_status nx_gguf_add_tensor(nx_gguf_writer *w, const char *name, nx_type type, int n_dims,
                              const int64_t *ne, const void *data);
 
 nx_status nx_gguf_writer_write(nx_gguf_writer *w, const char *path, nx_error *err);
 /* Write into a malloc'ed buffer (caller frees *out). */
 nx_status nx_gguf_writer_write_mem(nx_gguf_writer *w, void **out, size_t *size, nx_error *err);
+/* Write a split model: `<prefix>-00001-of-0000N.gguf` ... with n_parts in 1..99999. Tensors
+ * are cut into n_parts consecutive groups of about equal bytes (a part may hold none). The
+ * first part carries every key/value; each part carries split.no (u16, 0-based), split.count
+ * (u16), split.tensors.count (i32), as llama.cpp's gguf-split writes them (keys of those
+ * names set on the writer are replaced). */
+nx_status nx_gguf_writer_write_split(nx_gguf_writer *w, const char *path_prefix, int n_parts, nx_error *err);
 
 #endif

@@ -62,7 +62,10 @@ bool nx_type_from_name(const char *name, nx_type *out) {
 size_t nx_row_size(nx_type type, int64_t n) {
     const nx_type_traits *t = nx_type_info(type);
     if (!t || n < 0 || n % t->blck_size != 0) return 0;
-    return (size_t)(n / t->blck_size) * t->type_size;
+    uint64_t bytes;
+    if (__builtin_mul_overflow((uint64_t)(n / t->blck_size), (uint64_t)t->type_size, &bytes) || bytes > (uint64_t)SIZE_MAX / 2)
+        return 0;   /* overflow: callers treat 0 for n > 0 as an error */
+    return (size_t)bytes;
 }
 
 bool nx_tensor_init(nx_tensor *t, const char *name, nx_type type, int n_dims, const int64_t *ne, void *data) {
@@ -78,6 +81,7 @@ bool nx_tensor_init(nx_tensor *t, const char *name, nx_type type, int n_dims, co
     if (t->ne[0] % tr->blck_size != 0) return false;
     t->nb[0] = tr->type_size;
     t->nb[1] = nx_row_size(type, t->ne[0]);
+    if (t->nb[1] == 0 && t->ne[0] > 0) return false;
     size_t total = t->nb[1];
     for (int i = 2; i <= NX_MAX_DIMS; i++) {
         uint64_t r;

@@ -1,29 +1,56 @@
 /* cpu.c — CPUID detection and the SIMD level in effect (capped by NEXTN_CPU). */
 #include "kernels/cpu.h"
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
 static atomic_int g_level = -1;     /* the CPU feature table: level in effect, -1 = not yet set */
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+
+/* CPUID leaf 7 bits, read directly: clang's __builtin_cpu_supports lacks some AVX-512 names. */
+static void cpuid7(unsigned *ebx, unsigned *ecx, unsigned *edx, unsigned sub) {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (__get_cpuid_max(0, NULL) >= 7) __cpuid_count(7, sub, a, b, c, d);
+    *ebx = b; *ecx = c; *edx = d;
+    (void)a;
+}
+
+/* The OS must save the AVX (YMM) and AVX-512 (opmask, ZMM) state: XCR0 bits 1,2 and 5,6,7. */
+static unsigned long long xcr0(void) {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    __cpuid(1, a, b, c, d);
+    if (!(c & (1u << 27))) return 0;  /* no OSXSAVE */
+    unsigned lo, hi;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    return ((unsigned long long)hi << 32) | lo;
+}
+#endif
+
 nx_cpu_level nx_cpu_level_detected(void) {
 #if defined(__x86_64__) || defined(__i386__)
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
-        __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vbmi"))
-        return NX_CPU_AVX512;
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c") &&
-        __builtin_cpu_supports("bmi2"))
-        return NX_CPU_AVX2;
+    unsigned a = 0, b = 0, c1 = 0, d = 0, b7, c7, d7;
+    __cpuid(1, a, b, c1, d);
+    cpuid7(&b7, &c7, &d7, 0);
+    unsigned long long x = xcr0();
+    bool ymm = (x & 0x6) == 0x6, zmm = (x & 0xe6) == 0xe6;
+    bool fma = c1 & (1u << 12), f16c = c1 & (1u << 29), avx2 = b7 & (1u << 5), bmi2 = b7 & (1u << 8);
+    bool f = b7 & (1u << 16), dq = b7 & (1u << 17), bw = b7 & (1u << 30), vl = b7 & (1u << 31);
+    bool vbmi = c7 & (1u << 1), vnni = c7 & (1u << 11);
+    if (zmm && ymm && avx2 && fma && f16c && bmi2 && f && dq && bw && vl && vbmi && vnni) return NX_CPU_AVX512;
+    if (ymm && avx2 && fma && f16c && bmi2) return NX_CPU_AVX2;
 #endif
     return NX_CPU_SCALAR;
 }
 
 int nx_cpu_has_avx512bf16(void) {
-#if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__) && __GNUC__ >= 12
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512bf16");
+#if defined(__x86_64__) || defined(__i386__)
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (__get_cpuid_max(0, NULL) < 7) return 0;
+    __cpuid_count(7, 1, a, b, c, d);   /* leaf 7 sub-leaf 1: EAX bit 5 = AVX512_BF16 */
+    return (a & (1u << 5)) != 0 && nx_cpu_level_detected() == NX_CPU_AVX512;
 #else
     return 0;
 #endif
