@@ -1,0 +1,274 @@
+/*
+ * policy.c — the draft-length policy and the speedup formulas (policy.h, speculative.md §5).
+ *
+ * Owns only caller-provided plain structs. Promises: the choice of k is a pure function of the
+ * policy's estimates and the cost table (plus the probe counter in next_k); O(draft_max) per
+ * round. Never allocates, prints or keeps global state.
+ */
+#include "spec/policy.h"
+
+#include <math.h>
+#include <string.h>
+
+/* ===== Verify cost table ===== */
+
+static int clamp_rows(int n) {
+    return n < 1 ? 1 : n > NX_SPEC_VERIFY_ROWS_MAX ? NX_SPEC_VERIFY_ROWS_MAX : n;
+}
+
+/* The prior's shape 1 + slope (n - 1), scaled so that it passes through (m, v). */
+static double prior_through(const nx_spec_costs *c, int n, int m, double v) {
+    double s = c->slope_prior;
+    return v * (1.0 + s * (n - 1)) / (1.0 + s * (m - 1));
+}
+
+/* Rebuild cv[] from the measurements: interpolate, extrapolate, then make it non-decreasing.
+ * O(rows^2) = ~1000 steps, once per measurement. */
+static void costs_derive(nx_spec_costs *c) {
+    const int N = NX_SPEC_VERIFY_ROWS_MAX;
+    for (int n = 1; n <= N; n++) {
+        if (c->n_obs[n]) { c->cv[n] = c->meas[n]; continue; }
+        int lo = 0, lo2 = 0, hi = 0;
+        for (int m = n - 1; m >= 1; m--)
+            if (c->n_obs[m]) { if (!lo) lo = m; else { lo2 = m; break; } }
+        for (int m = n + 1; m <= N; m++)
+            if (c->n_obs[m]) { hi = m; break; }
+        double v;
+        if (lo && hi)
+            v = c->meas[lo] + (c->meas[hi] - c->meas[lo]) * (double)(n - lo) / (double)(hi - lo);
+        else if (lo && lo2) {
+            double slope = (c->meas[lo] - c->meas[lo2]) / (double)(lo - lo2);
+            v = c->meas[lo] + (slope > 0 ? slope : 0) * (double)(n - lo);
+        } else if (lo)
+            v = prior_through(c, n, lo, c->meas[lo]);
+        else if (hi)
+            v = prior_through(c, n, hi, c->meas[hi]);
+        else
+            v = 1.0 + c->slope_prior * (n - 1);
+        c->cv[n] = v;
+    }
+    for (int n = 2; n <= N; n++)
+        if (c->cv[n] < c->cv[n - 1]) c->cv[n] = c->cv[n - 1];
+    c->cv[0] = c->cv[1];
+}
+
+void nx_spec_costs_init(nx_spec_costs *c) {
+    memset(c, 0, sizeof *c);
+    c->alpha = 0.1;
+    c->slope_prior = 0.2;
+    costs_derive(c);
+}
+
+static nx_status check_cost(int n, double cost, nx_error *err) {
+    if (n < 1 || n > NX_SPEC_VERIFY_ROWS_MAX)
+        return nx_fail(err, NX_ERR_INVALID_ARG, "verify cost: %d rows (1..%d)", n, NX_SPEC_VERIFY_ROWS_MAX);
+    if (!isfinite(cost) || cost <= 0)
+        return nx_fail(err, NX_ERR_INVALID_ARG, "verify cost of %d rows: %g is not a positive number", n, cost);
+    return NX_OK;
+}
+
+nx_status nx_spec_costs_set(nx_spec_costs *c, int n_rows, double cost, nx_error *err) {
+    nx_status st = check_cost(n_rows, cost, err);
+    if (st) return st;
+    c->meas[n_rows] = cost;
+    c->n_obs[n_rows] = 1;
+    costs_derive(c);
+    return NX_OK;
+}
+
+nx_status nx_spec_costs_observe(nx_spec_costs *c, int n_rows, double cost, nx_error *err) {
+    nx_status st = check_cost(n_rows, cost, err);
+    if (st) return st;
+    uint32_t k = c->n_obs[n_rows];
+    double w = 1.0 / (double)(k + 1);                 /* plain mean first, EMA once warmed up */
+    if (w < c->alpha) w = c->alpha;
+    c->meas[n_rows] = k ? c->meas[n_rows] + w * (cost - c->meas[n_rows]) : cost;
+    if (k < UINT32_MAX) c->n_obs[n_rows] = k + 1;
+    costs_derive(c);
+    return NX_OK;
+}
+
+double nx_spec_costs_verify(const nx_spec_costs *c, int n_rows) {
+    return c->cv[clamp_rows(n_rows)];
+}
+
+/* ===== Formulas ===== */
+
+double nx_spec_expected_tokens(const double *a, int k) {
+    double e = 1.0, prod = 1.0;
+    for (int i = 0; i < k; i++) {
+        prod *= a[i];
+        e += prod;
+    }
+    return e;
+}
+
+double nx_spec_predicted_speedup(const double *a, int k, double c_d, const nx_spec_costs *c) {
+    if (k <= 0) return 1.0;
+    double cost = (double)k * c_d + nx_spec_costs_verify(c, k + 1);
+    return cost > 0 ? nx_spec_expected_tokens(a, k) * nx_spec_costs_verify(c, 1) / cost : 0.0;
+}
+
+double nx_spec_predicted_speedup_uniform(double alpha, int k, double c_d, const nx_spec_costs *c) {
+    double a[NX_SPEC_DRAFT_CAP];
+    if (k > NX_SPEC_DRAFT_CAP) k = NX_SPEC_DRAFT_CAP;
+    for (int i = 0; i < k; i++) a[i] = alpha;
+    return nx_spec_predicted_speedup(a, k, c_d, c);
+}
+
+int nx_spec_best_k(const double *a, int k_lo, int k_hi, double c_d, const nx_spec_costs *c, double *speedup) {
+    if (k_lo < 1) k_lo = 1;
+    if (k_hi > NX_SPEC_DRAFT_CAP) k_hi = NX_SPEC_DRAFT_CAP;
+    double c1 = nx_spec_costs_verify(c, 1);
+    double best = 1.0, e = 1.0, prod = 1.0;
+    int best_k = 0;
+    for (int k = 1; k <= k_hi; k++) {
+        prod *= a[k - 1];
+        e += prod;
+        if (k < k_lo) continue;
+        double cost = (double)k * c_d + nx_spec_costs_verify(c, k + 1);
+        double s = cost > 0 ? e * c1 / cost : 0.0;
+        if (s > best * (1.0 + 1e-9)) {                /* strictly better: ties keep the smaller k */
+            best = s;
+            best_k = k;
+        }
+    }
+    if (speedup) *speedup = best;
+    return best_k;
+}
+
+double nx_spec_predicted_speedup_stats(const nx_spec_stats *st, double c_d, const nx_spec_costs *c) {
+    if (!st || !st->n_rounds) return 1.0;
+    double cost = 0.0;
+    for (int k = 0; k <= NX_SPEC_DRAFT_CAP; k++)
+        if (st->rounds_by_k[k])
+            cost += (double)st->rounds_by_k[k] * ((double)k * c_d + nx_spec_costs_verify(c, k + 1));
+    return cost > 0 ? (double)st->n_committed * nx_spec_costs_verify(c, 1) / cost : 0.0;
+}
+
+/* ===== Policy ===== */
+
+nx_spec_policy_params nx_spec_policy_default_params(void) {
+    return (nx_spec_policy_params){
+        .draft_max = 8, .draft_min = 0, .adaptive = true, .p_min = 0.0f, .ema_alpha = 0.1,
+        .accept_prior = 0.6, .draft_cost_prior = 0.05, .probe_every = 16,
+    };
+}
+
+nx_status nx_spec_policy_init(nx_spec_policy *pol, const nx_spec_policy_params *params, nx_error *err) {
+    if (!pol) return nx_fail(err, NX_ERR_INVALID_ARG, "draft policy: no policy");
+    nx_spec_policy_params p = params ? *params : nx_spec_policy_default_params();
+    if (p.draft_max < 0 || p.draft_max > NX_SPEC_DRAFT_CAP)
+        return nx_fail(err, NX_ERR_INVALID_ARG, "draft policy: draft_max %d not in 0..%d", p.draft_max, NX_SPEC_DRAFT_CAP);
+    if (p.draft_min < 0 || p.draft_min > p.draft_max)
+        return nx_fail(err, NX_ERR_INVALID_ARG, "draft policy: draft_min %d not in 0..draft_max (%d)", p.draft_min, p.draft_max);
+    if (!(p.p_min >= 0.0f && p.p_min <= 1.0f))
+        return nx_fail(err, NX_ERR_INVALID_ARG, "draft policy: p_min %g not in [0, 1]", (double)p.p_min);
+    if (!(p.ema_alpha > 0.0 && p.ema_alpha <= 1.0))
+        return nx_fail(err, NX_ERR_INVALID_ARG, "draft policy: ema_alpha %g not in (0, 1]", p.ema_alpha);
+    if (!(p.accept_prior >= 0.0 && p.accept_prior <= 1.0))
+        return nx_fail(err, NX_ERR_INVALID_ARG, "draft policy: accept_prior %g not in [0, 1]", p.accept_prior);
+    if (!(p.draft_cost_prior >= 0.0) || !isfinite(p.draft_cost_prior))
+        return nx_fail(err, NX_ERR_INVALID_ARG, "draft policy: draft_cost_prior %g < 0", p.draft_cost_prior);
+    if (p.probe_every < 1)
+        return nx_fail(err, NX_ERR_INVALID_ARG, "draft policy: probe_every %d < 1", p.probe_every);
+    memset(pol, 0, sizeof *pol);
+    pol->p = p;
+    return NX_OK;
+}
+
+void nx_spec_policy_reset(nx_spec_policy *pol) {
+    nx_spec_policy_params p = pol->p;
+    memset(pol, 0, sizeof *pol);
+    pol->p = p;
+}
+
+/* Estimates of a_1..a_k into a[0..k-1]: measured depths their EMA, unmeasured ones the depth below. */
+static void accept_estimates(const nx_spec_policy *pol, double *a, int k) {
+    double prev = pol->p.accept_prior;
+    for (int i = 0; i < k; i++) {
+        a[i] = pol->n_a[i] ? pol->a[i] : prev;
+        prev = a[i];
+    }
+}
+
+double nx_spec_policy_accept_est(const nx_spec_policy *pol, int depth) {
+    double a[NX_SPEC_DRAFT_CAP];
+    if (depth < 1) depth = 1;
+    if (depth > NX_SPEC_DRAFT_CAP) depth = NX_SPEC_DRAFT_CAP;
+    accept_estimates(pol, a, depth);
+    return a[depth - 1];
+}
+
+double nx_spec_policy_draft_cost(const nx_spec_policy *pol, const nx_spec_costs *c) {
+    return pol->n_cd ? pol->c_d : pol->p.draft_cost_prior * nx_spec_costs_verify(c, 1);
+}
+
+int nx_spec_policy_best_k(const nx_spec_policy *pol, const nx_spec_costs *c, double *speedup) {
+    if (!pol->p.adaptive || pol->p.draft_max == 0) {
+        if (speedup) {
+            double a[NX_SPEC_DRAFT_CAP];
+            accept_estimates(pol, a, pol->p.draft_max);
+            *speedup = nx_spec_predicted_speedup(a, pol->p.draft_max, nx_spec_policy_draft_cost(pol, c), c);
+        }
+        return pol->p.draft_max;
+    }
+    double a[NX_SPEC_DRAFT_CAP];
+    accept_estimates(pol, a, pol->p.draft_max);
+    return nx_spec_best_k(a, pol->p.draft_min, pol->p.draft_max, nx_spec_policy_draft_cost(pol, c), c, speedup);
+}
+
+int nx_spec_policy_next_k(nx_spec_policy *pol, const nx_spec_costs *c) {
+    int k = nx_spec_policy_best_k(pol, c, NULL);
+    if (k > 0 || !pol->p.adaptive || pol->p.draft_max == 0) {
+        pol->idle_rounds = 0;
+        return k;
+    }
+    if (++pol->idle_rounds < pol->p.probe_every) return 0;
+    pol->idle_rounds = 0;
+    pol->n_probes++;
+    return pol->p.draft_min > 1 ? pol->p.draft_min : 1;
+}
+
+void nx_spec_policy_observe(nx_spec_policy *pol, int k_drafted, int n_accepted) {
+    if (k_drafted <= 0) return;
+    if (k_drafted > NX_SPEC_DRAFT_CAP) k_drafted = NX_SPEC_DRAFT_CAP;
+    if (n_accepted < 0) n_accepted = 0;
+    if (n_accepted > k_drafted) n_accepted = k_drafted;
+    int judged = n_accepted < k_drafted ? n_accepted + 1 : k_drafted;
+    double est[NX_SPEC_DRAFT_CAP];
+    accept_estimates(pol, est, judged);               /* before any update: carries use old values */
+    for (int i = 0; i < judged; i++) {
+        double x = i < n_accepted ? 1.0 : 0.0;
+        /* the estimate counts as one pseudo-observation, then plain mean, then the EMA */
+        double w = 1.0 / (double)(pol->n_a[i] + 2);
+        if (w < pol->p.ema_alpha) w = pol->p.ema_alpha;
+        pol->a[i] = est[i] + w * (x - est[i]);
+        if (pol->n_a[i] < UINT32_MAX) pol->n_a[i]++;
+    }
+}
+
+void nx_spec_policy_observe_draft_cost(nx_spec_policy *pol, double cost, int steps) {
+    if (steps <= 0 || !isfinite(cost) || cost < 0) return;
+    double x = cost / (double)steps;
+    double w = 1.0 / (double)(pol->n_cd + 1);
+    if (w < pol->p.ema_alpha) w = pol->p.ema_alpha;
+    pol->c_d = pol->n_cd ? pol->c_d + w * (x - pol->c_d) : x;
+    if (pol->n_cd < UINT32_MAX) pol->n_cd++;
+}
+
+/* ===== p_min ===== */
+
+nx_pmin_verdict nx_spec_pmin_step(int step, float p, float p_min) {
+    if (p_min <= 0.0f || p >= p_min) return NX_PMIN_KEEP;
+    return step == 0 ? NX_PMIN_KEEP_STOP : NX_PMIN_DROP_STOP;
+}
+
+int nx_spec_pmin_cut(const float *p, int n, float p_min) {
+    for (int i = 0; i < n; i++) {
+        nx_pmin_verdict v = nx_spec_pmin_step(i, p[i], p_min);
+        if (v == NX_PMIN_KEEP_STOP) return i + 1;
+        if (v == NX_PMIN_DROP_STOP) return i;
+    }
+    return n;
+}

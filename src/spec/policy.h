@@ -1,0 +1,133 @@
+/*
+ * policy.h — how many tokens to draft (speculative.md §5) and what speculation should gain.
+ *
+ * Model: a round with k drafts costs k c_d (drafter steps) + c_v(k+1) (one target verify of k+1
+ * rows) and commits E(k) = 1 + a_1 + a_1 a_2 + ... + a_1...a_k tokens on average, where a_i =
+ * P(d_i accepted | d_1..d_{i-1} accepted). Plain decoding commits 1 token per c_v(1). So
+ *     k* = argmax_k E(k) / (k c_d + c_v(k+1)),  k in [max(1, draft_min), draft_max],
+ * and k* = 0 (plain decoding) when no k beats 1 / c_v(1); while at 0 the policy re-probes with
+ * k = max(1, draft_min) every probe_every rounds so a sequence whose text became predictable
+ * gets speculation back. The predicted speedup of a k is E(k) c_v(1) / (k c_d + c_v(k+1)).
+ *
+ * Pieces:
+ *   nx_spec_costs   the verify cost table c_v(n), n = 1..NX_SPEC_VERIFY_ROWS_MAX, measured by
+ *                   the engine (a sweep, or online); engine-wide, read-only for the policies.
+ *                   Units are the caller's (seconds, or relative to c_v(1)); only ratios matter.
+ *   nx_spec_policy  one per sequence (per chain stage if the engine wishes): EMAs of a_i and c_d,
+ *                   the probe counter. Plain data, no allocation.
+ * Unmeasured depths borrow the estimate of the depth below (depth 1: accept_prior), so a policy
+ * can grow k past what it has tried. Costs: unmeasured row counts are interpolated between
+ * measured ones, or follow c_v(1) (1 + slope_prior (n - 1)) scaled to the nearest measurement;
+ * the table is made non-decreasing in n (noise must not make a larger verify look cheaper).
+ * Never: global state, allocation, printing.
+ */
+#ifndef NX_SPEC_POLICY_H
+#define NX_SPEC_POLICY_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include "core/error.h"
+#include "spec/drafter.h"
+#include "spec/stats.h"
+
+#define NX_SPEC_VERIFY_ROWS_MAX (NX_SPEC_DRAFT_CAP + 1)
+
+/* ===== Verify cost table ===== */
+
+typedef struct nx_spec_costs {
+    double   meas[NX_SPEC_VERIFY_ROWS_MAX + 1];  /* [n]: measured cost of n rows (EMA when online) */
+    uint32_t n_obs[NX_SPEC_VERIFY_ROWS_MAX + 1]; /* [n]: measurements folded in; 0 = none */
+    double   cv[NX_SPEC_VERIFY_ROWS_MAX + 1];    /* [n]: the derived, non-decreasing table */
+    double   alpha;                              /* EMA weight of an online observation (0.1) */
+    double   slope_prior;                        /* relative cost of one more row when unmeasured (0.2) */
+} nx_spec_costs;
+
+/* Nothing measured: c_v(n) = 1 + slope_prior (n - 1). */
+void      nx_spec_costs_init(nx_spec_costs *c);
+/* A measured cost for n rows (replaces earlier ones; e.g. from `bench --verify-sweep`).
+ * Errors: n outside 1..NX_SPEC_VERIFY_ROWS_MAX, cost not finite or <= 0. */
+nx_status nx_spec_costs_set(nx_spec_costs *c, int n_rows, double cost, nx_error *err);
+/* One online measurement (EMA; the first ones average). Same errors. */
+nx_status nx_spec_costs_observe(nx_spec_costs *c, int n_rows, double cost, nx_error *err);
+/* c_v(n); n is clamped to 1..NX_SPEC_VERIFY_ROWS_MAX. */
+double    nx_spec_costs_verify(const nx_spec_costs *c, int n_rows);
+
+/* ===== Pure formulas (also used by `nextn bench`) ===== */
+
+/* E(k) = 1 + a[0] + a[0] a[1] + ... + a[0]..a[k-1]; a[i] = acceptance at depth i + 1. */
+double nx_spec_expected_tokens(const double *a, int k);
+/* E(k) c_v(1) / (k c_d + c_v(k + 1)); k = 0 gives 1. */
+double nx_spec_predicted_speedup(const double *a, int k, double c_d, const nx_spec_costs *c);
+/* The same with one acceptance rate at every depth: E(k) = (1 - alpha^(k+1)) / (1 - alpha). */
+double nx_spec_predicted_speedup_uniform(double alpha, int k, double c_d, const nx_spec_costs *c);
+/* k in [k_lo, k_hi] (k_lo >= 1) maximising the predicted speedup, or 0 when none is > 1 (plain
+ * decoding is best); ties go to the smaller k. *speedup (may be NULL) = the winner's prediction
+ * (1 for k = 0). a needs k_hi entries. */
+int    nx_spec_best_k(const double *a, int k_lo, int k_hi, double c_d, const nx_spec_costs *c, double *speedup);
+/* What a finished run should have gained given what it actually did: committed tokens x c_v(1)
+ * over the modelled cost sum_k rounds_k (k c_d + c_v(k + 1)) (the round-length histogram of
+ * stats). For one sequence at a time; 1 when there were no rounds. */
+double nx_spec_predicted_speedup_stats(const nx_spec_stats *st, double c_d, const nx_spec_costs *c);
+
+/* ===== Per-sequence adaptive policy ===== */
+
+typedef struct nx_spec_policy_params {
+    int    draft_max;            /* 8: largest k; the k of every round when !adaptive */
+    int    draft_min;            /* 0: smallest k when drafting (k* = 0 stays possible) */
+    bool   adaptive;             /* true; false = fixed k = draft_max */
+    float  p_min;                /* 0: the drafter's early-stop threshold (req.p_min), see below */
+    double ema_alpha;            /* 0.1: weight of a new observation once warmed up */
+    double accept_prior;         /* 0.6: a_1 before any observation (one pseudo-observation) */
+    double draft_cost_prior;     /* 0.05: c_d before any measurement, as a fraction of c_v(1) */
+    int    probe_every;          /* 16: rounds at k* = 0 between probes */
+} nx_spec_policy_params;
+
+typedef struct nx_spec_policy {
+    nx_spec_policy_params p;
+    double   a[NX_SPEC_DRAFT_CAP];     /* [i]: EMA of the acceptance at depth i + 1 */
+    uint32_t n_a[NX_SPEC_DRAFT_CAP];   /* observations per depth */
+    double   c_d;                      /* EMA of the drafter cost per step (caller's units) */
+    uint32_t n_cd;                     /* cost measurements */
+    int      idle_rounds;              /* rounds at k = 0 since the last probe */
+    uint64_t n_probes;                 /* probes made */
+} nx_spec_policy;
+
+nx_spec_policy_params nx_spec_policy_default_params(void);
+
+/* Errors (NX_ERR_INVALID_ARG, naming the field): draft_max outside 0..NX_SPEC_DRAFT_CAP,
+ * draft_min outside 0..draft_max, p_min outside [0, 1], ema_alpha outside (0, 1], accept_prior
+ * outside [0, 1], draft_cost_prior < 0, probe_every < 1. */
+nx_status nx_spec_policy_init(nx_spec_policy *pol, const nx_spec_policy_params *params, nx_error *err);
+/* Forget the observations, keep the params. */
+void      nx_spec_policy_reset(nx_spec_policy *pol);
+
+/* The k for this round (call once per round: it counts rounds for re-probing). */
+int    nx_spec_policy_next_k(nx_spec_policy *pol, const nx_spec_costs *c);
+/* k* without side effects (speedup as in nx_spec_best_k; fixed mode gives draft_max). */
+int    nx_spec_policy_best_k(const nx_spec_policy *pol, const nx_spec_costs *c, double *speedup);
+
+/* A round drafted k_drafted tokens (what the drafter produced, not what was asked) of which
+ * n_accepted were accepted: depths 1..n_accepted succeeded, depth n_accepted + 1 failed. */
+void   nx_spec_policy_observe(nx_spec_policy *pol, int k_drafted, int n_accepted);
+/* The drafter took `cost` for `steps` steps (ignored when steps <= 0 or cost is not finite). */
+void   nx_spec_policy_observe_draft_cost(nx_spec_policy *pol, double cost, int steps);
+
+/* The estimates the policy uses: a_depth (depth 1..NX_SPEC_DRAFT_CAP) and c_d. */
+double nx_spec_policy_accept_est(const nx_spec_policy *pol, int depth);
+double nx_spec_policy_draft_cost(const nx_spec_policy *pol, const nx_spec_costs *c);
+
+/* ===== Early stop on the drafter's confidence (--draft-p-min) ===== */
+
+typedef enum nx_pmin_verdict {
+    NX_PMIN_KEEP      = 0,       /* keep this draft, go on */
+    NX_PMIN_KEEP_STOP = 1,       /* keep it (the first draft always stays), then stop */
+    NX_PMIN_DROP_STOP = 2,       /* drop it and stop */
+} nx_pmin_verdict;
+
+/* For draft step `step` (0-based) whose top probability is p: below p_min (or NaN), step 0 is
+ * kept and drafting stops, a later step is dropped and drafting stops. p_min <= 0: always keep. */
+nx_pmin_verdict nx_spec_pmin_step(int step, float p, float p_min);
+/* How many of n drafts with probabilities p survive the rule above. */
+int             nx_spec_pmin_cut(const float *p, int n, float p_min);
+
+#endif

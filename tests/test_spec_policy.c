@@ -1,0 +1,412 @@
+/*
+ * test_spec_policy.c — the draft-length policy, the cost table, the speedup formulas and the
+ * speculative flag parsing (src/spec/policy.c, spec_params.c).
+ */
+#include "test.h"
+
+#include "spec/policy.h"
+#include "spec/spec_params.h"
+
+/* c_v(n) = 1 + slope (n - 1), measured at every n */
+static void linear_costs(nx_spec_costs *c, double slope) {
+    nx_spec_costs_init(c);
+    for (int n = 1; n <= NX_SPEC_VERIFY_ROWS_MAX; n++)
+        CHECK(nx_spec_costs_set(c, n, 1.0 + slope * (n - 1), NULL) == NX_OK);
+}
+
+/* ===== cost table ===== */
+
+static void test_costs_prior_and_interpolation(void) {
+    nx_spec_costs c;
+    nx_spec_costs_init(&c);
+    CHECK_NEAR(nx_spec_costs_verify(&c, 1), 1.0, 1e-12);
+    CHECK_NEAR(nx_spec_costs_verify(&c, 5), 1.8, 1e-12);
+    CHECK_NEAR(nx_spec_costs_verify(&c, 0), 1.0, 1e-12);              /* clamped */
+    CHECK_NEAR(nx_spec_costs_verify(&c, 1000), 1.0 + 0.2 * (NX_SPEC_VERIFY_ROWS_MAX - 1), 1e-12);
+
+    CHECK(nx_spec_costs_set(&c, 1, 2.0, NULL) == NX_OK);             /* one point: prior shape, scaled */
+    CHECK_NEAR(nx_spec_costs_verify(&c, 4), 3.2, 1e-12);
+    CHECK(nx_spec_costs_set(&c, 5, 3.0, NULL) == NX_OK);             /* two: interpolate, extrapolate */
+    CHECK_NEAR(nx_spec_costs_verify(&c, 3), 2.5, 1e-12);
+    CHECK_NEAR(nx_spec_costs_verify(&c, 9), 4.0, 1e-12);
+    CHECK(nx_spec_costs_set(&c, 2, 1.5, NULL) == NX_OK);             /* noise: made non-decreasing */
+    CHECK_NEAR(nx_spec_costs_verify(&c, 2), 2.0, 1e-12);
+
+    nx_spec_costs_init(&c);                                           /* only a larger n measured */
+    CHECK(nx_spec_costs_set(&c, 4, 1.6, NULL) == NX_OK);
+    CHECK_NEAR(nx_spec_costs_verify(&c, 1), 1.0, 1e-12);
+    CHECK_NEAR(nx_spec_costs_verify(&c, 2), 1.2, 1e-12);
+
+    nx_spec_costs_init(&c);                                           /* online: mean, then EMA */
+    CHECK(nx_spec_costs_observe(&c, 1, 1.0, NULL) == NX_OK);
+    CHECK(nx_spec_costs_observe(&c, 1, 3.0, NULL) == NX_OK);
+    CHECK_NEAR(nx_spec_costs_verify(&c, 1), 2.0, 1e-12);
+    CHECK(nx_spec_costs_observe(&c, 1, 5.0, NULL) == NX_OK);
+    CHECK_NEAR(nx_spec_costs_verify(&c, 1), 3.0, 1e-12);
+
+    nx_error err = {0};
+    CHECK(nx_spec_costs_set(&c, 0, 1.0, &err) == NX_ERR_INVALID_ARG);
+    CHECK(nx_spec_costs_set(&c, NX_SPEC_VERIFY_ROWS_MAX + 1, 1.0, &err) == NX_ERR_INVALID_ARG);
+    CHECK(nx_spec_costs_set(&c, 2, 0.0, &err) == NX_ERR_INVALID_ARG);
+    CHECK(nx_spec_costs_observe(&c, 2, NAN, &err) == NX_ERR_INVALID_ARG);
+    CHECK(strstr(err.msg, "2 rows") != NULL);
+}
+
+/* ===== formulas ===== */
+
+static void test_formulas(void) {
+    const double a[3] = {0.8, 0.8, 0.8};
+    CHECK_NEAR(nx_spec_expected_tokens(a, 0), 1.0, 1e-12);
+    CHECK_NEAR(nx_spec_expected_tokens(a, 3), 2.952, 1e-12);
+    nx_spec_costs c;
+    nx_spec_costs_init(&c);
+    CHECK(nx_spec_costs_set(&c, 1, 1.0, NULL) == NX_OK);
+    CHECK(nx_spec_costs_set(&c, 4, 1.6, NULL) == NX_OK);
+    /* E(3) c_v(1) / (3 c_d + c_v(4)) = 2.952 / (0.3 + 1.6) */
+    CHECK_NEAR(nx_spec_predicted_speedup(a, 3, 0.1, &c), 2.952 / 1.9, 1e-12);
+    CHECK_NEAR(nx_spec_predicted_speedup_uniform(0.8, 3, 0.1, &c), 2.952 / 1.9, 1e-12);
+    CHECK_NEAR(nx_spec_predicted_speedup(a, 0, 0.1, &c), 1.0, 1e-12);
+    /* units do not matter: seconds instead of relative costs */
+    nx_spec_costs s;
+    nx_spec_costs_init(&s);
+    CHECK(nx_spec_costs_set(&s, 1, 0.5e-3, NULL) == NX_OK);
+    CHECK(nx_spec_costs_set(&s, 4, 0.8e-3, NULL) == NX_OK);
+    CHECK_NEAR(nx_spec_predicted_speedup(a, 3, 0.05e-3, &s), 2.952 / 1.9, 1e-9);
+    /* the reference point of issue 5: acceptance 0.876 at 3 drafts, free drafting and verify
+     * -> E(3) = 1 + .876 + .876^2 + .876^3 */
+    linear_costs(&c, 0.0);
+    double e3 = 1 + 0.876 + 0.876 * 0.876 + 0.876 * 0.876 * 0.876;
+    CHECK_NEAR(nx_spec_predicted_speedup_uniform(0.876, 3, 0.0, &c), e3, 1e-12);
+}
+
+static void test_best_k(void) {
+    nx_spec_costs c;
+    double a[NX_SPEC_DRAFT_CAP], s;
+    /* high acceptance, cheap verify and drafting: a large k */
+    linear_costs(&c, 0.05);
+    for (int i = 0; i < NX_SPEC_DRAFT_CAP; i++) a[i] = 0.9;
+    CHECK_EQ_INT(nx_spec_best_k(a, 1, 8, 0.01, &c, &s), 8);
+    CHECK_NEAR(s, nx_spec_predicted_speedup(a, 8, 0.01, &c), 1e-12);
+    CHECK(s > 4.0);
+    CHECK(nx_spec_best_k(a, 1, 16, 0.01, &c, NULL) >= 8);
+    /* low acceptance: plain decoding */
+    linear_costs(&c, 0.2);
+    for (int i = 0; i < NX_SPEC_DRAFT_CAP; i++) a[i] = 0.05;
+    CHECK_EQ_INT(nx_spec_best_k(a, 1, 8, 0.1, &c, &s), 0);
+    CHECK_NEAR(s, 1.0, 1e-12);
+    /* in between: 1.6/1.25 = 1.28, 1.96/1.5 = 1.307, 2.176/1.75 = 1.243 -> k = 2 */
+    for (int i = 0; i < NX_SPEC_DRAFT_CAP; i++) a[i] = 0.6;
+    CHECK_EQ_INT(nx_spec_best_k(a, 1, 8, 0.05, &c, &s), 2);
+    CHECK_NEAR(s, 1.96 / 1.5, 1e-9);
+    CHECK_EQ_INT(nx_spec_best_k(a, 3, 8, 0.05, &c, NULL), 3);      /* draft_min bounds it */
+    CHECK_EQ_INT(nx_spec_best_k(a, 1, 1, 0.05, &c, NULL), 1);      /* draft_max bounds it */
+    /* an expensive verify makes drafting pointless even at good acceptance */
+    linear_costs(&c, 1.0);
+    for (int i = 0; i < NX_SPEC_DRAFT_CAP; i++) a[i] = 0.7;
+    CHECK_EQ_INT(nx_spec_best_k(a, 1, 8, 0.1, &c, NULL), 0);
+}
+
+static void test_predicted_from_stats(void) {
+    nx_spec_stats st;
+    nx_spec_stats_reset(&st);
+    nx_spec_stats_round(&st, 0, 3, 3);   /* 4 tokens */
+    nx_spec_stats_round(&st, -1, 0, 0);  /* 1 */
+    nx_spec_stats_round(&st, 0, 3, 1);   /* 2 */
+    nx_spec_costs c;
+    linear_costs(&c, 0.2);
+    /* 7 tokens x c_v(1) / (2 (3 * 0.1 + c_v(4)) + c_v(1)) = 7 / 4.8 */
+    CHECK_NEAR(nx_spec_predicted_speedup_stats(&st, 0.1, &c), 7.0 / 4.8, 1e-12);
+    nx_spec_stats_reset(&st);
+    CHECK_NEAR(nx_spec_predicted_speedup_stats(&st, 0.1, &c), 1.0, 1e-12);
+}
+
+/* ===== the per-sequence policy ===== */
+
+static void test_policy_estimates(void) {
+    nx_spec_policy pol;
+    CHECK(nx_spec_policy_init(&pol, NULL, NULL) == NX_OK);
+    CHECK_NEAR(nx_spec_policy_accept_est(&pol, 1), 0.6, 1e-12);
+    CHECK_NEAR(nx_spec_policy_accept_est(&pol, 5), 0.6, 1e-12);
+    nx_spec_policy_observe(&pol, 3, 1);          /* depth 1 accepted, depth 2 rejected, 3 unjudged */
+    CHECK_NEAR(nx_spec_policy_accept_est(&pol, 1), 0.8, 1e-12);
+    CHECK_NEAR(nx_spec_policy_accept_est(&pol, 2), 0.3, 1e-12);
+    CHECK_NEAR(nx_spec_policy_accept_est(&pol, 3), 0.3, 1e-12);    /* borrowed from depth 2 */
+    CHECK_EQ_INT(pol.n_a[2], 0);
+    nx_spec_policy_observe(&pol, 2, 2);          /* all accepted: depths 1, 2 succeed */
+    CHECK_NEAR(nx_spec_policy_accept_est(&pol, 1), 0.8 + (1 - 0.8) / 3, 1e-12);
+    CHECK_NEAR(nx_spec_policy_accept_est(&pol, 2), 0.3 + (1 - 0.3) / 3, 1e-12);
+
+    nx_spec_costs c;
+    nx_spec_costs_init(&c);
+    CHECK_NEAR(nx_spec_policy_draft_cost(&pol, &c), 0.05, 1e-12);  /* prior: 5% of c_v(1) */
+    nx_spec_policy_observe_draft_cost(&pol, 0.3, 3);
+    CHECK_NEAR(nx_spec_policy_draft_cost(&pol, &c), 0.1, 1e-12);
+    nx_spec_policy_observe_draft_cost(&pol, 0.6, 3);
+    CHECK_NEAR(nx_spec_policy_draft_cost(&pol, &c), 0.15, 1e-12);
+    nx_spec_policy_observe_draft_cost(&pol, NAN, 3);               /* ignored */
+    nx_spec_policy_observe_draft_cost(&pol, 1.0, 0);
+    CHECK_NEAR(nx_spec_policy_draft_cost(&pol, &c), 0.15, 1e-12);
+    nx_spec_policy_reset(&pol);
+    CHECK_NEAR(nx_spec_policy_accept_est(&pol, 1), 0.6, 1e-12);
+    CHECK_EQ_INT(pol.n_cd, 0);
+}
+
+static void test_policy_high_acceptance_grows(void) {
+    nx_spec_policy pol;
+    nx_spec_costs c;
+    linear_costs(&c, 0.05);
+    CHECK(nx_spec_policy_init(&pol, NULL, NULL) == NX_OK);
+    int k = 0;
+    for (int round = 0; round < 50; round++) {
+        k = nx_spec_policy_next_k(&pol, &c);
+        nx_spec_policy_observe(&pol, k, k);
+        nx_spec_policy_observe_draft_cost(&pol, 0.01 * k, k);
+    }
+    CHECK_EQ_INT(k, 8);                          /* draft_max */
+}
+
+static void test_policy_low_acceptance_and_probing(void) {
+    nx_spec_policy pol;
+    nx_spec_costs c;
+    linear_costs(&c, 0.2);
+    CHECK(nx_spec_policy_init(&pol, NULL, NULL) == NX_OK);
+    CHECK(nx_spec_policy_next_k(&pol, &c) > 0);  /* the prior says try */
+    int k = 1, rounds = 0;
+    while (k > 0 && rounds < 20) {               /* everything rejected */
+        nx_spec_policy_observe(&pol, k, 0);
+        nx_spec_policy_observe_draft_cost(&pol, 0.1 * k, k);
+        k = nx_spec_policy_next_k(&pol, &c);
+        rounds++;
+    }
+    CHECK_EQ_INT(k, 0);
+    CHECK(rounds < 10);
+    /* at k* = 0: a probe with k = 1 every probe_every (16) rounds */
+    int probes = 0, first_probe = -1;
+    for (int r = 1; r <= 48; r++) {
+        int kk = nx_spec_policy_next_k(&pol, &c);
+        if (kk) {
+            probes++;
+            if (first_probe < 0) first_probe = r;
+            CHECK_EQ_INT(kk, 1);
+            nx_spec_policy_observe(&pol, 1, 0);  /* the probe fails */
+        }
+    }
+    CHECK_EQ_INT(probes, 3);
+    CHECK_EQ_INT(first_probe, 15);               /* 1 idle round counted above + 15 */
+    CHECK_EQ_INT((int)pol.n_probes, 3);
+    /* the text becomes predictable: successful probes bring speculation back */
+    int back = 0;
+    for (int r = 0; r < 400 && !back; r++) {
+        int kk = nx_spec_policy_next_k(&pol, &c);
+        if (kk) {
+            nx_spec_policy_observe(&pol, kk, kk);
+            if (nx_spec_policy_best_k(&pol, &c, NULL) > 0) back = 1;
+        }
+    }
+    CHECK(back);
+}
+
+static void test_policy_fixed_and_bounds(void) {
+    nx_spec_policy pol;
+    nx_spec_costs c;
+    linear_costs(&c, 1.0);                       /* would make adaptive choose 0 */
+    nx_spec_policy_params p = nx_spec_policy_default_params();
+    p.adaptive = false;
+    p.draft_max = 5;
+    CHECK(nx_spec_policy_init(&pol, &p, NULL) == NX_OK);
+    for (int r = 0; r < 40; r++) {
+        CHECK_EQ_INT(nx_spec_policy_next_k(&pol, &c), 5);
+        nx_spec_policy_observe(&pol, 5, 0);
+    }
+    double s;
+    CHECK_EQ_INT(nx_spec_policy_best_k(&pol, &c, &s), 5);
+    CHECK(s < 1.0);                              /* and it says what that costs */
+
+    p = nx_spec_policy_default_params();         /* draft_min: k >= 3 when drafting, probes at 3 */
+    p.draft_min = 3;
+    linear_costs(&c, 0.2);
+    CHECK(nx_spec_policy_init(&pol, &p, NULL) == NX_OK);
+    CHECK(nx_spec_policy_next_k(&pol, &c) >= 3 || nx_spec_policy_next_k(&pol, &c) == 0);
+    for (int r = 0; r < 20; r++) nx_spec_policy_observe(&pol, 3, 0);
+    int probe = 0;
+    for (int r = 0; r < 16; r++) {
+        int kk = nx_spec_policy_next_k(&pol, &c);
+        CHECK(kk == 0 || kk == 3);
+        if (kk) probe = kk;
+    }
+    CHECK_EQ_INT(probe, 3);
+
+    nx_error err = {0};
+    p = nx_spec_policy_default_params();
+    p.draft_min = 9;
+    CHECK(nx_spec_policy_init(&pol, &p, &err) == NX_ERR_INVALID_ARG);
+    CHECK(strstr(err.msg, "draft_min") != NULL);
+    p = nx_spec_policy_default_params();
+    p.draft_max = NX_SPEC_DRAFT_CAP + 1;
+    CHECK(nx_spec_policy_init(&pol, &p, &err) == NX_ERR_INVALID_ARG);
+    p = nx_spec_policy_default_params();
+    p.p_min = 1.5f;
+    CHECK(nx_spec_policy_init(&pol, &p, &err) == NX_ERR_INVALID_ARG);
+    p = nx_spec_policy_default_params();
+    p.ema_alpha = 0.0;
+    CHECK(nx_spec_policy_init(&pol, &p, &err) == NX_ERR_INVALID_ARG);
+    p = nx_spec_policy_default_params();
+    p.probe_every = 0;
+    CHECK(nx_spec_policy_init(&pol, &p, &err) == NX_ERR_INVALID_ARG);
+}
+
+static void test_pmin(void) {
+    CHECK_EQ_INT(nx_spec_pmin_step(0, 0.5f, 0.7f), NX_PMIN_KEEP_STOP);
+    CHECK_EQ_INT(nx_spec_pmin_step(1, 0.5f, 0.7f), NX_PMIN_DROP_STOP);
+    CHECK_EQ_INT(nx_spec_pmin_step(1, 0.8f, 0.7f), NX_PMIN_KEEP);
+    CHECK_EQ_INT(nx_spec_pmin_step(3, 0.01f, 0.0f), NX_PMIN_KEEP);
+    CHECK_EQ_INT(nx_spec_pmin_step(2, NAN, 0.5f), NX_PMIN_DROP_STOP);
+    const float p[4] = {0.9f, 0.8f, 0.5f, 0.9f}, q[2] = {0.5f, 0.9f};
+    CHECK_EQ_INT(nx_spec_pmin_cut(p, 4, 0.7f), 2);
+    CHECK_EQ_INT(nx_spec_pmin_cut(q, 2, 0.7f), 1);
+    CHECK_EQ_INT(nx_spec_pmin_cut(q, 2, 0.0f), 2);
+    CHECK_EQ_INT(nx_spec_pmin_cut(p, 0, 0.7f), 0);
+}
+
+/* ===== flag parsing ===== */
+
+static nx_status parse(nx_spec_params *p, int argc, char **argv, int *used, nx_error *err) {
+    int i = 0;
+    *used = 0;
+    while (i < argc) {
+        bool c = false;
+        nx_status st = nx_spec_params_parse_arg(p, argc, argv, &i, &c, err);
+        if (st) return st;
+        if (!c) i++;
+        else (*used)++;
+    }
+    return NX_OK;
+}
+
+static void test_spec_type_parsing(void) {
+    nx_spec_type t[NX_SPEC_MAX_STAGES];
+    int n = -1;
+    nx_error err = {0};
+    CHECK(nx_spec_types_parse("ngram,mtp", t, NX_SPEC_MAX_STAGES, &n, &err) == NX_OK);
+    CHECK_EQ_INT(n, 2); CHECK_EQ_INT(t[0], NX_SPEC_NGRAM); CHECK_EQ_INT(t[1], NX_SPEC_MTP);
+    CHECK(nx_spec_types_parse(" mtp ", t, NX_SPEC_MAX_STAGES, &n, &err) == NX_OK);
+    CHECK_EQ_INT(n, 1); CHECK_EQ_INT(t[0], NX_SPEC_MTP);
+    CHECK(nx_spec_types_parse("none", t, NX_SPEC_MAX_STAGES, &n, &err) == NX_OK);
+    CHECK_EQ_INT(n, 0);
+    CHECK(nx_spec_types_parse("mtp,assistant,draft,ngram", t, NX_SPEC_MAX_STAGES, &n, &err) == NX_OK);
+    CHECK_EQ_INT(n, 4);
+
+    CHECK(nx_spec_types_parse("ngram,eagle3", t, NX_SPEC_MAX_STAGES, &n, &err) == NX_ERR_INVALID_ARG);
+    CHECK_STR(err.msg, "unknown speculative type 'eagle3' (known: mtp, assistant, draft, ngram, none)");
+    CHECK(nx_spec_types_parse("MTP", t, NX_SPEC_MAX_STAGES, &n, &err) == NX_ERR_INVALID_ARG);
+    CHECK(strstr(err.msg, "known: mtp, assistant, draft, ngram, none") != NULL);
+    CHECK(nx_spec_types_parse("ngram,,mtp", t, NX_SPEC_MAX_STAGES, &n, &err) == NX_ERR_INVALID_ARG);
+    CHECK(strstr(err.msg, "empty entry") && strstr(err.msg, "known:"));
+    CHECK(nx_spec_types_parse("", t, NX_SPEC_MAX_STAGES, &n, &err) == NX_ERR_INVALID_ARG);
+    CHECK(nx_spec_types_parse("mtp,mtp", t, NX_SPEC_MAX_STAGES, &n, &err) == NX_ERR_INVALID_ARG);
+    CHECK(strstr(err.msg, "twice") != NULL);
+    CHECK(nx_spec_types_parse("none,mtp", t, NX_SPEC_MAX_STAGES, &n, &err) == NX_ERR_INVALID_ARG);
+    CHECK(nx_spec_types_parse("mtp,ngram", t, 1, &n, &err) == NX_ERR_INVALID_ARG);
+    CHECK(nx_spec_types_parse("a-very-long-name-that-is-not-a-drafter-at-all", t, 4, &n, &err) == NX_ERR_INVALID_ARG);
+    CHECK(strstr(err.msg, "known:") != NULL);
+    CHECK_STR(nx_spec_type_name(NX_SPEC_ASSISTANT), "assistant");
+    CHECK_STR(nx_spec_type_name((nx_spec_type)99), "?");
+}
+
+static void test_flag_parsing(void) {
+    nx_spec_params p = nx_spec_params_default();
+    CHECK_EQ_INT(p.n_types, 0);
+    CHECK_EQ_INT(p.draft_max, 8);
+    CHECK_EQ_INT(p.ngram_max, 4);
+    CHECK(p.adaptive);
+    char *argv[] = {"-m", "x.gguf", "--spec-type", "ngram,mtp", "--draft-max=5", "--draft-min", "1",
+                    "--draft-p-min", "0.25", "--draft-adaptive", "off", "--ngram-max", "3", "--ngram-min=2",
+                    "--spec-trace", "t.ndjson", "--spec-fallback", "--mtp-head", "a.gguf", "-n", "4"};
+    int used;
+    nx_error err = {0};
+    CHECK(parse(&p, (int)(sizeof argv / sizeof argv[0]), argv, &used, &err) == NX_OK);
+    CHECK_EQ_INT(used, 10);
+    CHECK_EQ_INT(p.n_types, 2);
+    CHECK_EQ_INT(p.types[0], NX_SPEC_NGRAM);
+    CHECK_EQ_INT(p.draft_max, 5);
+    CHECK_EQ_INT(p.draft_min, 1);
+    CHECK_NEAR(p.p_min, 0.25, 1e-7);
+    CHECK(!p.adaptive);
+    CHECK_EQ_INT(p.ngram_max, 3);
+    CHECK_EQ_INT(p.ngram_min, 2);
+    CHECK_STR(p.trace_path, "t.ndjson");
+    CHECK_STR(p.draft_model, "a.gguf");
+    CHECK(p.fallback);
+    CHECK(nx_spec_params_has(&p, NX_SPEC_MTP) && !nx_spec_params_has(&p, NX_SPEC_DRAFT));
+    CHECK(nx_spec_params_validate(&p, &err) == NX_OK);
+    CHECK_STR(nx_spec_params_trace_path(&p), "t.ndjson");
+    nx_spec_policy_params pp = nx_spec_params_policy(&p);
+    CHECK_EQ_INT(pp.draft_max, 5); CHECK(!pp.adaptive); CHECK_NEAR(pp.p_min, 0.25, 1e-7);
+    nx_ngram_params np = nx_spec_params_ngram(&p);
+    CHECK_EQ_INT(np.ngram_max, 3); CHECK_EQ_INT(np.ngram_min, 2);
+    char buf[128];
+    nx_spec_params_describe(&p, buf, sizeof buf);
+    CHECK_STR(buf, "ngram,mtp draft-max 5 draft-min 1 p-min 0.25 adaptive off");
+    CHECK(strstr(nx_spec_params_usage(), "--draft-adaptive") != NULL);
+
+    /* bad values name the flag */
+    struct { char *a[2]; const char *needle; } bad[] = {
+        {{"--draft-max", "0"}, "--draft-max"},       {{"--draft-max", "33"}, "--draft-max"},
+        {{"--draft-max", "4x"}, "--draft-max"},      {{"--draft-min", "-1"}, "--draft-min"},
+        {{"--draft-p-min", "1.5"}, "--draft-p-min"}, {{"--draft-p-min", "nan"}, "--draft-p-min"},
+        {{"--draft-adaptive", "maybe"}, "on or off"},{{"--ngram-max", "17"}, "--ngram-max"},
+        {{"--spec-type", "foo"}, "known: mtp"},      {{"--spec-trace", ""}, "empty"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        nx_spec_params q = nx_spec_params_default();
+        err.msg[0] = 0;
+        CHECK_MSG(parse(&q, 2, bad[i].a, &used, &err) == NX_ERR_INVALID_ARG, "%s %s", bad[i].a[0], bad[i].a[1]);
+        CHECK_MSG(strstr(err.msg, bad[i].needle) != NULL, "%s", err.msg);
+    }
+    nx_spec_params q = nx_spec_params_default();
+    char *miss[] = {"--draft-max"};
+    CHECK(parse(&q, 1, miss, &used, &err) == NX_ERR_INVALID_ARG);
+    CHECK(strstr(err.msg, "needs a value") != NULL);
+    char *noval[] = {"--spec-fallback=1"};
+    CHECK(parse(&q, 1, noval, &used, &err) == NX_ERR_INVALID_ARG);
+    char *other[] = {"--draft-maximum", "3", "--spec"};
+    CHECK(parse(&q, 3, other, &used, &err) == NX_OK);
+    CHECK_EQ_INT(used, 0);
+
+    /* cross-checks */
+    q = nx_spec_params_default();
+    q.draft_max = 2; q.draft_min = 3;
+    CHECK(nx_spec_params_validate(&q, &err) == NX_ERR_INVALID_ARG);
+    CHECK(strstr(err.msg, "--draft-min") != NULL);
+    q = nx_spec_params_default();
+    q.ngram_max = 2; q.ngram_min = 3;
+    CHECK(nx_spec_params_validate(&q, &err) == NX_ERR_INVALID_ARG);
+    q = nx_spec_params_default();
+    char *asst[] = {"--spec-type", "assistant"};
+    CHECK(parse(&q, 2, asst, &used, &err) == NX_OK);
+    CHECK(nx_spec_params_validate(&q, &err) == NX_ERR_INVALID_ARG);
+    CHECK(strstr(err.msg, "--draft-model") != NULL);
+
+    /* the trace path falls back to the environment */
+    q = nx_spec_params_default();
+    setenv("NEXTN_SPEC_TRACE", "env.ndjson", 1);
+    CHECK_STR(nx_spec_params_trace_path(&q), "env.ndjson");
+    setenv("NEXTN_SPEC_TRACE", "", 1);
+    CHECK(nx_spec_params_trace_path(&q) == NULL);
+    unsetenv("NEXTN_SPEC_TRACE");
+}
+
+int main(void) {
+    RUN(test_costs_prior_and_interpolation);
+    RUN(test_formulas);
+    RUN(test_best_k);
+    RUN(test_predicted_from_stats);
+    RUN(test_policy_estimates);
+    RUN(test_policy_high_acceptance_grows);
+    RUN(test_policy_low_acceptance_and_probing);
+    RUN(test_policy_fixed_and_bounds);
+    RUN(test_pmin);
+    RUN(test_spec_type_parsing);
+    RUN(test_flag_parsing);
+    return test_summary();
+}
