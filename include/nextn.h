@@ -88,6 +88,67 @@ void      nx_batch_free(nx_batch *batch);
 void      nx_batch_clear(nx_batch *batch);
 nx_status nx_batch_add(nx_batch *batch, nx_token tok, nx_pos pos, nx_seq_id seq, bool want_logits);
 int       nx_batch_size(const nx_batch *batch);
+/* Keep the recurrent state after every token of this batch (speculative verify), so that
+ * nx_seq_rm() can roll a sequence back to any position inside the batch without re-decoding.
+ * At most NX_SNAPSHOT_MAX tokens per sequence in such a batch. Cleared by nx_batch_clear(). */
+#define NX_SNAPSHOT_MAX 64
+void      nx_batch_set_snapshots(nx_batch *batch, bool on);
+
+/* Model facts. */
+int nx_model_n_vocab(const nx_model *model);
+int nx_model_n_embd(const nx_model *model);
+int nx_model_n_ctx_train(const nx_model *model);
+/* True if this architecture has a forward pass (else the model is inspect-only). */
+bool nx_model_can_run(const nx_model *model);
+
+/* ===== Contexts: decoding ===== */
+
+typedef enum nx_cache_type {
+    NX_CACHE_F32 = 0,
+    NX_CACHE_F16 = 1,
+} nx_cache_type;
+
+typedef struct nx_ctx_params {
+    int n_ctx;            /* positions per sequence; 0 = min(training context, 4096) */
+    int n_ubatch;         /* rows per forward chunk (-ub); 0 = 512 */
+    int n_seq_max;        /* sequences (ids 0..n_seq_max-1); 0 = 1 */
+    int n_threads;        /* 0 = the model params' n_threads (0 there: physical cores) */
+    nx_cache_type type_k; /* attention K cache (-ctk), default F32 */
+    nx_cache_type type_v; /* attention V cache (-ctv), default F32 */
+} nx_ctx_params;
+
+nx_ctx_params nx_ctx_default_params(void);
+
+/* A context borrows the model (which must outlive it). Fails with NX_ERR_UNSUPPORTED and the
+ * architecture's name when the model cannot run. */
+nx_status nx_ctx_create(const nx_model *model, const nx_ctx_params *params, nx_ctx **out);
+void      nx_ctx_free(nx_ctx *ctx);
+int       nx_ctx_n_ctx(const nx_ctx *ctx);
+int       nx_ctx_n_seq_max(const nx_ctx *ctx);
+
+/* Run the model over a batch. Per sequence, the batch's tokens must have consecutive
+ * positions starting at the sequence's next position (nx_seq_pos_next) or at 0, which
+ * restarts the sequence. Rows from different sequences may be mixed. The values computed
+ * for a row do not depend on the other rows of the batch (bit-identical). On failure the
+ * batch's sequences are reset. Errors: NX_ERR_INVALID_ARG (bad token / sequence / order),
+ * NX_ERR_RANGE (a position beyond the context). */
+nx_status nx_decode(nx_ctx *ctx, const nx_batch *batch);
+
+/* Logits (n_vocab floats) of row i of the last decoded batch; NULL unless the row asked. */
+const float *nx_ctx_logits(const nx_ctx *ctx, int i);
+/* The post-final-norm hidden state (n_embd floats) of row i of the last batch (every row). */
+const float *nx_ctx_hidden(const nx_ctx *ctx, int i);
+
+/* ===== Sequence state ===== */
+
+/* Next position of a sequence (= positions held); -1 for a bad id. */
+nx_pos    nx_seq_pos_next(const nx_ctx *ctx, nx_seq_id seq);
+/* Remove positions [p0, p1) of a sequence (p0 < 0: from 0; p1 < 0: to the end). Only tails
+ * can be removed; with recurrent layers a partial removal needs the snapshot of a batch
+ * decoded with nx_batch_set_snapshots() (rolls back to the state after position p0 - 1). */
+nx_status nx_seq_rm(nx_ctx *ctx, nx_seq_id seq, nx_pos p0, nx_pos p1);
+/* dst := the first p1 positions of src (p1 < 0: all; p0 must be <= 0). */
+nx_status nx_seq_cp(nx_ctx *ctx, nx_seq_id src, nx_seq_id dst, nx_pos p0, nx_pos p1);
 
 #ifdef __cplusplus
 }

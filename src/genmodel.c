@@ -78,12 +78,19 @@ static void gm_check(gm_builder *b, nx_status s, const char *what) {
 }
 
 /* How a tensor's values are drawn. */
-typedef enum { GM_NORMAL, GM_NORM_WEIGHT, GM_ZERO, GM_CONST } gm_init;
+typedef enum { GM_NORMAL, GM_NORM_WEIGHT, GM_ZERO, GM_CONST, GM_NEG_EXP } gm_init;
 
 /* Add a tensor of 1..4 dims (ggml order). 2-D+ tensors take the builder's weight type when
  * their rows fit its block size; 1-D tensors (norms, biases) stay F32. */
+static void gm_tensor_t(gm_builder *b, const char *name, gm_init init, float scale, int n_dims, int64_t ne0,
+                        int64_t ne1, int64_t ne2, int64_t ne3, bool force_f32);
 static void gm_tensor(gm_builder *b, const char *name, gm_init init, float scale, int n_dims, int64_t ne0,
                       int64_t ne1, int64_t ne2, int64_t ne3) {
+    gm_tensor_t(b, name, init, scale, n_dims, ne0, ne1, ne2, ne3, false);
+}
+
+static void gm_tensor_t(gm_builder *b, const char *name, gm_init init, float scale, int n_dims, int64_t ne0,
+                        int64_t ne1, int64_t ne2, int64_t ne3, bool force_f32) {
     if (b->st != NX_OK) return;
     int64_t ne[4] = {ne0, ne1, ne2, ne3};
     int64_t n = 1;
@@ -96,11 +103,12 @@ static void gm_tensor(gm_builder *b, const char *name, gm_init init, float scale
         case GM_NORM_WEIGHT: x[i] = 1.0f + scale * gm_gauss(b); break;
         case GM_ZERO: x[i] = 0.0f; break;
         case GM_CONST: x[i] = scale; break;
+        case GM_NEG_EXP: x[i] = -expf(scale * (float)gm_uniform(b)); break;   /* -exp(A_log), A_log in [0, scale) */
         }
     }
     nx_type t = NX_TYPE_F32;
     const nx_type_traits *tr = nx_type_info(b->wtype);
-    if (n_dims >= 2 && tr && ne0 % tr->blck_size == 0) t = b->wtype;
+    if (n_dims >= 2 && tr && ne0 % tr->blck_size == 0 && !force_f32) t = b->wtype;
     size_t row = nx_row_size(t, ne0);
     void *data = gm_keep(b, row * (size_t)(n / ne0));
     if (!data) { free(x); return; }
@@ -239,12 +247,148 @@ static void gm_arch_llama(gm_builder *b) {
     if (!tied) gm_tensor(b, "output.weight", GM_NORMAL, s_in, 2, n_embd, n_vocab, 1, 1);
 }
 
+static void gm_key_str(gm_builder *b, const char *suffix, const char *v) {
+    char key[256];
+    snprintf(key, sizeof key, "%s.%s", b->arch, suffix);
+    gm_check(b, nx_gguf_set_str(b->w, key, v), key);
+}
+
+/* Qwen3.5 (`qwen35`) / Qwen3.5-MoE (`qwen35moe`) in the layout of llama.cpp's converter
+ * (spec qwen35.md §1-2): Gated DeltaNet + gated attention trunk (layer il is attention iff
+ * (il+1) % full_attention_interval == 0), then n_nextn MTP layers (eh_proj, enorm, hnorm,
+ * shared_head_norm, one gated attention block and an FFN). Config keys (defaults = a tiny
+ * model): n_embd 64, n_layer 4 (trunk), n_nextn 1, n_head 4, n_head_kv 2, head_dim 16, n_rot 8,
+ * rope_sections [2,1,1,0], rope_freq_base 1e4, full_attention_interval 2, ssm_nk 2, ssm_nv 4,
+ * ssm_head_dim 32, d_conv 4, n_ff 128, n_vocab 512, tied_embeddings true, rms_eps 1e-6,
+ * emb_std 0.35; MoE: n_expert 8, n_expert_used 2, n_ff_exp 32, n_ff_shexp 64, merged_gate_up
+ * false; MTP: mtp_eh_proj true, mtp_ffn true (dense only), mtp_attn_q true (dense only). */
+static void gm_arch_qwen35_common(gm_builder *b, bool moe) {
+    int64_t E = gm_int(b, "n_embd", 64), n_layer = gm_int(b, "n_layer", 4), n_nextn = gm_int(b, "n_nextn", 1);
+    int64_t H = gm_int(b, "n_head", 4), Hkv = gm_int(b, "n_head_kv", 2), D = gm_int(b, "head_dim", 16);
+    int64_t n_rot = gm_int(b, "n_rot", D / 2 > 0 ? D / 2 : 2), interval = gm_int(b, "full_attention_interval", 2);
+    int64_t nk = gm_int(b, "ssm_nk", 2), nv = gm_int(b, "ssm_nv", 4), dk = gm_int(b, "ssm_head_dim", 32);
+    int64_t d_conv = gm_int(b, "d_conv", 4), n_ff = gm_int(b, "n_ff", 128), V = gm_int(b, "n_vocab", 512);
+    int64_t X = gm_int(b, "n_expert", 8), XU = gm_int(b, "n_expert_used", 2), F = gm_int(b, "n_ff_exp", 32);
+    int64_t Fs = gm_int(b, "n_ff_shexp", 64);
+    bool tied = gm_bool(b, "tied_embeddings", true), merged = gm_bool(b, "merged_gate_up", false);
+    bool eh = gm_bool(b, "mtp_eh_proj", true), mtp_ffn = gm_bool(b, "mtp_ffn", true), mtp_q = gm_bool(b, "mtp_attn_q", true);
+    int32_t sections[4] = {2, 1, 1, 0};
+    const cJSON *sec = cJSON_GetObjectItemCaseSensitive(b->cfg, "rope_sections");
+    for (int i = 0; i < 4 && cJSON_IsArray(sec); i++) {
+        const cJSON *e = cJSON_GetArrayItem(sec, i);
+        sections[i] = cJSON_IsNumber(e) ? (int32_t)e->valuedouble : 0;
+    }
+    if (E <= 0 || n_layer <= 0 || n_nextn < 0 || H <= 0 || Hkv <= 0 || H % Hkv || D <= 0 || n_rot < 0 || n_rot > D ||
+        n_rot % 2 || interval <= 0 || nk <= 0 || nv <= 0 || nv % nk || dk <= 0 || d_conv <= 0 || n_ff <= 0 ||
+        (moe && (X <= 0 || XU <= 0 || XU > X || F <= 0 || Fs <= 0))) {
+        b->st = nx_fail(b->err, NX_ERR_INVALID_ARG, "gen-model %s: bad config", b->arch);
+        return;
+    }
+    const int64_t key_dim = nk * dk, VD = nv * dk, C = 2 * key_dim + VD;
+    gm_check(b, nx_gguf_set_str(b->w, "general.architecture", b->arch), "general.architecture");
+    gm_check(b, nx_gguf_set_str(b->w, "general.name", moe ? "nextn-gen-qwen35moe" : "nextn-gen-qwen35"), "general.name");
+    gm_key_u32(b, "block_count", (uint32_t)(n_layer + n_nextn));
+    gm_key_u32(b, "context_length", (uint32_t)gm_int(b, "n_ctx", 4096));
+    gm_key_u32(b, "embedding_length", (uint32_t)E);
+    gm_key_u32(b, "feed_forward_length", (uint32_t)(moe ? Fs : n_ff));
+    gm_key_u32(b, "attention.head_count", (uint32_t)H);
+    gm_key_u32(b, "attention.head_count_kv", (uint32_t)Hkv);
+    gm_key_u32(b, "attention.key_length", (uint32_t)D);
+    gm_key_u32(b, "attention.value_length", (uint32_t)D);
+    gm_key_f32(b, "attention.layer_norm_rms_epsilon", (float)gm_float(b, "rms_eps", 1e-6));
+    gm_key_u32(b, "rope.dimension_count", (uint32_t)n_rot);
+    char key[256];
+    snprintf(key, sizeof key, "%s.rope.dimension_sections", b->arch);
+    gm_check(b, nx_gguf_set_arr(b->w, key, NX_GGUF_I32, sections, 4), key);
+    gm_key_f32(b, "rope.freq_base", (float)gm_float(b, "rope_freq_base", 10000.0));
+    gm_key_u32(b, "nextn_predict_layers", (uint32_t)n_nextn);
+    gm_key_u32(b, "full_attention_interval", (uint32_t)interval);
+    gm_key_u32(b, "ssm.conv_kernel", (uint32_t)d_conv);
+    gm_key_u32(b, "ssm.state_size", (uint32_t)dk);
+    gm_key_u32(b, "ssm.group_count", (uint32_t)nk);
+    gm_key_u32(b, "ssm.time_step_rank", (uint32_t)nv);
+    gm_key_u32(b, "ssm.inner_size", (uint32_t)VD);
+    gm_key_u32(b, "vocab_size", (uint32_t)V);
+    if (moe) {
+        gm_key_u32(b, "expert_count", (uint32_t)X);
+        gm_key_u32(b, "expert_used_count", (uint32_t)XU);
+        gm_key_u32(b, "expert_feed_forward_length", (uint32_t)F);
+        gm_key_u32(b, "expert_shared_feed_forward_length", (uint32_t)Fs);
+    }
+    gm_key_str(b, "rope.scaling.type", "none");
+    gm_tokenizer_bytes(b, V);
+
+    const float s_in = 1.0f / sqrtf((float)E);
+    gm_tensor(b, "token_embd.weight", GM_NORMAL, (float)gm_float(b, "emb_std", 0.35), 2, E, V, 1, 1);
+    char name[160];
+#define GM_T(init, scale, nd, a, c, d, ...) \
+    do { snprintf(name, sizeof name, __VA_ARGS__); gm_tensor(b, name, init, scale, nd, a, c, d, 1); } while (0)
+    for (int64_t l = 0; l < n_layer + n_nextn; l++) {
+        const bool mtp = l >= n_layer, attn = mtp || (l + 1) % interval == 0;
+        const long long il = (long long)l;
+        GM_T(GM_NORM_WEIGHT, 0.1f, 1, E, 1, 1, "blk.%lld.attn_norm.weight", il);
+        GM_T(GM_NORM_WEIGHT, 0.1f, 1, E, 1, 1, "blk.%lld.post_attention_norm.weight", il);
+        if (attn) {
+            if (!mtp || moe || mtp_q) GM_T(GM_NORMAL, s_in, 2, E, 2 * H * D, 1, "blk.%lld.attn_q.weight", il);
+            GM_T(GM_NORMAL, s_in, 2, E, Hkv * D, 1, "blk.%lld.attn_k.weight", il);
+            GM_T(GM_NORMAL, s_in, 2, E, Hkv * D, 1, "blk.%lld.attn_v.weight", il);
+            GM_T(GM_NORMAL, 1.0f / sqrtf((float)(H * D)), 2, H * D, E, 1, "blk.%lld.attn_output.weight", il);
+            GM_T(GM_NORM_WEIGHT, 0.1f, 1, D, 1, 1, "blk.%lld.attn_q_norm.weight", il);
+            GM_T(GM_NORM_WEIGHT, 0.1f, 1, D, 1, 1, "blk.%lld.attn_k_norm.weight", il);
+        } else {
+            GM_T(GM_NORMAL, s_in, 2, E, C, 1, "blk.%lld.attn_qkv.weight", il);
+            GM_T(GM_NORMAL, s_in, 2, E, VD, 1, "blk.%lld.attn_gate.weight", il);
+            GM_T(GM_NORMAL, s_in, 2, E, nv, 1, "blk.%lld.ssm_beta.weight", il);
+            GM_T(GM_NORMAL, s_in, 2, E, nv, 1, "blk.%lld.ssm_alpha.weight", il);
+            /* the converter's quantizers skip ssm_conv1d: always F32 */
+            snprintf(name, sizeof name, "blk.%lld.ssm_conv1d.weight", il);
+            gm_tensor_t(b, name, GM_NORMAL, 0.5f, 2, d_conv, C, 1, 1, true);
+            GM_T(GM_NORMAL, 0.5f, 1, nv, 1, 1, "blk.%lld.ssm_dt.bias", il);
+            GM_T(GM_NEG_EXP, 2.0f, 1, nv, 1, 1, "blk.%lld.ssm_a", il);
+            GM_T(GM_NORM_WEIGHT, 0.1f, 1, dk, 1, 1, "blk.%lld.ssm_norm.weight", il);
+            GM_T(GM_NORMAL, 1.0f / sqrtf((float)VD), 2, VD, E, 1, "blk.%lld.ssm_out.weight", il);
+        }
+        if (moe) {
+            GM_T(GM_NORMAL, s_in, 2, E, X, 1, "blk.%lld.ffn_gate_inp.weight", il);
+            if (merged) {
+                GM_T(GM_NORMAL, s_in, 3, E, 2 * F, X, "blk.%lld.ffn_gate_up_exps.weight", il);
+            } else {
+                GM_T(GM_NORMAL, s_in, 3, E, F, X, "blk.%lld.ffn_gate_exps.weight", il);
+                GM_T(GM_NORMAL, s_in, 3, E, F, X, "blk.%lld.ffn_up_exps.weight", il);
+            }
+            GM_T(GM_NORMAL, 1.0f / sqrtf((float)F), 3, F, E, X, "blk.%lld.ffn_down_exps.weight", il);
+            GM_T(GM_NORMAL, s_in, 1, E, 1, 1, "blk.%lld.ffn_gate_inp_shexp.weight", il);
+            GM_T(GM_NORMAL, s_in, 2, E, Fs, 1, "blk.%lld.ffn_gate_shexp.weight", il);
+            GM_T(GM_NORMAL, s_in, 2, E, Fs, 1, "blk.%lld.ffn_up_shexp.weight", il);
+            GM_T(GM_NORMAL, 1.0f / sqrtf((float)Fs), 2, Fs, E, 1, "blk.%lld.ffn_down_shexp.weight", il);
+        } else if (!mtp || mtp_ffn) {
+            GM_T(GM_NORMAL, s_in, 2, E, n_ff, 1, "blk.%lld.ffn_gate.weight", il);
+            GM_T(GM_NORMAL, s_in, 2, E, n_ff, 1, "blk.%lld.ffn_up.weight", il);
+            GM_T(GM_NORMAL, 1.0f / sqrtf((float)n_ff), 2, n_ff, E, 1, "blk.%lld.ffn_down.weight", il);
+        }
+        if (mtp) {
+            if (eh) GM_T(GM_NORMAL, 1.0f / sqrtf((float)(2 * E)), 2, 2 * E, E, 1, "blk.%lld.nextn.eh_proj.weight", il);
+            GM_T(GM_NORM_WEIGHT, 0.1f, 1, E, 1, 1, "blk.%lld.nextn.enorm.weight", il);
+            GM_T(GM_NORM_WEIGHT, 0.1f, 1, E, 1, 1, "blk.%lld.nextn.hnorm.weight", il);
+            GM_T(GM_NORM_WEIGHT, 0.1f, 1, E, 1, 1, "blk.%lld.nextn.shared_head_norm.weight", il);
+        }
+    }
+#undef GM_T
+    gm_tensor(b, "output_norm.weight", GM_NORM_WEIGHT, 0.1f, 1, E, 1, 1, 1);
+    if (!tied) gm_tensor(b, "output.weight", GM_NORMAL, s_in, 2, E, V, 1, 1);
+}
+
+static void gm_arch_qwen35(gm_builder *b) { gm_arch_qwen35_common(b, false); }
+static void gm_arch_qwen35moe(gm_builder *b) { gm_arch_qwen35_common(b, true); }
+
 typedef struct { const char *name; void (*build)(gm_builder *); } gm_arch;
 static const gm_arch g_archs[] = {
     {"llama", gm_arch_llama},
+    {"qwen35", gm_arch_qwen35},
+    {"qwen35moe", gm_arch_qwen35moe},
 };
 
-const char *nx_genmodel_archs(void) { return "llama"; }
+const char *nx_genmodel_archs(void) { return "llama, qwen35, qwen35moe"; }
 
 nx_status nx_genmodel_write(const nx_genmodel_opts *opts, nx_error *err) {
     const gm_arch *arch = NULL;

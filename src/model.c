@@ -1,8 +1,26 @@
-/* model.c — public model handle: load/free/describe (architecture forward passes live in src/arch/). */
+/*
+ * model.c — public model handle: load/free/describe, the architecture registry, tensor lookup
+ * with shape validation, and batches. Architecture forward passes live in src/arch/.
+ */
 #include "model.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "arch/arch.h"
+#include "kernels/matmul.h"
+#include "quant/quant.h"
+
+/* ===== Architecture registry ===== */
+
+static const nx_arch *const g_archs[] = {&nx_arch_qwen35, &nx_arch_qwen35moe};
+
+const nx_arch *nx_arch_find(const char *name) {
+    for (size_t i = 0; i < sizeof g_archs / sizeof g_archs[0]; i++)
+        if (!strcmp(g_archs[i]->name, name)) return g_archs[i];
+    return NULL;
+}
+
+const char *nx_arch_names(void) { return "qwen35, qwen35moe"; }
 
 nx_model_params nx_model_default_params(void) {
     nx_model_params p = {.n_threads = 0, .use_mmap = true};
@@ -33,6 +51,11 @@ nx_status nx_model_load(const char *path, const nx_model_params *params, nx_mode
         return nx_error_publish(&err);
     }
     copy_str(m->arch, sizeof m->arch, arch, len);
+    if (memchr(arch, 0, (size_t)len) || len >= sizeof m->arch) {
+        nx_fail(&err, NX_ERR_FORMAT, "%s: general.architecture is not a valid name", path);
+        nx_model_free(m);
+        return nx_error_publish(&err);
+    }
     const char *name = nx_gguf_get_str(m->gguf, "general.name", &len);
     if (name) copy_str(m->name, sizeof m->name, name, len);
     else {
@@ -40,17 +63,129 @@ nx_status nx_model_load(const char *path, const nx_model_params *params, nx_mode
         base = base ? base + 1 : path;
         copy_str(m->name, sizeof m->name, base, strlen(base));
     }
+    int64_t v;
+    if (nx_model_key_int(m, "context_length", -1, &v) && v > 0 && v < (1ll << 31)) m->n_ctx_train = (int)v;
+    if (nx_model_key_int(m, "embedding_length", -1, &v) && v > 0 && v < (1ll << 31)) m->n_embd = (int)v;
+    m->impl = nx_arch_find(m->arch);
+    if (m->impl && m->impl->load(m, &err) != NX_OK) {
+        nx_error_prefix(&err, "%s", path);
+        nx_model_free(m);
+        return nx_error_publish(&err);
+    }
     *out = m;
     return NX_OK;
 }
 
 void nx_model_free(nx_model *m) {
     if (!m) return;
+    if (m->impl && m->impl->free) m->impl->free(m);
+    for (size_t i = 0; i < m->n_owned; i++) free(m->owned[i]);
+    free(m->owned);
     nx_gguf_close(m->gguf);
     free(m);
 }
 
 const char *nx_model_arch(const nx_model *m) { return m->arch; }
+int nx_model_n_vocab(const nx_model *m) { return m->n_vocab; }
+int nx_model_n_embd(const nx_model *m) { return m->n_embd; }
+int nx_model_n_ctx_train(const nx_model *m) { return m->n_ctx_train; }
+bool nx_model_can_run(const nx_model *m) { return m->impl != NULL; }
+
+/* ===== Helpers for architectures ===== */
+
+void *nx_model_alloc(nx_model *m, size_t bytes, nx_error *err) {
+    if (m->n_owned == m->cap_owned) {
+        size_t cap = m->cap_owned ? m->cap_owned * 2 : 32;
+        void **p = realloc(m->owned, cap * sizeof *p);
+        if (!p) { nx_fail(err, NX_ERR_NOMEM, "out of memory"); return NULL; }
+        m->owned = p;
+        m->cap_owned = cap;
+    }
+    void *p = calloc(1, bytes ? bytes : 1);
+    if (!p) { nx_fail(err, NX_ERR_NOMEM, "out of memory (%zu bytes)", bytes); return NULL; }
+    m->owned[m->n_owned++] = p;
+    return p;
+}
+
+static int shape_str(char *buf, size_t cap, int n_dims, const int64_t *ne) {
+    size_t used = 0;
+    used += (size_t)snprintf(buf, cap, "[");
+    for (int i = 0; i < n_dims && used < cap; i++) {
+        if (ne[i] < 0) used += (size_t)snprintf(buf + used, cap - used, "%s*", i ? ", " : "");
+        else used += (size_t)snprintf(buf + used, cap - used, "%s%lld", i ? ", " : "", (long long)ne[i]);
+    }
+    if (used < cap) used += (size_t)snprintf(buf + used, cap - used, "]");
+    return (int)used;
+}
+
+nx_status nx_model_tensor(const nx_model *m, const char *name, int n_dims, const int64_t *ne, unsigned flags,
+                          const nx_tensor **out, nx_error *err) {
+    *out = NULL;
+    char want[96], got[96];
+    shape_str(want, sizeof want, n_dims, ne);
+    int64_t i = nx_gguf_find_tensor(m->gguf, name);
+    if (i < 0) {
+        if (flags & NX_T_OPTIONAL) return NX_OK;
+        return nx_fail(err, NX_ERR_FORMAT, "missing tensor %s (expected shape %s)", name, want);
+    }
+    const nx_tensor *t = nx_gguf_tensor(m->gguf, i);
+    bool ok = true;
+    for (int d = 0; d < NX_MAX_DIMS; d++) {
+        int64_t e = d < n_dims ? ne[d] : 1;
+        if (e >= 0 && t->ne[d] != e) ok = false;
+    }
+    if (!ok) {
+        shape_str(got, sizeof got, t->n_dims > n_dims ? t->n_dims : n_dims, t->ne);
+        return nx_fail(err, NX_ERR_FORMAT, "tensor %s has shape %s, expected %s", name, got, want);
+    }
+    if ((flags & NX_T_MATMUL) && !nx_matmul_supports(t->type))
+        return nx_fail(err, NX_ERR_UNSUPPORTED, "tensor %s has type %s, which has no matmul kernel", name,
+                       nx_type_name(t->type));
+    *out = t;
+    return NX_OK;
+}
+
+nx_status nx_model_f32(nx_model *m, const nx_tensor *t, const float **out, nx_error *err) {
+    *out = NULL;
+    if (t->type == NX_TYPE_F32 && ((uintptr_t)t->data & 3) == 0) {
+        *out = t->data;
+        return NX_OK;
+    }
+    int64_t n = nx_tensor_nelements(t), rows = nx_tensor_nrows(t);
+    if (!nx_can_dequantize(t->type))
+        return nx_fail(err, NX_ERR_UNSUPPORTED, "tensor %s has type %s, which cannot be converted to f32", t->name,
+                       nx_type_name(t->type));
+    float *p = nx_model_alloc(m, (size_t)n * sizeof(float), err);
+    if (!p) return err ? err->code : NX_ERR_NOMEM;
+    for (int64_t r = 0; r < rows; r++)
+        if (!nx_dequantize_row(t->type, (const char *)t->data + (size_t)r * t->nb[1], p + r * t->ne[0], t->ne[0]))
+            return nx_fail(err, NX_ERR_UNSUPPORTED, "tensor %s: cannot dequantize %s", t->name, nx_type_name(t->type));
+    *out = p;
+    return NX_OK;
+}
+
+static int64_t arch_key(const nx_model *m, const char *suffix) {
+    char key[160];
+    snprintf(key, sizeof key, "%s.%s", m->arch, suffix);
+    return nx_gguf_find_key(m->gguf, key);
+}
+
+bool nx_model_key_int(const nx_model *m, const char *suffix, int il, int64_t *out) {
+    int64_t k = arch_key(m, suffix);
+    if (k < 0) return false;
+    if (nx_gguf_kv_type(m->gguf, k) == NX_GGUF_ARRAY) {
+        uint64_t n = nx_gguf_arr_n(m->gguf, k);
+        uint64_t j = il < 0 ? 0 : (uint64_t)il;
+        if (j >= n) return false;
+        return nx_gguf_arr_int(m->gguf, k, j, out);
+    }
+    return nx_gguf_kv_int(m->gguf, k, out);
+}
+
+bool nx_model_key_float(const nx_model *m, const char *suffix, double *out) {
+    int64_t k = arch_key(m, suffix);
+    return k >= 0 && nx_gguf_kv_float(m->gguf, k, out);
+}
 
 size_t nx_model_describe(const nx_model *m, char *buf, size_t cap) {
     int64_t n_params = 0, bytes_by_type[NX_TYPE_COUNT] = {0}, count_by_type[NX_TYPE_COUNT] = {0};
@@ -78,13 +213,6 @@ size_t nx_model_describe(const nx_model *m, char *buf, size_t cap) {
 
 /* ===== Batches ===== */
 
-struct nx_batch {
-    int n, cap;
-    nx_token *tok;
-    nx_pos *pos;
-    nx_seq_id *seq;
-    bool *logits;
-};
 
 nx_batch *nx_batch_create(int n_max) {
     if (n_max <= 0) return NULL;
@@ -108,7 +236,9 @@ void nx_batch_free(nx_batch *b) {
     free(b);
 }
 
-void nx_batch_clear(nx_batch *b) { b->n = 0; }
+void nx_batch_clear(nx_batch *b) { b->n = 0; b->snapshots = false; }
+
+void nx_batch_set_snapshots(nx_batch *b, bool on) { b->snapshots = on; }
 
 nx_status nx_batch_add(nx_batch *b, nx_token tok, nx_pos pos, nx_seq_id seq, bool want_logits) {
     if (b->n >= b->cap) {

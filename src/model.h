@@ -1,7 +1,13 @@
 /*
  * model.h — the loaded model behind the public nx_model handle.
- * A model owns its nx_gguf (the mapping) and refers to weights as views into it. Architecture
- * modules (src/arch/) add their hyper-parameters and weight tables as they land.
+ *
+ * A model owns its nx_gguf (the mapping) and refers to weights as views into it. When
+ * general.architecture names an architecture with a forward pass (src/arch/arch.h), loading
+ * also reads and validates its hyper-parameters and every tensor (one-line errors naming the
+ * tensor and the expected shape); other architectures load inspect-only (describe, metadata)
+ * and nx_ctx_create() refuses them naming the architecture.
+ * Small derived copies (1-D weights converted to F32, transposed conv kernels) are owned by
+ * the model and freed with it; large weights are never copied.
  */
 #ifndef NX_MODEL_H
 #define NX_MODEL_H
@@ -9,11 +15,47 @@
 #include "nextn.h"
 #include "gguf.h"
 
+struct nx_arch;
+
 struct nx_model {
     nx_gguf *gguf;        /* owned */
     char arch[64];        /* general.architecture */
     char name[128];       /* general.name, or the file's base name */
     nx_model_params params;
+    const struct nx_arch *impl;  /* NULL: inspect-only */
+    void *arch_data;      /* the architecture's hyper-parameters and weight table */
+    int n_vocab, n_embd, n_ctx_train;
+    void **owned;         /* derived buffers freed with the model */
+    size_t n_owned, cap_owned;
 };
+
+/* A batch (nextn.h): parallel arrays of n rows. */
+struct nx_batch {
+    int n, cap;
+    nx_token *tok;
+    nx_pos *pos;
+    nx_seq_id *seq;
+    bool *logits;
+    bool snapshots;
+};
+
+/* Flags of nx_model_tensor(). */
+#define NX_T_OPTIONAL 1u  /* absent: *out = NULL, no error */
+#define NX_T_MATMUL   2u  /* must be a type nx_matmul computes with */
+
+/* Look up a tensor and check its shape: ne[0..n_dims-1] (an entry < 0 matches anything; dims
+ * beyond n_dims must be 1). Errors name the tensor and the expected shape. */
+nx_status nx_model_tensor(const nx_model *m, const char *name, int n_dims, const int64_t *ne, unsigned flags,
+                          const nx_tensor **out, nx_error *err);
+/* The values of a (small) tensor as F32: a view for F32 data, else a dequantized copy owned by
+ * the model. */
+nx_status nx_model_f32(nx_model *m, const nx_tensor *t, const float **out, nx_error *err);
+/* A zeroed buffer owned by the model. */
+void *nx_model_alloc(nx_model *m, size_t bytes, nx_error *err);
+
+/* Metadata `<arch>.<suffix>` as an integer / float; per-layer arrays give element il (a
+ * scalar applies to every layer; il < 0 takes element 0). False if absent or not numeric. */
+bool nx_model_key_int(const nx_model *m, const char *suffix, int il, int64_t *out);
+bool nx_model_key_float(const nx_model *m, const char *suffix, double *out);
 
 #endif

@@ -1,0 +1,32 @@
+/* qwen35_dn.c — scalar reference of the DeltaNet head recurrence and the level dispatch
+ * (see qwen35_dn.h). */
+#include "arch/qwen35_dn.h"
+#include "kernels/cpu.h"
+
+static float dot_ref(const float *a, const float *b, int n) {
+    float s = 0.0f;
+    for (int i = 0; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
+void qw_dn_head_scalar(const float *S, float *Sd, int dv, int dk, const float *k, const float *q, const float *v,
+                       float beta, float decay, float scale, float *o) {
+    for (int i = 0; i < dv; i++) {
+        const float *si = S + (size_t)i * dk;
+        float *di = Sd + (size_t)i * dk;
+        const float vn = beta * (v[i] - decay * dot_ref(si, k, dk));
+        for (int c = 0; c < dk; c++) {
+            float y = decay * si[c] + vn * k[c];
+            di[c] = y > 1e6f ? 1e6f : (y < -1e6f ? -1e6f : y);
+        }
+        o[i] = dot_ref(di, q, dk) * scale;
+    }
+}
+
+qw_dn_head_fn qw_dn_head_pick(void) {
+    switch (nx_cpu_level_get()) {
+    case NX_CPU_AVX512: return qw_dn_head_avx512;
+    case NX_CPU_AVX2: return qw_dn_head_avx2;
+    default: return qw_dn_head_scalar;
+    }
+}

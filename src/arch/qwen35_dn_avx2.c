@@ -1,0 +1,47 @@
+/* qwen35_dn_avx2.c — AVX2 + FMA DeltaNet head recurrence (see qwen35_dn.h): two passes per
+ * state row (S.k, then update + clamp + store fused with Sd.q), 8 lanes, masked tail. */
+#include <immintrin.h>
+#include "arch/qwen35_dn.h"
+
+static inline float hsum8(__m256 x) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
+    return _mm_cvtss_f32(s);
+}
+
+void qw_dn_head_avx2(const float *S, float *Sd, int dv, int dk, const float *k, const float *q, const float *v,
+                     float beta, float decay, float scale, float *o) {
+    const int nf = dk & ~7, rem = dk & 7;
+    const __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    const __m256i tm = _mm256_cmpgt_epi32(_mm256_set1_epi32(rem), idx);
+    const __m256 vdec = _mm256_set1_ps(decay), lo = _mm256_set1_ps(-1e6f), hi = _mm256_set1_ps(1e6f);
+    for (int i = 0; i < dv; i++) {
+        const float *si = S + (size_t)i * dk;
+        float *di = Sd + (size_t)i * dk;
+        __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+        int c = 0;
+        for (; c + 16 <= nf; c += 16) {
+            a0 = _mm256_fmadd_ps(_mm256_loadu_ps(si + c), _mm256_loadu_ps(k + c), a0);
+            a1 = _mm256_fmadd_ps(_mm256_loadu_ps(si + c + 8), _mm256_loadu_ps(k + c + 8), a1);
+        }
+        for (; c < nf; c += 8) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(si + c), _mm256_loadu_ps(k + c), a0);
+        if (rem) a0 = _mm256_fmadd_ps(_mm256_maskload_ps(si + c, tm), _mm256_maskload_ps(k + c, tm), a0);
+        const float vn = beta * (v[i] - decay * hsum8(_mm256_add_ps(a0, a1)));
+        const __m256 vvn = _mm256_set1_ps(vn);
+        __m256 b0 = _mm256_setzero_ps();
+        for (c = 0; c < nf; c += 8) {
+            __m256 y = _mm256_fmadd_ps(vdec, _mm256_loadu_ps(si + c), _mm256_mul_ps(vvn, _mm256_loadu_ps(k + c)));
+            y = _mm256_min_ps(_mm256_max_ps(y, lo), hi);
+            _mm256_storeu_ps(di + c, y);
+            b0 = _mm256_fmadd_ps(y, _mm256_loadu_ps(q + c), b0);
+        }
+        if (rem) {
+            __m256 y = _mm256_fmadd_ps(vdec, _mm256_maskload_ps(si + c, tm), _mm256_mul_ps(vvn, _mm256_maskload_ps(k + c, tm)));
+            y = _mm256_min_ps(_mm256_max_ps(y, lo), hi);
+            _mm256_maskstore_ps(di + c, tm, y);
+            b0 = _mm256_fmadd_ps(y, _mm256_maskload_ps(q + c, tm), b0);
+        }
+        o[i] = hsum8(b0) * scale;
+    }
+}

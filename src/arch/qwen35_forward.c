@@ -1,0 +1,467 @@
+/*
+ * qwen35_forward.c — the Qwen3.5 trunk forward pass over a ubatch (spec qwen35.md §3-5):
+ * Gated DeltaNet (causal conv, delta rule with the engine's clamps, gated RMSNorm), gated
+ * full attention (interleaved Q/gate, q/k norms, partial NEOX RoPE = IMROPE for text, GQA,
+ * sigmoid gate), dense SwiGLU or MoE FFN, final norm, LM head.
+ *
+ * Row independence (decode == prefill, bit for bit): matmuls are batch-invariant; every other
+ * op runs per row with a fixed order — attention of a row reads its own sequence's positions
+ * 0..pos in order, the recurrence walks a sequence's tokens in order, MoE sums a row's experts
+ * in its own top-k order. Threads split whole (row, head) / (sequence, head) units, never a
+ * reduction, so results do not depend on the thread count either.
+ * Must never: allocate (qw_scratch is sized for n_ubatch rows at context creation).
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include "arch/qwen35.h"
+#include "arch/qwen35_dn.h"
+#include "core/fp16.h"
+
+struct qw_scratch {
+    int n_rows, n_ctx, n_threads;
+    float *x, *u;               /* [n][E] residual stream, normed input / block output */
+    float *b1, *b2, *b3, *b4;   /* stage buffers shared by the blocks (sizes below) */
+    float *win;                 /* conv window [(d_conv-1) + 1][conv_dim] */
+    float *rope;                /* [n_rot] cos/sin cache */
+    float *thr;                 /* per thread: thr_stride floats (attention scores, row conversions) */
+    size_t thr_stride;
+    /* MoE */
+    int *sel, *e_cnt, *e_off, *e_slot;
+    float *selw, *gath, *gu, *hm, *yo, *ys, *moe_out, *gs;
+};
+
+static size_t maxz(size_t a, size_t b) { return a > b ? a : b; }
+
+nx_status qw_scratch_create(const qw_model *qm, int n, int n_ctx, int n_threads, qw_scratch **out, nx_error *err) {
+    const qw_hparams *hp = &qm->hp;
+    *out = NULL;
+    qw_scratch *s = calloc(1, sizeof *s);
+    if (!s) return nx_fail(err, NX_ERR_NOMEM, "out of memory");
+    s->n_rows = n;
+    s->n_ctx = n_ctx;
+    s->n_threads = n_threads;
+    size_t N = (size_t)n, E = (size_t)hp->n_embd, H = (size_t)hp->n_head, Hkv = (size_t)hp->n_head_kv,
+           D = (size_t)hp->head_dim, C = (size_t)hp->conv_dim, VD = (size_t)hp->value_dim, nv = (size_t)hp->nv;
+    size_t FF = (size_t)hp->n_ff, X = (size_t)hp->n_expert, F = (size_t)hp->n_ff_exp, Fs = (size_t)hp->n_ff_shexp;
+    size_t K = (size_t)hp->d_conv, kx = (size_t)hp->n_expert_used;
+    size_t sb1 = maxz(maxz(2 * H * D, C), maxz(FF, Fs));
+    size_t sb2 = maxz(maxz(Hkv * D, VD), maxz(FF, Fs));
+    size_t sb3 = maxz(maxz(Hkv * D, 2 * nv), X);
+    size_t sb4 = maxz(maxz(H * D, VD), E);
+    s->x = malloc(N * E * sizeof(float));
+    s->u = malloc(N * E * sizeof(float));
+    s->b1 = malloc(N * sb1 * sizeof(float));
+    s->b2 = malloc(N * sb2 * sizeof(float));
+    s->b3 = malloc(N * sb3 * sizeof(float));
+    s->b4 = malloc(N * sb4 * sizeof(float));
+    s->win = malloc(K * C * sizeof(float) + 64);
+    s->rope = malloc(((size_t)hp->n_rot + 2) * sizeof(float));
+    s->thr_stride = ((size_t)n_ctx + 3 * maxz(D, (size_t)hp->dv) + 15) & ~(size_t)15;
+    s->thr = malloc((size_t)n_threads * s->thr_stride * sizeof(float));
+    bool ok = s->x && s->u && s->b1 && s->b2 && s->b3 && s->b4 && s->win && s->rope && s->thr;
+    if (hp->moe) {
+        s->sel = malloc(N * kx * sizeof(int));
+        s->selw = malloc(N * kx * sizeof(float));
+        s->e_cnt = malloc(X * sizeof(int));
+        s->e_off = malloc((X + 1) * sizeof(int));
+        s->e_slot = malloc(N * kx * sizeof(int));
+        s->gath = malloc(N * E * sizeof(float));
+        s->gu = malloc(N * 2 * F * sizeof(float));
+        s->hm = malloc(N * F * sizeof(float));
+        s->yo = malloc(N * E * sizeof(float));
+        s->ys = malloc(N * kx * E * sizeof(float));
+        s->moe_out = malloc(N * E * sizeof(float));
+        s->gs = malloc(N * sizeof(float));
+        ok = ok && s->sel && s->selw && s->e_cnt && s->e_off && s->e_slot && s->gath && s->gu && s->hm && s->yo &&
+             s->ys && s->moe_out && s->gs;
+    }
+    if (!ok) {
+        qw_scratch_free(s);
+        return nx_fail(err, NX_ERR_NOMEM, "cannot allocate the forward scratch for %d rows", n);
+    }
+    *out = s;
+    return NX_OK;
+}
+
+void qw_scratch_free(qw_scratch *s) {
+    if (!s) return;
+    free(s->x); free(s->u); free(s->b1); free(s->b2); free(s->b3); free(s->b4);
+    free(s->win); free(s->rope); free(s->thr);
+    free(s->sel); free(s->selw); free(s->e_cnt); free(s->e_off); free(s->e_slot); free(s->gath);
+    free(s->gu); free(s->hm); free(s->yo); free(s->ys); free(s->moe_out); free(s->gs);
+    free(s);
+}
+
+float *qw_scratch_x(qw_scratch *s) { return s->x; }
+
+static inline nx_status mm(nx_ctx *ctx, const nx_tensor *w, const float *x, int n, int64_t ldx, float *y, int64_t ldy,
+                           nx_error *err) {
+    return nx_matmul(ctx->tp, &ctx->mm, w, x, n, ldx, y, ldy, err);
+}
+
+/* One expert's 2-D slice of a 3-D expert tensor. */
+static nx_tensor expert_view(const nx_tensor *t, int e) {
+    nx_tensor v = *t;
+    v.n_dims = 2;
+    v.ne[2] = v.ne[3] = 1;
+    v.data = (char *)t->data + (size_t)e * t->nb[2];
+    v.nbytes = t->nb[2];
+    return v;
+}
+
+/* ===== Gated attention ===== */
+
+typedef struct attn_job {
+    const qw_model *qm;
+    const qw_layer *L;
+    const nx_kv *kv;
+    qw_scratch *s;
+    int n;
+    const nx_pos *pos;
+    const nx_seq_id *seq;
+    const float *qa;   /* [n][H][q D | gate D] */
+    float *o;          /* [n][H*D] */
+} attn_job;
+
+static void attn_task(void *arg, int ith, int nth) {
+    const attn_job *j = arg;
+    const qw_hparams *hp = &j->qm->hp;
+    const nx_ops_impl *ops = nx_ops_get();
+    const int H = hp->n_head, D = hp->head_dim, Hkv = hp->n_head_kv, grp = H / Hkv;
+    const nx_type tk = nx_kv_type_k(j->kv), tv = nx_kv_type_v(j->kv);
+    const size_t esk = tk == NX_TYPE_F16 ? 2 : 4, esv = tv == NX_TYPE_F16 ? 2 : 4;
+    float *sc = j->s->thr + (size_t)ith * j->s->thr_stride;
+    float *tmp = sc + j->s->n_ctx, *gate = tmp + D;
+    const float scale = 1.0f / sqrtf((float)D);
+    for (long w = ith; w < (long)j->n * H; w += nth) {
+        const int r = (int)(w / H), h = (int)(w % H), kvh = h / grp;
+        const float *q = j->qa + (size_t)r * 2 * H * D + (size_t)h * 2 * D;
+        const int np = j->pos[r] + 1, sq = j->seq[r];
+        const uint8_t *kb = (const uint8_t *)nx_kv_k_base(j->kv, sq, j->L->kv_layer) + (size_t)kvh * D * esk;
+        const uint8_t *vb = (const uint8_t *)nx_kv_v_base(j->kv, sq, j->L->kv_layer) + (size_t)kvh * D * esv;
+        const size_t ks = (size_t)Hkv * D * esk, vs = (size_t)Hkv * D * esv;
+        for (int p = 0; p < np; p++) {
+            const float *k = (const float *)(kb + (size_t)p * ks);
+            if (tk == NX_TYPE_F16) {
+                const nx_half *kh = (const nx_half *)(kb + (size_t)p * ks);
+                for (int i = 0; i < D; i++) tmp[i] = nx_half_to_f32(kh[i]);
+                k = tmp;
+            }
+            sc[p] = ops->dot(q, k, D);
+        }
+        nx_softmax(sc, np, scale, NULL);
+        float *out = j->o + (size_t)r * H * D + (size_t)h * D;
+        memset(out, 0, (size_t)D * sizeof(float));
+        for (int p = 0; p < np; p++) {
+            const float *v = (const float *)(vb + (size_t)p * vs);
+            if (tv == NX_TYPE_F16) {
+                const nx_half *vh = (const nx_half *)(vb + (size_t)p * vs);
+                for (int i = 0; i < D; i++) tmp[i] = nx_half_to_f32(vh[i]);
+                v = tmp;
+            }
+            ops->axpy(out, v, sc[p], D);
+        }
+        ops->sigmoid(gate, q + D, D);
+        ops->mul(out, out, gate, D);
+    }
+}
+
+nx_status qw_attn_block(nx_ctx *ctx, qw_scratch *s, const qw_layer *L, nx_kv *kv, int n, const nx_pos *pos,
+                        const nx_seq_id *seq, float *x, nx_error *err) {
+    const qw_model *qm = qw_of(ctx->model);
+    const qw_hparams *hp = &qm->hp;
+    const int E = hp->n_embd, H = hp->n_head, Hkv = hp->n_head_kv, D = hp->head_dim, half = hp->n_rot / 2;
+    nx_status st;
+    nx_rmsnorm_rows(s->u, x, L->attn_norm, E, n, hp->eps);
+    float *qa = s->b1, *k = s->b2, *v = s->b3, *o = s->b4;
+    if ((st = mm(ctx, L->wq, s->u, n, E, qa, 2 * H * D, err)) != NX_OK) return st;
+    if ((st = mm(ctx, L->wk, s->u, n, E, k, Hkv * D, err)) != NX_OK) return st;
+    if ((st = mm(ctx, L->wv, s->u, n, E, v, Hkv * D, err)) != NX_OK) return st;
+    for (int r = 0; r < n; r++) {
+        float *qr = qa + (size_t)r * 2 * H * D, *kr = k + (size_t)r * Hkv * D, *vr = v + (size_t)r * Hkv * D;
+        for (int h = 0; h < H; h++) nx_rmsnorm(qr + (size_t)h * 2 * D, qr + (size_t)h * 2 * D, L->q_norm, D, hp->eps);
+        for (int h = 0; h < Hkv; h++) nx_rmsnorm(kr + (size_t)h * D, kr + (size_t)h * D, L->k_norm, D, hp->eps);
+        if (hp->n_rot > 0) {
+            nx_rope_cache(&qm->rope, pos[r], s->rope);
+            for (int i = 0; i < half; i++)
+                if (qm->rope_pos0[i]) { s->rope[i] = 1.0f; s->rope[half + i] = 0.0f; }
+            nx_rope_apply(qr, H, 2 * D, &qm->rope, s->rope);
+            nx_rope_apply(kr, Hkv, D, &qm->rope, s->rope);
+        }
+        nx_kv_put_k(kv, seq[r], L->kv_layer, pos[r], kr);
+        nx_kv_put_v(kv, seq[r], L->kv_layer, pos[r], vr);
+    }
+    attn_job job = {.qm = qm, .L = L, .kv = kv, .s = s, .n = n, .pos = pos, .seq = seq, .qa = qa, .o = o};
+    nx_threadpool_run(ctx->tp, attn_task, &job);
+    if ((st = mm(ctx, L->wo, o, n, H * D, s->u, E, err)) != NX_OK) return st;
+    nx_add(x, x, s->u, n * E);
+    return NX_OK;
+}
+
+/* ===== Gated DeltaNet ===== */
+
+typedef struct dn_job {
+    const qw_model *qm;
+    const qw_layer *L;
+    nx_kv *kv;
+    qw_scratch *s;
+    const nx_ubatch *ub;
+    const float *m;       /* [n][conv_dim]: conv + silu output, q/k L2-normalised */
+    const float *beta;    /* [n][nv] */
+    const float *decay;   /* [n][nv] */
+    const float *zs;      /* [n][value_dim]: silu(z) */
+    float *o;             /* [n][value_dim] */
+} dn_job;
+
+/* One (sequence, V head) over the sequence's rows in order: the delta rule on the state
+ * S (dv rows x dk cols, row-major), read from the row's source slot, written to its target. */
+static void dn_task(void *arg, int ith, int nth) {
+    const dn_job *j = arg;
+    const qw_hparams *hp = &j->qm->hp;
+    const nx_ops_impl *ops = nx_ops_get();
+    const int nv = hp->nv, nk = hp->nk, dk = hp->dk, dv = hp->dv, C = hp->conv_dim, VD = hp->value_dim;
+    const int rl = j->L->rec_layer;
+    const float scale = 1.0f / sqrtf((float)dk);
+    float *tmp = j->s->thr + (size_t)ith * j->s->thr_stride;
+    const qw_dn_head_fn head = qw_dn_head_pick();
+    for (long w = ith; w < (long)j->ub->n_groups * nv; w += nth) {
+        const int g = (int)(w / nv), h = (int)(w % nv), kh = h % nk;   /* tiled V->K pairing */
+        const int sq = j->ub->grp_seq[g];
+        for (int t = j->ub->grp_off[g]; t < j->ub->grp_off[g + 1]; t++) {
+            const int r = j->ub->order[t];
+            const float *S = nx_kv_ssm(j->kv, sq, rl, j->ub->rec_src[r]) + (size_t)h * dv * dk;
+            float *Sd = nx_kv_ssm(j->kv, sq, rl, j->ub->rec_dst[r]) + (size_t)h * dv * dk;
+            const float *mr = j->m + (size_t)r * C;
+            const float *q = mr + (size_t)kh * dk, *k = mr + hp->key_dim + (size_t)kh * dk;
+            const float *v = mr + 2 * hp->key_dim + (size_t)h * dv;
+            const float beta = j->beta[(size_t)r * nv + h], decay = j->decay[(size_t)r * nv + h];
+            float *o = j->o + (size_t)r * VD + (size_t)h * dv;
+            head(S, Sd, dv, dk, k, q, v, beta, decay, scale, o);
+            nx_rmsnorm(tmp, o, j->L->ssm_norm, dv, hp->eps);
+            ops->mul(o, tmp, j->zs + (size_t)r * VD + (size_t)h * dv, dv);
+        }
+    }
+}
+
+/* Causal depthwise conv of one sequence's rows (in place in m), updating / snapshotting the
+ * conv state (the last d_conv-1 pre-activation inputs, oldest first, [tap][channel]). */
+static void dn_conv(const qw_model *qm, const qw_layer *L, nx_kv *kv, qw_scratch *s, const nx_ubatch *ub, int g,
+                    float *m) {
+    const qw_hparams *hp = &qm->hp;
+    const int K = hp->d_conv, C = hp->conv_dim, sq = ub->grp_seq[g], rl = L->rec_layer;
+    const int t0 = ub->grp_off[g], t1 = ub->grp_off[g + 1];
+    const size_t cs = (size_t)(K - 1) * C;
+    float *win = s->win, *y = s->win + cs;
+    const float *w = L->conv_t;
+    if (cs) memcpy(win, nx_kv_conv(kv, sq, rl, ub->rec_src[ub->order[t0]]), cs * sizeof(float));
+    for (int t = t0; t < t1; t++) {
+        const int r = ub->order[t];
+        float *mr = m + (size_t)r * C;
+        if (K > 1) {
+            for (int c = 0; c < C; c++) y[c] = win[c] * w[c];
+            for (int jj = 1; jj < K - 1; jj++)
+                for (int c = 0; c < C; c++) y[c] += win[(size_t)jj * C + c] * w[(size_t)jj * C + c];
+            for (int c = 0; c < C; c++) y[c] += mr[c] * w[(size_t)(K - 1) * C + c];
+            memmove(win, win + C, (size_t)(K - 2) * C * sizeof(float));
+            memcpy(win + (size_t)(K - 2) * C, mr, (size_t)C * sizeof(float));
+        } else {
+            for (int c = 0; c < C; c++) y[c] = mr[c] * w[c];
+        }
+        memcpy(mr, y, (size_t)C * sizeof(float));
+        const int dst = ub->rec_dst[r];
+        if (cs && (dst >= 0 || t == t1 - 1)) memcpy(nx_kv_conv(kv, sq, rl, dst), win, cs * sizeof(float));
+    }
+}
+
+static nx_status qw_deltanet_block(nx_ctx *ctx, qw_scratch *s, const qw_layer *L, const nx_ubatch *ub, float *x,
+                                   nx_error *err) {
+    const qw_model *qm = qw_of(ctx->model);
+    const qw_hparams *hp = &qm->hp;
+    const int n = ub->n, E = hp->n_embd, C = hp->conv_dim, VD = hp->value_dim, nv = hp->nv, nk = hp->nk, dk = hp->dk;
+    nx_status st;
+    nx_rmsnorm_rows(s->u, x, L->attn_norm, E, n, hp->eps);
+    float *m = s->b1, *z = s->b2, *beta = s->b3, *decay = s->b3 + (size_t)n * nv, *o = s->b4;
+    if ((st = mm(ctx, L->wqkv, s->u, n, E, m, C, err)) != NX_OK) return st;
+    if ((st = mm(ctx, L->wz, s->u, n, E, z, VD, err)) != NX_OK) return st;
+    if ((st = mm(ctx, L->wbeta, s->u, n, E, beta, nv, err)) != NX_OK) return st;
+    if ((st = mm(ctx, L->walpha, s->u, n, E, decay, nv, err)) != NX_OK) return st;
+    nx_sigmoid(beta, beta, n * nv);
+    nx_silu(z, z, n * VD);
+    for (int r = 0; r < n; r++) {
+        float *a = decay + (size_t)r * nv;
+        nx_add(a, a, L->dt_bias, nv);
+        nx_softplus(a, a, nv);
+        nx_mul(a, a, L->ssm_a, nv);
+        for (int h = 0; h < nv; h++) a[h] = a[h] < 50.0f ? a[h] : 50.0f;   /* engine quirk: g <= 50 */
+        nx_exp(a, a, nv);
+    }
+    for (int g = 0; g < ub->n_groups; g++) dn_conv(qm, L, ctx->kv, s, ub, g, m);
+    for (int r = 0; r < n; r++) {
+        float *mr = m + (size_t)r * C;
+        nx_silu(mr, mr, C);
+        for (int h = 0; h < 2 * nk; h++) nx_l2norm(mr + (size_t)h * dk, mr + (size_t)h * dk, dk, hp->eps);
+    }
+    dn_job job = {.qm = qm, .L = L, .kv = ctx->kv, .s = s, .ub = ub, .m = m, .beta = beta, .decay = decay, .zs = z, .o = o};
+    nx_threadpool_run(ctx->tp, dn_task, &job);
+    if ((st = mm(ctx, L->wout, o, n, VD, s->u, E, err)) != NX_OK) return st;
+    nx_add(x, x, s->u, n * E);
+    return NX_OK;
+}
+
+/* ===== FFN ===== */
+
+static nx_status moe_block(nx_ctx *ctx, qw_scratch *s, const qw_layer *L, int n, float *x, nx_error *err) {
+    const qw_hparams *hp = &qw_of(ctx->model)->hp;
+    const qw_ffn *f = &L->ffn;
+    const int E = hp->n_embd, X = hp->n_expert, kx = hp->n_expert_used, F = hp->n_ff_exp, Fs = hp->n_ff_shexp;
+    const float *u = s->u;
+    nx_status st;
+    float *router = s->b3;
+    if ((st = mm(ctx, f->gate_inp, u, n, E, router, X, err)) != NX_OK) return st;
+    memset(s->e_cnt, 0, (size_t)X * sizeof(int));
+    for (int r = 0; r < n; r++) {
+        float *p = router + (size_t)r * X;
+        nx_softmax(p, X, 1.0f, NULL);
+        int got = 0;
+        if ((st = nx_topk(p, X, kx, s->sel + (size_t)r * kx, s->selw + (size_t)r * kx, &got, err)) != NX_OK) return st;
+        for (int i = got; i < kx; i++) { s->sel[(size_t)r * kx + i] = 0; s->selw[(size_t)r * kx + i] = 0.0f; }
+        float sum = 0.0f;
+        for (int i = 0; i < kx; i++) sum += s->selw[(size_t)r * kx + i];
+        sum = sum > 6.1e-5f ? sum : 6.1e-5f;
+        for (int i = 0; i < kx; i++) {
+            s->selw[(size_t)r * kx + i] /= sum;
+            s->e_cnt[s->sel[(size_t)r * kx + i]]++;
+        }
+    }
+    s->e_off[0] = 0;
+    for (int e = 0; e < X; e++) s->e_off[e + 1] = s->e_off[e] + s->e_cnt[e];
+    memset(s->e_cnt, 0, (size_t)X * sizeof(int));
+    for (int i = 0; i < n * kx; i++) {
+        int e = s->sel[i];
+        s->e_slot[s->e_off[e] + s->e_cnt[e]++] = i;
+    }
+    for (int e = 0; e < X; e++) {
+        const int cnt = s->e_off[e + 1] - s->e_off[e];
+        if (!cnt) continue;
+        const int *slots = s->e_slot + s->e_off[e];
+        for (int i = 0; i < cnt; i++)
+            memcpy(s->gath + (size_t)i * E, u + (size_t)(slots[i] / kx) * E, (size_t)E * sizeof(float));
+        if (f->gate_up_exps) {
+            nx_tensor w = expert_view(f->gate_up_exps, e);
+            if ((st = mm(ctx, &w, s->gath, cnt, E, s->gu, 2 * F, err)) != NX_OK) return st;
+        } else {
+            nx_tensor wg = expert_view(f->gate_exps, e), wu = expert_view(f->up_exps, e);
+            if ((st = mm(ctx, &wg, s->gath, cnt, E, s->gu, 2 * F, err)) != NX_OK) return st;
+            if ((st = mm(ctx, &wu, s->gath, cnt, E, s->gu + F, 2 * F, err)) != NX_OK) return st;
+        }
+        for (int i = 0; i < cnt; i++)
+            nx_swiglu(s->hm + (size_t)i * F, s->gu + (size_t)i * 2 * F, s->gu + (size_t)i * 2 * F + F, F);
+        nx_tensor wd = expert_view(f->down_exps, e);
+        if ((st = mm(ctx, &wd, s->hm, cnt, F, s->yo, E, err)) != NX_OK) return st;
+        for (int i = 0; i < cnt; i++)
+            memcpy(s->ys + (size_t)slots[i] * E, s->yo + (size_t)i * E, (size_t)E * sizeof(float));
+    }
+    /* each row sums its experts in its own top-k order: independent of the batch */
+    for (int r = 0; r < n; r++) {
+        float *y = s->moe_out + (size_t)r * E;
+        memset(y, 0, (size_t)E * sizeof(float));
+        for (int i = 0; i < kx; i++)
+            nx_axpy(y, s->ys + ((size_t)r * kx + i) * E, s->selw[(size_t)r * kx + i], E);
+    }
+    if (f->up_shexp) {
+        float *g = s->b1, *up = s->b2, *d = s->b4;
+        if ((st = mm(ctx, &f->gate_inp_shexp, u, n, E, s->gs, 1, err)) != NX_OK) return st;
+        if ((st = mm(ctx, f->gate_shexp, u, n, E, g, Fs, err)) != NX_OK) return st;
+        if ((st = mm(ctx, f->up_shexp, u, n, E, up, Fs, err)) != NX_OK) return st;
+        nx_swiglu(g, g, up, n * Fs);
+        if ((st = mm(ctx, f->down_shexp, g, n, Fs, d, E, err)) != NX_OK) return st;
+        nx_sigmoid(s->gs, s->gs, n);
+        for (int r = 0; r < n; r++) nx_axpy(s->moe_out + (size_t)r * E, d + (size_t)r * E, s->gs[r], E);
+    }
+    nx_add(x, x, s->moe_out, n * E);
+    return NX_OK;
+}
+
+nx_status qw_ffn_block(nx_ctx *ctx, qw_scratch *s, const qw_layer *L, int n, float *x, nx_error *err) {
+    const qw_hparams *hp = &qw_of(ctx->model)->hp;
+    const qw_ffn *f = &L->ffn;
+    if (!f->present) return NX_OK;
+    const int E = hp->n_embd, FF = hp->n_ff;
+    nx_rmsnorm_rows(s->u, x, L->ffn_norm, E, n, hp->eps);
+    if (hp->moe) return moe_block(ctx, s, L, n, x, err);
+    nx_status st;
+    float *g = s->b1, *up = s->b2, *d = s->b4;
+    if ((st = mm(ctx, f->gate, s->u, n, E, g, FF, err)) != NX_OK) return st;
+    if ((st = mm(ctx, f->up, s->u, n, E, up, FF, err)) != NX_OK) return st;
+    nx_swiglu(g, g, up, n * FF);
+    if ((st = mm(ctx, f->down, g, n, FF, d, E, err)) != NX_OK) return st;
+    nx_add(x, x, d, n * E);
+    return NX_OK;
+}
+
+/* ===== Trunk ===== */
+
+nx_status qw_forward(nx_ctx *ctx, const nx_ubatch *ub, nx_error *err) {
+    const qw_model *qm = qw_of(ctx->model);
+    const qw_hparams *hp = &qm->hp;
+    qw_scratch *s = ctx->arch_state;
+    const int n = ub->n, E = hp->n_embd;
+    float *x = s->x;
+    nx_status st;
+    qw_embed(qm, ub->tok, n, x);
+    for (int il = 0; il < hp->n_main; il++) {
+        const qw_layer *L = &qm->layers[il];
+        st = L->kind == QW_ATTN ? qw_attn_block(ctx, s, L, ctx->kv, n, ub->pos, ub->seq, x, err)
+                                : qw_deltanet_block(ctx, s, L, ub, x, err);
+        if (st == NX_OK) st = qw_ffn_block(ctx, s, L, n, x, err);
+        if (st != NX_OK) return st;
+    }
+    /* post-norm hidden of every row; logits of the rows that asked (consecutive output rows) */
+    int n_out = 0, first = -1;
+    for (int r = 0; r < n; r++) {
+        float *h = nx_ctx_hidden_row(ctx, ub->row0 + r);
+        nx_rmsnorm(h, x + (size_t)r * E, qm->output_norm, E, hp->eps);
+        if (ub->want_logits[r]) {
+            if (first < 0) first = r;
+            memcpy(s->u + (size_t)n_out * E, h, (size_t)E * sizeof(float));
+            n_out++;
+        }
+    }
+    if (n_out)
+        return mm(ctx, qm->output, s->u, n_out, E, nx_ctx_logits_row(ctx, ub->row0 + first), hp->n_vocab, err);
+    return NX_OK;
+}
+
+nx_status qw_ctx_init(nx_ctx *ctx, nx_error *err) {
+    const qw_model *qm = qw_of(ctx->model);
+    const qw_hparams *hp = &qm->hp;
+    int na = qm->n_attn ? qm->n_attn : 1, nr = qm->n_rec ? qm->n_rec : 1;
+    int64_t *w = calloc((size_t)(2 * na + 2 * nr), sizeof *w);
+    if (!w) return nx_fail(err, NX_ERR_NOMEM, "out of memory");
+    for (int i = 0; i < qm->n_attn; i++) w[i] = w[na + i] = (int64_t)hp->n_head_kv * hp->head_dim;
+    for (int i = 0; i < qm->n_rec; i++) {
+        w[2 * na + i] = (int64_t)(hp->d_conv - 1) * hp->conv_dim;
+        w[2 * na + nr + i] = (int64_t)hp->nv * hp->dv * hp->dk;
+    }
+    nx_kv_config kc = {
+        .n_seq = ctx->params.n_seq_max, .n_ctx = ctx->params.n_ctx,
+        .type_k = ctx->params.type_k == NX_CACHE_F16 ? NX_TYPE_F16 : NX_TYPE_F32,
+        .type_v = ctx->params.type_v == NX_CACHE_F16 ? NX_TYPE_F16 : NX_TYPE_F32,
+        .n_attn = qm->n_attn, .k_width = w, .v_width = w + na,
+        .n_rec = qm->n_rec, .conv_size = w + 2 * na, .ssm_size = w + 2 * na + nr,
+    };
+    nx_status st = nx_kv_create(&kc, &ctx->kv, err);
+    free(w);
+    if (st != NX_OK) return st;
+    qw_scratch *s = NULL;
+    st = qw_scratch_create(qm, ctx->params.n_ubatch, ctx->params.n_ctx, nx_threadpool_size(ctx->tp), &s, err);
+    if (st != NX_OK) return st;
+    ctx->arch_state = s;
+    return NX_OK;
+}
+
+void qw_ctx_free(nx_ctx *ctx) {
+    qw_scratch_free(ctx->arch_state);
+    ctx->arch_state = NULL;
+}

@@ -1,0 +1,295 @@
+/*
+ * kv.c — attention KV cache and recurrent state per sequence (see kv.h for the contract).
+ *
+ * Layout: one calloc per sequence for the attention rows ([layer][K: pos][V: pos], each row
+ * k_width / v_width values of the cache type), one per sequence for the live recurrent state
+ * ([layer][conv | ssm] floats) and one growable block per sequence for snapshot slots (each
+ * slot is a copy of the live recurrent layout).
+ */
+#include "kv.h"
+#include <stdlib.h>
+#include <string.h>
+#include "core/fp16.h"
+
+typedef struct kv_seq {
+    uint8_t *attn;      /* all attention layers */
+    float *rec;         /* live recurrent state, rec_size floats */
+    float *snap;        /* snap_cap slots of rec_size floats */
+    int snap_cap;
+    int snap_pos0, snap_n;  /* tokens pos0..pos0+n-1 have states: slots 0..n-2 and the live one */
+    int len;
+} kv_seq;
+
+struct nx_kv {
+    int n_seq, n_ctx, n_attn, n_rec;
+    nx_type tk, tv;
+    size_t esk, esv;        /* bytes per value */
+    int64_t *kw, *vw;       /* per attention layer */
+    size_t *k_off, *v_off;  /* byte offsets of a layer's K / V block in kv_seq.attn */
+    size_t attn_size;
+    int64_t *conv_off, *ssm_off, *conv_n, *ssm_n;  /* float offsets / sizes per recurrent layer */
+    int64_t rec_size;
+    kv_seq *seqs;
+};
+
+static size_t type_bytes(nx_type t) { return t == NX_TYPE_F16 ? 2 : 4; }
+
+nx_status nx_kv_create(const nx_kv_config *c, nx_kv **out, nx_error *err) {
+    *out = NULL;
+    if (c->n_seq <= 0 || c->n_seq > 4096 || c->n_ctx <= 0 || c->n_attn < 0 || c->n_rec < 0)
+        return nx_fail(err, NX_ERR_INVALID_ARG, "kv: bad config (n_seq %d, n_ctx %d, %d attention / %d recurrent layers)",
+                       c->n_seq, c->n_ctx, c->n_attn, c->n_rec);
+    if ((c->type_k != NX_TYPE_F32 && c->type_k != NX_TYPE_F16) || (c->type_v != NX_TYPE_F32 && c->type_v != NX_TYPE_F16))
+        return nx_fail(err, NX_ERR_UNSUPPORTED, "kv: cache types must be f32 or f16 (got K %s, V %s)",
+                       nx_type_name(c->type_k), nx_type_name(c->type_v));
+    nx_kv *kv = calloc(1, sizeof *kv);
+    if (!kv) return nx_fail(err, NX_ERR_NOMEM, "kv: out of memory");
+    kv->n_seq = c->n_seq;
+    kv->n_ctx = c->n_ctx;
+    kv->n_attn = c->n_attn;
+    kv->n_rec = c->n_rec;
+    kv->tk = c->type_k;
+    kv->tv = c->type_v;
+    kv->esk = type_bytes(c->type_k);
+    kv->esv = type_bytes(c->type_v);
+    int na = c->n_attn ? c->n_attn : 1, nr = c->n_rec ? c->n_rec : 1;
+    kv->kw = calloc((size_t)na, sizeof *kv->kw);
+    kv->vw = calloc((size_t)na, sizeof *kv->vw);
+    kv->k_off = calloc((size_t)na, sizeof *kv->k_off);
+    kv->v_off = calloc((size_t)na, sizeof *kv->v_off);
+    kv->conv_off = calloc((size_t)nr, sizeof *kv->conv_off);
+    kv->ssm_off = calloc((size_t)nr, sizeof *kv->ssm_off);
+    kv->conv_n = calloc((size_t)nr, sizeof *kv->conv_n);
+    kv->ssm_n = calloc((size_t)nr, sizeof *kv->ssm_n);
+    kv->seqs = calloc((size_t)c->n_seq, sizeof *kv->seqs);
+    if (!kv->kw || !kv->vw || !kv->k_off || !kv->v_off || !kv->conv_off || !kv->ssm_off || !kv->conv_n ||
+        !kv->ssm_n || !kv->seqs) {
+        nx_kv_free(kv);
+        return nx_fail(err, NX_ERR_NOMEM, "kv: out of memory");
+    }
+    /* sizes, with overflow guards: a row is at most 2^24 values, the context at most 2^24 */
+    size_t off = 0;
+    for (int l = 0; l < c->n_attn; l++) {
+        if (c->k_width[l] <= 0 || c->v_width[l] <= 0 || c->k_width[l] > (1 << 24) || c->v_width[l] > (1 << 24) ||
+            c->n_ctx > (1 << 24)) {
+            nx_kv_free(kv);
+            return nx_fail(err, NX_ERR_INVALID_ARG, "kv: attention layer %d: bad row width %lld / %lld", l,
+                           (long long)c->k_width[l], (long long)c->v_width[l]);
+        }
+        kv->kw[l] = c->k_width[l];
+        kv->vw[l] = c->v_width[l];
+        kv->k_off[l] = off;
+        off += (size_t)c->n_ctx * (size_t)c->k_width[l] * kv->esk;
+        kv->v_off[l] = off;
+        off += (size_t)c->n_ctx * (size_t)c->v_width[l] * kv->esv;
+    }
+    kv->attn_size = off;
+    int64_t roff = 0;
+    for (int l = 0; l < c->n_rec; l++) {
+        if (c->conv_size[l] < 0 || c->ssm_size[l] < 0 || c->conv_size[l] > (1ll << 32) || c->ssm_size[l] > (1ll << 32)) {
+            nx_kv_free(kv);
+            return nx_fail(err, NX_ERR_INVALID_ARG, "kv: recurrent layer %d: bad state size", l);
+        }
+        kv->conv_off[l] = roff;
+        kv->conv_n[l] = c->conv_size[l];
+        roff += c->conv_size[l];
+        kv->ssm_off[l] = roff;
+        kv->ssm_n[l] = c->ssm_size[l];
+        roff += c->ssm_size[l];
+    }
+    kv->rec_size = roff;
+    for (int s = 0; s < c->n_seq; s++) {
+        kv_seq *q = &kv->seqs[s];
+        q->attn = kv->attn_size ? calloc(1, kv->attn_size) : NULL;
+        q->rec = kv->rec_size ? calloc((size_t)kv->rec_size, sizeof(float)) : NULL;
+        if ((kv->attn_size && !q->attn) || (kv->rec_size && !q->rec)) {
+            nx_kv_free(kv);
+            return nx_fail(err, NX_ERR_NOMEM, "kv: cannot allocate the cache for %d sequences x %d positions",
+                           c->n_seq, c->n_ctx);
+        }
+    }
+    *out = kv;
+    return NX_OK;
+}
+
+void nx_kv_free(nx_kv *kv) {
+    if (!kv) return;
+    if (kv->seqs)
+        for (int s = 0; s < kv->n_seq; s++) {
+            free(kv->seqs[s].attn);
+            free(kv->seqs[s].rec);
+            free(kv->seqs[s].snap);
+        }
+    free(kv->seqs);
+    free(kv->kw);
+    free(kv->vw);
+    free(kv->k_off);
+    free(kv->v_off);
+    free(kv->conv_off);
+    free(kv->ssm_off);
+    free(kv->conv_n);
+    free(kv->ssm_n);
+    free(kv);
+}
+
+int nx_kv_n_seq(const nx_kv *kv) { return kv->n_seq; }
+int nx_kv_n_ctx(const nx_kv *kv) { return kv->n_ctx; }
+int nx_kv_n_rec(const nx_kv *kv) { return kv->n_rec; }
+nx_type nx_kv_type_k(const nx_kv *kv) { return kv->tk; }
+nx_type nx_kv_type_v(const nx_kv *kv) { return kv->tv; }
+size_t nx_kv_bytes(const nx_kv *kv) {
+    return (kv->attn_size + (size_t)kv->rec_size * sizeof(float)) * (size_t)kv->n_seq;
+}
+
+/* ---- attention rows ---- */
+
+static void put_row(void *dst, nx_type t, const float *src, int64_t n) {
+    if (t == NX_TYPE_F32) {
+        memcpy(dst, src, (size_t)n * sizeof(float));
+    } else {
+        nx_half *h = dst;
+        for (int64_t i = 0; i < n; i++) h[i] = nx_f32_to_half(src[i]);
+    }
+}
+
+static const float *get_row(const void *p, nx_type t, int64_t n, float *tmp) {
+    if (t == NX_TYPE_F32) return p;
+    const nx_half *h = p;
+    for (int64_t i = 0; i < n; i++) tmp[i] = nx_half_to_f32(h[i]);
+    return tmp;
+}
+
+static inline uint8_t *k_row(const nx_kv *kv, int seq, int l, int pos) {
+    return kv->seqs[seq].attn + kv->k_off[l] + (size_t)pos * (size_t)kv->kw[l] * kv->esk;
+}
+
+static inline uint8_t *v_row(const nx_kv *kv, int seq, int l, int pos) {
+    return kv->seqs[seq].attn + kv->v_off[l] + (size_t)pos * (size_t)kv->vw[l] * kv->esv;
+}
+
+void nx_kv_put_k(nx_kv *kv, int seq, int l, int pos, const float *src) { put_row(k_row(kv, seq, l, pos), kv->tk, src, kv->kw[l]); }
+void nx_kv_put_v(nx_kv *kv, int seq, int l, int pos, const float *src) { put_row(v_row(kv, seq, l, pos), kv->tv, src, kv->vw[l]); }
+
+const float *nx_kv_get_k(const nx_kv *kv, int seq, int l, int pos, float *tmp) {
+    return get_row(k_row(kv, seq, l, pos), kv->tk, kv->kw[l], tmp);
+}
+
+const float *nx_kv_get_v(const nx_kv *kv, int seq, int l, int pos, float *tmp) {
+    return get_row(v_row(kv, seq, l, pos), kv->tv, kv->vw[l], tmp);
+}
+
+const void *nx_kv_k_base(const nx_kv *kv, int seq, int l) { return kv->seqs[seq].attn + kv->k_off[l]; }
+const void *nx_kv_v_base(const nx_kv *kv, int seq, int l) { return kv->seqs[seq].attn + kv->v_off[l]; }
+
+int nx_kv_seq_len(const nx_kv *kv, int seq) { return kv->seqs[seq].len; }
+void nx_kv_seq_set_len(nx_kv *kv, int seq, int len) { kv->seqs[seq].len = len; }
+
+/* ---- recurrent state ---- */
+
+static float *rec_base(nx_kv *kv, int seq, int slot) {
+    kv_seq *q = &kv->seqs[seq];
+    return slot < 0 ? q->rec : q->snap + (size_t)slot * (size_t)kv->rec_size;
+}
+
+float *nx_kv_conv(nx_kv *kv, int seq, int rl, int slot) { return rec_base(kv, seq, slot) + kv->conv_off[rl]; }
+float *nx_kv_ssm(nx_kv *kv, int seq, int rl, int slot) { return rec_base(kv, seq, slot) + kv->ssm_off[rl]; }
+
+nx_status nx_kv_snap_reserve(nx_kv *kv, int seq, int n_slots, nx_error *err) {
+    kv_seq *q = &kv->seqs[seq];
+    if (n_slots <= q->snap_cap || kv->rec_size == 0) return NX_OK;
+    float *p = realloc(q->snap, (size_t)n_slots * (size_t)kv->rec_size * sizeof(float));
+    if (!p)
+        return nx_fail(err, NX_ERR_NOMEM, "kv: cannot allocate %d recurrent snapshots for sequence %d (%.1f MiB each)",
+                       n_slots, seq, (double)kv->rec_size * 4.0 / 1048576.0);
+    q->snap = p;
+    q->snap_cap = n_slots;
+    return NX_OK;
+}
+
+void nx_kv_snap_set(nx_kv *kv, int seq, int pos0, int n) {
+    kv->seqs[seq].snap_pos0 = pos0;
+    kv->seqs[seq].snap_n = n;
+}
+
+/* ---- sequence operations ---- */
+
+void nx_kv_seq_reset(nx_kv *kv, int seq) {
+    kv_seq *q = &kv->seqs[seq];
+    q->len = 0;
+    q->snap_n = 0;
+    if (kv->rec_size) memset(q->rec, 0, (size_t)kv->rec_size * sizeof(float));
+}
+
+/* Where the recurrent state after the first n positions of seq lives: -1 live, >= 0 a slot,
+ * -2 not available. */
+static int rec_slot_for(const nx_kv *kv, int seq, int n) {
+    const kv_seq *q = &kv->seqs[seq];
+    if (n == q->len) return -1;
+    int t = n - 1 - q->snap_pos0;
+    if (q->snap_n > 0 && t >= 0 && t < q->snap_n - 1) return t;
+    return -2;
+}
+
+static nx_status check_seq(const nx_kv *kv, int seq, nx_error *err) {
+    if (seq < 0 || seq >= kv->n_seq)
+        return nx_fail(err, NX_ERR_INVALID_ARG, "kv: sequence %d out of range [0, %d)", seq, kv->n_seq);
+    return NX_OK;
+}
+
+nx_status nx_kv_seq_rm(nx_kv *kv, int seq, int p0, int p1, nx_error *err) {
+    nx_status st = check_seq(kv, seq, err);
+    if (st != NX_OK) return st;
+    kv_seq *q = &kv->seqs[seq];
+    if (p0 < 0) p0 = 0;
+    if (p1 < 0 || p1 > q->len) p1 = q->len;
+    if (p0 >= p1) return NX_OK;
+    if (p0 == 0 && p1 == q->len) {
+        nx_kv_seq_reset(kv, seq);
+        return NX_OK;
+    }
+    if (p1 < q->len)
+        return nx_fail(err, NX_ERR_UNSUPPORTED, "kv: sequence %d: cannot remove positions [%d, %d) from the middle of [0, %d)",
+                       seq, p0, p1, q->len);
+    if (kv->n_rec > 0) {
+        int slot = rec_slot_for(kv, seq, p0);
+        if (slot == -2) {
+            if (q->snap_n > 0)
+                return nx_fail(err, NX_ERR_UNSUPPORTED,
+                               "kv: sequence %d: cannot rewind the recurrent state to position %d (snapshots hold %d..%d)",
+                               seq, p0, q->snap_pos0 + 1, q->snap_pos0 + q->snap_n);
+            return nx_fail(err, NX_ERR_UNSUPPORTED,
+                           "kv: sequence %d: cannot rewind the recurrent state to position %d (no snapshot; decode with snapshots first)",
+                           seq, p0);
+        }
+        memcpy(q->rec, rec_base(kv, seq, slot), (size_t)kv->rec_size * sizeof(float));
+        q->snap_n = slot + 1;   /* slots 0..slot-1 still valid, slot == live now */
+    }
+    q->len = p0;
+    return NX_OK;
+}
+
+nx_status nx_kv_seq_cp(nx_kv *kv, int src, int dst, int p0, int p1, nx_error *err) {
+    nx_status st = check_seq(kv, src, err);
+    if (st == NX_OK) st = check_seq(kv, dst, err);
+    if (st != NX_OK) return st;
+    if (p0 > 0)
+        return nx_fail(err, NX_ERR_UNSUPPORTED, "kv: seq_cp copies prefixes only (p0 = %d)", p0);
+    if (src == dst) return NX_OK;
+    kv_seq *s = &kv->seqs[src], *d = &kv->seqs[dst];
+    int n = (p1 < 0 || p1 > s->len) ? s->len : p1;
+    int slot = -1;
+    if (kv->n_rec > 0) {
+        slot = rec_slot_for(kv, src, n);
+        if (slot == -2)
+            return nx_fail(err, NX_ERR_UNSUPPORTED, "kv: seq_cp %d -> %d: no recurrent state of sequence %d after %d positions",
+                           src, dst, src, n);
+    }
+    for (int l = 0; l < kv->n_attn; l++) {
+        memcpy(d->attn + kv->k_off[l], s->attn + kv->k_off[l], (size_t)n * (size_t)kv->kw[l] * kv->esk);
+        memcpy(d->attn + kv->v_off[l], s->attn + kv->v_off[l], (size_t)n * (size_t)kv->vw[l] * kv->esv);
+    }
+    if (kv->rec_size) memcpy(d->rec, rec_base(kv, src, slot), (size_t)kv->rec_size * sizeof(float));
+    d->len = n;
+    d->snap_n = 0;
+    return NX_OK;
+}

@@ -1,0 +1,97 @@
+/*
+ * kv.h — per-sequence model state: the attention KV cache and the recurrent (conv + SSM) state.
+ *
+ * Attention: for every sequence and every attention layer a row of K (k_width values) and of V
+ * (v_width values) per position 0..n_ctx-1, stored F32 or F16 (rounded to nearest even). A
+ * sequence holds the positions [0, len); a decode appends at len (or restarts at 0).
+ * Recurrent: for every sequence and recurrent layer a conv state and an SSM state (F32, layout
+ * owned by the architecture). A decode marked "snapshot" keeps the state after every token of
+ * a sequence: token t of the batch (t = pos - pos0) writes slot t, the last token writes the
+ * live state; so restoring "the first j tokens" copies slot j-1 (or nothing for j = n).
+ *
+ * Promises: memory is allocated at creation (calloc: pages are touched only when used), except
+ * snapshot slots, which grow on nx_kv_snap_reserve() only. seq_rm / seq_cp never leave a
+ * sequence half-changed: a request that cannot be honoured (a hole in the middle, a recurrent
+ * state that cannot be rewound to the asked position) fails with a message and changes nothing.
+ * Must never: allocate in the per-token path, or let one sequence's calls touch another's rows.
+ */
+#ifndef NX_KV_H
+#define NX_KV_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include "core/error.h"
+#include "tensor.h"
+
+typedef struct nx_kv_config {
+    int n_seq;                  /* sequences (ids 0..n_seq-1) */
+    int n_ctx;                  /* positions per sequence */
+    nx_type type_k, type_v;     /* NX_TYPE_F32 or NX_TYPE_F16 */
+    int n_attn;                 /* attention layers owning KV rows */
+    const int64_t *k_width;     /* values per position, per attention layer */
+    const int64_t *v_width;
+    int n_rec;                  /* recurrent layers */
+    const int64_t *conv_size;   /* floats per sequence, per recurrent layer */
+    const int64_t *ssm_size;
+} nx_kv_config;
+
+typedef struct nx_kv nx_kv;
+
+nx_status nx_kv_create(const nx_kv_config *cfg, nx_kv **out, nx_error *err);
+void nx_kv_free(nx_kv *kv);
+
+int     nx_kv_n_seq(const nx_kv *kv);
+int     nx_kv_n_ctx(const nx_kv *kv);
+int     nx_kv_n_rec(const nx_kv *kv);
+nx_type nx_kv_type_k(const nx_kv *kv);
+nx_type nx_kv_type_v(const nx_kv *kv);
+/* Bytes of attention KV + recurrent state allocated for all sequences (no snapshots). */
+size_t  nx_kv_bytes(const nx_kv *kv);
+
+/* ---- attention rows (callers pass valid seq / layer / pos: no checks in the hot path) ---- */
+
+/* Store a K / V row (k_width / v_width floats), converting to the cache type. */
+void nx_kv_put_k(nx_kv *kv, int seq, int layer, int pos, const float *src);
+void nx_kv_put_v(nx_kv *kv, int seq, int layer, int pos, const float *src);
+/* A K / V row as floats: a pointer into the cache for F32, else converted into tmp. */
+const float *nx_kv_get_k(const nx_kv *kv, int seq, int layer, int pos, float *tmp);
+const float *nx_kv_get_v(const nx_kv *kv, int seq, int layer, int pos, float *tmp);
+
+/* Raw row of position 0 of a sequence's K / V block (rows follow at k_width / v_width values
+ * of the cache type each), for kernels that read many positions. */
+const void *nx_kv_k_base(const nx_kv *kv, int seq, int layer);
+const void *nx_kv_v_base(const nx_kv *kv, int seq, int layer);
+
+/* Positions held by a sequence ([0, len)); set by the decoder after a step. */
+int  nx_kv_seq_len(const nx_kv *kv, int seq);
+void nx_kv_seq_set_len(nx_kv *kv, int seq, int len);
+
+/* ---- recurrent state ---- */
+
+/* Live state (slot < 0) or snapshot slot `slot` of a sequence's recurrent layer rl. */
+float *nx_kv_conv(nx_kv *kv, int seq, int rl, int slot);
+float *nx_kv_ssm(nx_kv *kv, int seq, int rl, int slot);
+
+/* Make room for n_slots snapshot slots of a sequence (grows only; NX_ERR_NOMEM on failure). */
+nx_status nx_kv_snap_reserve(nx_kv *kv, int seq, int n_slots, nx_error *err);
+/* Record that the batch just started holds snapshots for tokens at pos0..pos0+n-1 of seq
+ * (n = 0: none; any later decode of the sequence must call this again). */
+void nx_kv_snap_set(nx_kv *kv, int seq, int pos0, int n);
+
+/* ---- sequence operations ---- */
+
+/* Empty a sequence: len 0, recurrent state zeroed, snapshots forgotten. */
+void nx_kv_seq_reset(nx_kv *kv, int seq);
+
+/* Remove positions [p0, p1) (p0 < 0: 0; p1 < 0: to the end). Removing everything resets the
+ * sequence. Otherwise only a tail can go (p1 >= len), and with recurrent layers only back to
+ * a position whose state a snapshot holds (p0 - 1 in the last snapshot batch). Errors:
+ * NX_ERR_INVALID_ARG (bad seq), NX_ERR_UNSUPPORTED (a hole, or no snapshot for p0). */
+nx_status nx_kv_seq_rm(nx_kv *kv, int seq, int p0, int p1, nx_error *err);
+
+/* Make dst a copy of the first n positions of src, n = p1 (p1 < 0 or p1 > len(src): len(src));
+ * p0 must be <= 0 (prefix copies only). With recurrent layers the state after position n-1
+ * must be live or in a snapshot. dst's snapshots are dropped. */
+nx_status nx_kv_seq_cp(nx_kv *kv, int src, int dst, int p0, int p1, nx_error *err);
+
+#endif

@@ -1,0 +1,143 @@
+/* test_kv.c — the KV / recurrent state module on its own: row storage (F32 exact, F16 rounded),
+ * lengths, tail removal, refused holes, snapshot restore, prefix copies, bad arguments. */
+#include "test.h"
+#include "core/fp16.h"
+#include "kv.h"
+
+static nx_kv *make(int n_seq, int n_ctx, nx_type tk, nx_type tv, int n_rec) {
+    int64_t kw[2] = {8, 4}, vw[2] = {8, 6}, conv[2] = {6, 3}, ssm[2] = {16, 5};
+    nx_kv_config c = {.n_seq = n_seq, .n_ctx = n_ctx, .type_k = tk, .type_v = tv, .n_attn = 2, .k_width = kw,
+                      .v_width = vw, .n_rec = n_rec, .conv_size = conv, .ssm_size = ssm};
+    nx_kv *kv = NULL;
+    nx_error e = {0};
+    if (nx_kv_create(&c, &kv, &e) != NX_OK) fprintf(stderr, "  %s\n", e.msg);
+    return kv;
+}
+
+static void test_rows(void) {
+    for (int f16 = 0; f16 < 2; f16++) {
+        nx_kv *kv = make(2, 16, f16 ? NX_TYPE_F16 : NX_TYPE_F32, NX_TYPE_F16, 0);
+        CHECK(kv != NULL);
+        if (!kv) continue;
+        float row[8], tmp[8];
+        for (int i = 0; i < 8; i++) row[i] = 0.1f * (float)i + 1.0f / 3.0f;
+        nx_kv_put_k(kv, 1, 0, 5, row);
+        nx_kv_put_v(kv, 1, 1, 15, row);
+        const float *k = nx_kv_get_k(kv, 1, 0, 5, tmp);
+        for (int i = 0; i < 8; i++) CHECK(k[i] == (f16 ? nx_half_to_f32(nx_f32_to_half(row[i])) : row[i]));
+        const float *v = nx_kv_get_v(kv, 1, 1, 15, tmp);
+        for (int i = 0; i < 6; i++) CHECK(v[i] == nx_half_to_f32(nx_f32_to_half(row[i])));
+        /* other sequences / positions untouched (zeroed at creation) */
+        k = nx_kv_get_k(kv, 0, 0, 5, tmp);
+        for (int i = 0; i < 8; i++) CHECK(k[i] == 0.0f);
+        const uint8_t *base = nx_kv_k_base(kv, 1, 0);
+        CHECK(base + 5 * 8 * (f16 ? 2 : 4) == (const uint8_t *)nx_kv_get_k(kv, 1, 0, 5, tmp) || f16);
+        CHECK(nx_kv_bytes(kv) > 0);
+        nx_kv_free(kv);
+    }
+}
+
+static void fill_rec(nx_kv *kv, int seq, int slot, float v) {
+    for (int l = 0; l < 2; l++) {
+        float *c = nx_kv_conv(kv, seq, l, slot), *s = nx_kv_ssm(kv, seq, l, slot);
+        for (int i = 0; i < (l ? 3 : 6); i++) c[i] = v + (float)l;
+        for (int i = 0; i < (l ? 5 : 16); i++) s[i] = v + 10.0f + (float)l;
+    }
+}
+
+static bool rec_is(nx_kv *kv, int seq, float v) {
+    bool ok = true;
+    for (int l = 0; l < 2; l++) {
+        float *c = nx_kv_conv(kv, seq, l, -1), *s = nx_kv_ssm(kv, seq, l, -1);
+        for (int i = 0; i < (l ? 3 : 6); i++) ok = ok && c[i] == v + (float)l;
+        for (int i = 0; i < (l ? 5 : 16); i++) ok = ok && s[i] == v + 10.0f + (float)l;
+    }
+    return ok;
+}
+
+static void test_seq_rm_and_snapshots(void) {
+    nx_kv *kv = make(2, 32, NX_TYPE_F32, NX_TYPE_F32, 2);
+    if (!kv) { CHECK(0); return; }
+    nx_error e = {0};
+    /* a "batch" of 4 tokens at positions 10..13 with snapshots: slots 0..2 + live */
+    nx_kv_seq_set_len(kv, 0, 10);
+    CHECK(nx_kv_snap_reserve(kv, 0, 3, &e) == NX_OK);
+    nx_kv_snap_set(kv, 0, 10, 4);
+    for (int t = 0; t < 3; t++) fill_rec(kv, 0, t, 100.0f + (float)t);
+    fill_rec(kv, 0, -1, 103.0f);
+    nx_kv_seq_set_len(kv, 0, 14);
+    CHECK_EQ_INT(nx_kv_seq_rm(kv, 0, 14, -1, &e), NX_OK);         /* nothing removed */
+    CHECK(rec_is(kv, 0, 103.0f));
+    CHECK_EQ_INT(nx_kv_seq_rm(kv, 0, 5, 8, &e), NX_ERR_UNSUPPORTED);   /* hole */
+    CHECK_EQ_INT(nx_kv_seq_rm(kv, 0, 10, -1, &e), NX_ERR_UNSUPPORTED); /* before the batch: no state */
+    CHECK(strstr(e.msg, "11..14") != NULL);
+    CHECK_EQ_INT(nx_kv_seq_len(kv, 0), 14);
+    CHECK(rec_is(kv, 0, 103.0f));
+    CHECK_EQ_INT(nx_kv_seq_rm(kv, 0, 13, -1, &e), NX_OK);         /* keep 3 tokens: slot 2 */
+    CHECK_EQ_INT(nx_kv_seq_len(kv, 0), 13);
+    CHECK(rec_is(kv, 0, 102.0f));
+    CHECK_EQ_INT(nx_kv_seq_rm(kv, 0, 11, 100, &e), NX_OK);        /* then 1 token: slot 0 */
+    CHECK(rec_is(kv, 0, 100.0f));
+    CHECK_EQ_INT(nx_kv_seq_rm(kv, 0, 12, -1, &e), NX_OK);         /* beyond the end: no-op */
+    CHECK_EQ_INT(nx_kv_seq_len(kv, 0), 11);
+    /* copies: prefix with a live state; partial prefix without a snapshot is refused */
+    CHECK_EQ_INT(nx_kv_seq_cp(kv, 0, 1, -1, -1, &e), NX_OK);
+    CHECK_EQ_INT(nx_kv_seq_len(kv, 1), 11);
+    CHECK(rec_is(kv, 1, 100.0f));
+    CHECK_EQ_INT(nx_kv_seq_cp(kv, 0, 1, 0, 5, &e), NX_ERR_UNSUPPORTED);
+    CHECK_EQ_INT(nx_kv_seq_cp(kv, 0, 1, 3, -1, &e), NX_ERR_UNSUPPORTED);
+    CHECK_EQ_INT(nx_kv_seq_len(kv, 1), 11);
+    /* full removal resets: zero state */
+    CHECK_EQ_INT(nx_kv_seq_rm(kv, 1, -1, -1, &e), NX_OK);
+    CHECK_EQ_INT(nx_kv_seq_len(kv, 1), 0);
+    CHECK(nx_kv_conv(kv, 1, 0, -1)[0] == 0.0f && nx_kv_ssm(kv, 1, 1, -1)[4] == 0.0f);
+    /* bad sequence ids */
+    CHECK_EQ_INT(nx_kv_seq_rm(kv, 2, 0, -1, &e), NX_ERR_INVALID_ARG);
+    CHECK_EQ_INT(nx_kv_seq_cp(kv, 0, -1, 0, -1, &e), NX_ERR_INVALID_ARG);
+    nx_kv_free(kv);
+}
+
+static void test_attention_only_and_copies(void) {
+    nx_kv *kv = make(3, 8, NX_TYPE_F16, NX_TYPE_F32, 0);
+    if (!kv) { CHECK(0); return; }
+    nx_error e = {0};
+    float row[8] = {1, 2, 3, 4, 5, 6, 7, 8}, tmp[8];
+    for (int p = 0; p < 6; p++) {
+        row[0] = (float)p;
+        nx_kv_put_k(kv, 0, 1, p, row);
+        nx_kv_put_v(kv, 0, 1, p, row);
+    }
+    nx_kv_seq_set_len(kv, 0, 6);
+    CHECK_EQ_INT(nx_kv_seq_rm(kv, 0, 4, -1, &e), NX_OK);   /* tails are free without recurrent layers */
+    CHECK_EQ_INT(nx_kv_seq_len(kv, 0), 4);
+    CHECK_EQ_INT(nx_kv_seq_cp(kv, 0, 2, 0, 3, &e), NX_OK);
+    CHECK_EQ_INT(nx_kv_seq_len(kv, 2), 3);
+    CHECK(nx_kv_get_k(kv, 2, 1, 2, tmp)[0] == 2.0f && nx_kv_get_v(kv, 2, 1, 2, tmp)[3] == 4.0f);
+    CHECK(nx_kv_get_k(kv, 2, 1, 3, tmp)[0] == 0.0f);   /* beyond the copied prefix */
+    nx_kv_free(kv);
+}
+
+static void test_bad_config(void) {
+    nx_kv *kv = NULL;
+    nx_error e = {0};
+    int64_t w[1] = {8};
+    nx_kv_config c = {.n_seq = 1, .n_ctx = 0, .type_k = NX_TYPE_F32, .type_v = NX_TYPE_F32, .n_attn = 1, .k_width = w,
+                      .v_width = w};
+    CHECK_EQ_INT(nx_kv_create(&c, &kv, &e), NX_ERR_INVALID_ARG);
+    c.n_ctx = 4;
+    c.type_k = NX_TYPE_Q8_0;
+    CHECK_EQ_INT(nx_kv_create(&c, &kv, &e), NX_ERR_UNSUPPORTED);
+    CHECK(strstr(e.msg, "q8_0") != NULL);
+    c.type_k = NX_TYPE_F32;
+    w[0] = 0;
+    CHECK_EQ_INT(nx_kv_create(&c, &kv, &e), NX_ERR_INVALID_ARG);
+    CHECK(kv == NULL);
+}
+
+int main(void) {
+    RUN(test_rows);
+    RUN(test_seq_rm_and_snapshots);
+    RUN(test_attention_only_and_copies);
+    RUN(test_bad_config);
+    return test_summary();
+}
