@@ -1,0 +1,282 @@
+/*
+ * matmul.c — nx_matmul: argument checks, activation quantization, kernel choice and the
+ * split of output rows across threads. The arithmetic lives in matmul_{scalar,avx2,avx512}.c.
+ *
+ * Owns the promise of batch and thread invariance at the dispatch level: every (weight row,
+ * activation row) pair is computed by one kernel call whose result does not depend on which
+ * other rows share the call, so splitting rows across threads or tiles changes nothing.
+ * Must never: split the reduction dimension, or quantize activations differently per level.
+ */
+#include "kernels/matmul.h"
+#include "kernels/matmul_impl.h"
+#include "kernels/cpu.h"
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ===== Types ===== */
+
+typedef enum { ACT_FLOAT, ACT_B32, ACT_B256 } act_kind;
+
+static bool mm_type(nx_type type, act_kind *kind) {
+    act_kind k;
+    switch (type) {
+    case NX_TYPE_F32: case NX_TYPE_F16: case NX_TYPE_BF16: k = ACT_FLOAT; break;
+    case NX_TYPE_Q4_0: case NX_TYPE_Q4_1: case NX_TYPE_Q5_0: case NX_TYPE_Q5_1:
+    case NX_TYPE_Q8_0: case NX_TYPE_IQ4_NL: k = ACT_B32; break;
+    case NX_TYPE_Q4_K: case NX_TYPE_Q5_K: case NX_TYPE_Q6_K: case NX_TYPE_IQ4_XS: k = ACT_B256; break;
+    default: return false;
+    }
+    if (kind) *kind = k;
+    return true;
+}
+
+bool nx_matmul_supports(nx_type type) { return mm_type(type, NULL); }
+
+/* ===== Scratch ===== */
+
+#define ALIGN64(n) (((n) + 63) & ~(size_t)63)
+
+void nx_matmul_scratch_init(nx_matmul_scratch *s) {
+    if (s) { s->buf = NULL; s->cap = 0; }
+}
+
+void nx_matmul_scratch_free(nx_matmul_scratch *s) {
+    if (!s) return;
+    free(s->buf);
+    s->buf = NULL;
+    s->cap = 0;
+}
+
+typedef struct act_plan {
+    size_t q_row, d_row, s_row, bs_row, de_row;   /* bytes per activation row of each array */
+    size_t total;
+} act_plan;
+
+/* Per-array row sizes are padded to 64 bytes so every row starts cache-line aligned. */
+static act_plan plan_act(act_kind kind, int64_t n_in, int64_t n_rows) {
+    act_plan p = {0};
+    if (kind == ACT_FLOAT) return p;
+    int64_t bsz = kind == ACT_B32 ? 32 : 256, nb = n_in / bsz;
+    p.q_row = ALIGN64((size_t)n_in);
+    p.d_row = ALIGN64((size_t)nb * sizeof(float));
+    p.s_row = kind == ACT_B32 ? p.d_row : 0;
+    p.bs_row = kind == ACT_B256 ? ALIGN64((size_t)nb * 16 * sizeof(int16_t)) : 0;
+    p.de_row = kind == ACT_B32 ? (size_t)(nb + 1) / 2 * 16 * sizeof(float) : 0;   /* multiple of 64 */
+    p.total = (p.q_row + p.d_row + p.s_row + p.bs_row + p.de_row) * (size_t)n_rows;
+    return p;
+}
+
+size_t nx_matmul_scratch_size(nx_type type, int64_t n_in, int64_t n_rows) {
+    act_kind kind;
+    if (!mm_type(type, &kind) || n_in <= 0 || n_rows <= 0) return 0;
+    return plan_act(kind, n_in, n_rows).total;
+}
+
+static nx_status scratch_reserve(nx_matmul_scratch *s, size_t need, nx_error *err) {
+    if (s->cap >= need) return NX_OK;
+    void *p = aligned_alloc(64, ALIGN64(need));
+    if (!p) return nx_fail(err, NX_ERR_NOMEM, "matmul: cannot allocate %zu bytes of activation scratch", need);
+    free(s->buf);
+    s->buf = p;
+    s->cap = ALIGN64(need);
+    return NX_OK;
+}
+
+/* ===== Activation quantization (identical on every level) ===== */
+
+/* The reference quantizer (see matmul_impl.h). Rounding by adding and subtracting 1.5*2^23
+ * is round-half-even in IEEE single precision, like the SIMD conversions, with no libm call. */
+void nx_mm_quantize_scalar(const float *x, int64_t n, int B, int bias, uint8_t *q, float *d, float *s, int16_t *bs) {
+    for (int64_t b = 0; b < n / B; b++) {
+        const float *xb = x + b * B;
+        float amax = 0.0f;
+        for (int i = 0; i < B; i++) {
+            float a = fabsf(xb[i]);
+            if (a > amax) amax = a;
+        }
+        const float db = amax / 127.0f;
+        const float id = db != 0.0f ? 1.0f / db : 0.0f;
+        int sum = 0;
+        for (int g = 0; g < B; g += 16) {
+            int gs = 0;
+            for (int i = g; i < g + 16; i++) {
+                float v = xb[i] * id;
+                if (!(v >= -127.0f)) v = -127.0f;
+                if (v > 127.0f) v = 127.0f;
+                int qi = (int)((v + 12582912.0f) - 12582912.0f);
+                q[b * B + i] = (uint8_t)(qi + bias);
+                gs += qi;
+            }
+            if (bs) bs[b * (B / 16) + g / 16] = (int16_t)gs;
+            sum += gs;
+        }
+        d[b] = db;
+        if (s) s[b] = db * (float)sum;
+    }
+}
+
+static nx_mm_quant_fn pick_quant(void) {
+    switch (nx_cpu_level_get()) {
+    case NX_CPU_AVX512: return nx_mm_quantize_avx512;
+    case NX_CPU_AVX2: return nx_mm_quantize_avx2;
+    default: return nx_mm_quantize_scalar;
+    }
+}
+
+static void quantize_rows(act_kind kind, int bias, const float *x, int64_t n_rows, int64_t ldx, int64_t n_in,
+                          const act_plan *p, uint8_t *base, nx_mm_act *a) {
+    const int B = kind == ACT_B32 ? 32 : 256;
+    uint8_t *q = base;
+    float *d = (float *)(base + p->q_row * (size_t)n_rows);
+    float *s = (float *)((uint8_t *)d + p->d_row * (size_t)n_rows);
+    int16_t *bs = (int16_t *)((uint8_t *)s + p->s_row * (size_t)n_rows);
+    float *de = (float *)((uint8_t *)bs + p->bs_row * (size_t)n_rows);
+    a->q = q;
+    a->d = d;
+    a->s = kind == ACT_B32 ? s : NULL;
+    a->bs = kind == ACT_B256 ? bs : NULL;
+    a->q_stride = (int64_t)p->q_row;
+    a->d_stride = (int64_t)(p->d_row / sizeof(float));
+    a->s_stride = (int64_t)(p->s_row / sizeof(float));
+    a->bs_stride = (int64_t)(p->bs_row / sizeof(int16_t));
+    a->de = kind == ACT_B32 ? de : NULL;
+    a->de_stride = (int64_t)(p->de_row / sizeof(float));
+    nx_mm_quant_fn quant = pick_quant();
+    const int64_t nb = n_in / B;
+    for (int64_t r = 0; r < n_rows; r++) {
+        const float *dr = d + r * a->d_stride;
+        quant(x + r * ldx, n_in, B, bias, q + r * a->q_stride, d + r * a->d_stride,
+              kind == ACT_B32 ? s + r * a->s_stride : NULL, kind == ACT_B256 ? bs + r * a->bs_stride : NULL);
+        if (kind != ACT_B32) continue;
+        float *der = de + r * a->de_stride;
+        for (int64_t b = 0; b < (nb + 1) / 2 * 2; b++)
+            for (int l = 0; l < 8; l++) der[8 * b + l] = b < nb ? dr[b] : 0.0f;
+    }
+}
+
+/* ===== Dispatch ===== */
+
+static nx_mm_kernel pick_kernel(nx_type type) {
+    nx_mm_kernel k = NULL;
+    switch (nx_cpu_level_get()) {
+    case NX_CPU_AVX512: k = nx_mm_kernel_avx512(type); if (k) break; /* fall through */
+    case NX_CPU_AVX2:   k = nx_mm_kernel_avx2(type); if (k) break;   /* fall through */
+    case NX_CPU_SCALAR: k = nx_mm_kernel_scalar(type); break;
+    }
+    return k;
+}
+
+typedef struct mm_job {
+    nx_mm_kernel kern;
+    const uint8_t *w;      /* row o0 */
+    size_t w_stride;
+    int64_t n_in, n_out, n_rows;
+    nx_mm_act act;
+    act_kind kind;
+    float *y;
+    int64_t ldy;
+    int64_t chunk;         /* weight rows per cache block when n_rows > one tile */
+} mm_job;
+
+static void mm_task(void *arg, int ith, int nth) {
+    const mm_job *j = arg;
+    long lo, hi;
+    nx_split_range((long)j->n_out, ith, nth, &lo, &hi);
+    if (lo >= hi) return;
+    if (j->n_rows <= NX_MM_TILE) {
+        j->kern(j->n_in, j->w + (size_t)lo * j->w_stride, j->w_stride, hi - lo, &j->act, (int)j->n_rows,
+                j->y + lo, j->ldy);
+        return;
+    }
+    /* Many activation rows (prefill): keep a block of weight rows in L2 and run every tile
+     * of activation rows over it before moving on. */
+    for (long o = lo; o < hi; o += j->chunk) {
+        long n_w = hi - o < j->chunk ? hi - o : j->chunk;
+        for (int64_t r = 0; r < j->n_rows; r += NX_MM_TILE) {
+            int n_act = (int)(j->n_rows - r < NX_MM_TILE ? j->n_rows - r : NX_MM_TILE);
+            nx_mm_act a = nx_mm_act_rows(&j->act, r);
+            j->kern(j->n_in, j->w + (size_t)o * j->w_stride, j->w_stride, n_w, &a, n_act,
+                    j->y + r * j->ldy + o, j->ldy);
+        }
+    }
+}
+
+nx_status nx_matmul_rows(nx_threadpool *tp, nx_matmul_scratch *scratch, const nx_tensor *w,
+                         int64_t o0, int64_t o1, const float *x, int64_t n_rows, int64_t ldx,
+                         float *y, int64_t ldy, nx_error *err) {
+    if (!w) return nx_fail(err, NX_ERR_INVALID_ARG, "matmul: no weight tensor");
+    const char *name = w->name ? w->name : "(unnamed)";
+    act_kind kind;
+    if (!mm_type(w->type, &kind))
+        return nx_fail(err, NX_ERR_UNSUPPORTED, "matmul: weight '%s' has type %s, which has no matmul kernel",
+                       name, nx_type_name(w->type));
+    const nx_type_traits *tt = nx_type_info(w->type);
+    const int64_t n_in = w->ne[0], n_out = w->ne[1];
+    if (w->n_dims > 2 && (w->ne[2] != 1 || w->ne[3] != 1))
+        return nx_fail(err, NX_ERR_INVALID_ARG, "matmul: weight '%s' is not 2-D (ne = %lld x %lld x %lld x %lld)",
+                       name, (long long)w->ne[0], (long long)w->ne[1], (long long)w->ne[2], (long long)w->ne[3]);
+    if (n_in <= 0 || n_out <= 0 || n_in % tt->blck_size != 0)
+        return nx_fail(err, NX_ERR_INVALID_ARG, "matmul: weight '%s' has %lld x %lld values; rows must be a positive multiple of %lld (%s blocks)",
+                       name, (long long)n_in, (long long)n_out, (long long)tt->blck_size, tt->name);
+    const size_t row_bytes = nx_row_size(w->type, n_in);
+    if (w->nb[1] < row_bytes || !w->data)
+        return nx_fail(err, NX_ERR_INVALID_ARG, "matmul: weight '%s' has row stride %zu < row size %zu or no data",
+                       name, w->nb[1], row_bytes);
+    if (o0 < 0 || o1 > n_out || o0 > o1)
+        return nx_fail(err, NX_ERR_RANGE, "matmul: output rows [%lld, %lld) outside weight '%s' (%lld rows)",
+                       (long long)o0, (long long)o1, name, (long long)n_out);
+    if (n_rows < 0) return nx_fail(err, NX_ERR_INVALID_ARG, "matmul: negative row count %lld", (long long)n_rows);
+    if (n_rows == 0 || o0 == o1) return NX_OK;
+    if (!x || !y) return nx_fail(err, NX_ERR_INVALID_ARG, "matmul: NULL activation or output");
+    if (ldx < n_in || ldy < o1 - o0)
+        return nx_fail(err, NX_ERR_INVALID_ARG, "matmul: strides ldx %lld < %lld or ldy %lld < %lld",
+                       (long long)ldx, (long long)n_in, (long long)ldy, (long long)(o1 - o0));
+
+    nx_mm_kernel kern = pick_kernel(w->type);
+    if (!kern) return nx_fail(err, NX_ERR_INTERNAL, "matmul: no kernel for %s", tt->name);
+
+    mm_job job = {
+        .kern = kern,
+        .w = (const uint8_t *)w->data + (size_t)o0 * w->nb[1],
+        .w_stride = w->nb[1],
+        .n_in = n_in, .n_out = o1 - o0, .n_rows = n_rows,
+        .kind = kind, .y = y, .ldy = ldy,
+    };
+    /* ~256 KB of weights per cache block: a few per L2, many per thread. */
+    job.chunk = (int64_t)((256u << 10) / row_bytes);
+    if (job.chunk < 4) job.chunk = 4;
+
+    nx_matmul_scratch own = {0};
+    if (kind == ACT_FLOAT) {
+        job.act.x = x;
+        job.act.ldx = ldx;
+    } else {
+        act_plan p = plan_act(kind, n_in, n_rows);
+        nx_matmul_scratch *s = scratch ? scratch : &own;
+        nx_status st = scratch_reserve(s, p.total, err);
+        if (st != NX_OK) return st;
+        quantize_rows(kind, nx_mm_act_bias(w->type), x, n_rows, ldx, n_in, &p, s->buf, &job.act);
+    }
+    nx_threadpool_run(tp, mm_task, &job);
+    nx_matmul_scratch_free(&own);
+    return NX_OK;
+}
+
+uint64_t nx_matmul_stream_read(const void *p, size_t n) {
+    switch (nx_cpu_level_get()) {
+    case NX_CPU_AVX512: return nx_mm_stream_read_avx512(p, n);
+    case NX_CPU_AVX2: return nx_mm_stream_read_avx2(p, n);
+    default: break;
+    }
+    uint64_t s = 0;
+    const uint64_t *u = p;
+    for (size_t i = 0; i < n / 8; i += 4) s += u[i] ^ u[i + 1] ^ u[i + 2] ^ u[i + 3];
+    return s;
+}
+
+nx_status nx_matmul(nx_threadpool *tp, nx_matmul_scratch *scratch, const nx_tensor *w,
+                    const float *x, int64_t n_rows, int64_t ldx, float *y, int64_t ldy, nx_error *err) {
+    if (!w) return nx_fail(err, NX_ERR_INVALID_ARG, "matmul: no weight tensor");
+    return nx_matmul_rows(tp, scratch, w, 0, w->ne[1], x, n_rows, ldx, y, ldy, err);
+}

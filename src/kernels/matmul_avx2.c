@@ -1,0 +1,425 @@
+/*
+ * matmul_avx2.c — AVX2 (+FMA, F16C) matmul kernels, for x86 CPUs without AVX-512.
+ *
+ * Each 32 weight values are decoded once per weight row into a ymm of bytes, then dotted
+ * with each activation row of the tile: maddubs (u8 x s8 -> s16 pairs) and madd (-> 8 int32
+ * lanes), converted and scaled in float per lane. Signed weights use the sign trick
+ * (|w| x sign(a, w)), which cannot saturate because |a| <= 127; Q4_K / Q5_K have unsigned
+ * codes and signed activations, so they multiply directly.
+ *
+ * Batch invariance: as in matmul_avx512.c — the per-row instruction sequence is the same for
+ * every tile size, float ops are explicit intrinsics, one fixed horizontal-sum tree.
+ * Must never: read past the last block of a weight row or past n_in activation values.
+ */
+#include "kernels/matmul_impl.h"
+#include "quant/blocks.h"
+#include <immintrin.h>
+#include <string.h>
+
+#define AI static inline __attribute__((always_inline))
+
+/* Software prefetch distance in the weight stream (see matmul_avx512.c). */
+#ifndef NX_MM_PREFETCH
+#define NX_MM_PREFETCH 2048
+#endif
+AI void prefetch_w(const uint8_t *p, size_t bytes) {
+    if (NX_MM_PREFETCH > 0)
+        for (size_t o = 0; o < bytes; o += 64) _mm_prefetch((const char *)(p + NX_MM_PREFETCH + o), _MM_HINT_T0);
+}
+
+AI float hsum256(__m256 v) {
+    __m128 b = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    b = _mm_add_ps(b, _mm_movehl_ps(b, b));
+    b = _mm_add_ss(b, _mm_movehdup_ps(b));
+    return _mm_cvtss_f32(b);
+}
+
+AI uint16_t ld16(const uint8_t *p) { uint16_t v; memcpy(&v, p, 2); return v; }
+AI uint32_t ld32(const uint8_t *p) { uint32_t v; memcpy(&v, p, 4); return v; }
+AI float h2f(const uint8_t *p) { return _cvtsh_ss(ld16(p)); }
+AI __m256i ld256(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
+
+/* One weight row at a time; the tile's rows in groups of up to 4, each group size a separate
+ * compiled body with its accumulators in registers. */
+#define KERNEL_FN(name, CALL) \
+    static void name(int64_t n, const uint8_t *w, size_t ws, int64_t nw, const nx_mm_act *a, int na, float *y, int64_t ldy) { \
+        for (int64_t o = 0; o < nw; o++) { \
+            const uint8_t *wo = w + (size_t)o * ws; \
+            for (int r0 = 0; r0 < na;) { \
+                const int nr = na - r0 >= 4 ? 4 : na - r0;   /* 16 ymm registers: groups of <= 4 */ \
+                const nx_mm_act sub = nx_mm_act_rows(a, r0); \
+                float *yo = y + (int64_t)r0 * ldy + o; \
+                switch (nr) { case 1: CALL(1); break; case 2: CALL(2); break; case 3: CALL(3); break; \
+                              default: CALL(4); break; } \
+                r0 += nr; \
+            } \
+        } }
+
+/* 8 int32 lanes: sum of 4 products of signed bytes w and signed bytes x (sign trick). */
+AI __m256i dot_ss(__m256i absw, __m256i w, __m256i x) {
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(absw, _mm256_sign_epi8(x, w)), _mm256_set1_epi16(1));
+}
+/* Same for unsigned bytes u (< 128) and signed bytes x. */
+AI __m256i dot_us(__m256i u, __m256i x) {
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, x), _mm256_set1_epi16(1));
+}
+
+/* ===== Float weights: 8 lanes, one accumulator per activation row ===== */
+
+AI __m256 wload8(const int T, const uint8_t *w, int64_t i) {
+    if (T == NX_TYPE_F32) return _mm256_loadu_ps((const float *)w + i);
+    __m128i h = _mm_loadu_si128((const __m128i *)(w + 2 * i));
+    if (T == NX_TYPE_F16) return _mm256_cvtph_ps(h);
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+AI void float_kernel(const int T, const int NR, int64_t n, const uint8_t *w, size_t ws, int64_t nw,
+                     const nx_mm_act *a, float *y, int64_t ldy) {
+    const size_t es = T == NX_TYPE_F32 ? 4 : 2;
+    for (int64_t o = 0; o < nw; o++) {
+        const uint8_t *wr = w + (size_t)o * ws;
+        __m256 acc[NX_MM_TILE];
+#pragma GCC unroll 16
+        for (int r = 0; r < NR; r++) acc[r] = _mm256_setzero_ps();
+        int64_t i = 0;
+        for (; i + 8 <= n; i += 8) {
+            const __m256 wv = wload8(T, wr, i);
+#pragma GCC unroll 16
+            for (int r = 0; r < NR; r++)
+                acc[r] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(a->x + r * a->ldx + i), acc[r]);
+        }
+        if (i < n) {   /* tail: copy the last < 8 values into zero-padded buffers */
+            uint8_t wt[32] = {0};
+            memcpy(wt, wr + (size_t)i * es, (size_t)(n - i) * es);
+            const __m256 wv = wload8(T, wt, 0);
+#pragma GCC unroll 16
+            for (int r = 0; r < NR; r++) {
+                float xt[8] = {0};
+                memcpy(xt, a->x + r * a->ldx + i, (size_t)(n - i) * sizeof(float));
+                acc[r] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(xt), acc[r]);
+            }
+        }
+#pragma GCC unroll 16
+        for (int r = 0; r < NR; r++) y[r * ldy + o] = hsum256(acc[r]);
+    }
+}
+
+#define FK_F32(nr) float_kernel(NX_TYPE_F32, nr, n, wo, ws, 1, &sub, yo, ldy)
+#define FK_F16(nr) float_kernel(NX_TYPE_F16, nr, n, wo, ws, 1, &sub, yo, ldy)
+#define FK_BF16(nr) float_kernel(NX_TYPE_BF16, nr, n, wo, ws, 1, &sub, yo, ldy)
+KERNEL_FN(k_f32, FK_F32)
+KERNEL_FN(k_f16, FK_F16)
+KERNEL_FN(k_bf16, FK_BF16)
+
+/* ===== 32-value blocks ===== */
+
+AI size_t bsize32(const int T) {
+    switch (T) {
+    case NX_TYPE_Q4_0: return sizeof(nx_block_q4_0);
+    case NX_TYPE_Q4_1: return sizeof(nx_block_q4_1);
+    case NX_TYPE_Q5_0: return sizeof(nx_block_q5_0);
+    case NX_TYPE_Q5_1: return sizeof(nx_block_q5_1);
+    case NX_TYPE_Q8_0: return sizeof(nx_block_q8_0);
+    default: return sizeof(nx_block_iq4_nl);
+    }
+}
+
+/* 16 bytes of nibbles -> 32 bytes: low nibbles then high nibbles. */
+AI __m256i nibbles16(const uint8_t *p) {
+    const __m128i v = _mm_loadu_si128((const __m128i *)p), m4 = _mm_set1_epi8(0x0F);
+    return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), m4), _mm_and_si128(v, m4));
+}
+
+/* 32 bits -> 32 bytes, 0xFF where the bit is set. */
+AI __m256i bits32(uint32_t bits) {
+    const __m256i shuf = _mm256_set_epi64x(0x0303030303030303ll, 0x0202020202020202ll, 0x0101010101010101ll, 0);
+    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ull);
+    __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32((int)bits), shuf);
+    return _mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit);
+}
+
+AI __m256i iq4_lut(__m256i n) {
+    const __m256i lut = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)nx_mm_iq4_table));
+    return _mm256_shuffle_epi8(lut, n);
+}
+
+/* One block -> 32 signed bytes, scale d, min m (Q4_1 / Q5_1). */
+AI __m256i dec32(const int T, const uint8_t *b, float *d, float *m) {
+    *d = h2f(b);
+    switch (T) {
+    case NX_TYPE_Q4_0: return _mm256_sub_epi8(nibbles16(b + 2), _mm256_set1_epi8(8));
+    case NX_TYPE_Q4_1: *m = h2f(b + 2); return nibbles16(b + 4);
+    case NX_TYPE_Q5_0: {
+        const __m256i hb = _mm256_and_si256(bits32(ld32(b + 2)), _mm256_set1_epi8(16));
+        return _mm256_sub_epi8(_mm256_or_si256(nibbles16(b + 6), hb), _mm256_set1_epi8(16));
+    }
+    case NX_TYPE_Q5_1: {
+        *m = h2f(b + 2);
+        return _mm256_or_si256(nibbles16(b + 8), _mm256_and_si256(bits32(ld32(b + 4)), _mm256_set1_epi8(16)));
+    }
+    case NX_TYPE_Q8_0: return ld256(b + 2);
+    default: return iq4_lut(nibbles16(b + 2));
+    }
+}
+
+AI void b32_kernel(const int T, const int NR, int64_t n, const uint8_t *w, size_t ws, int64_t nw,
+                   const nx_mm_act *a, float *y, int64_t ldy) {
+    const int has_m = T == NX_TYPE_Q4_1 || T == NX_TYPE_Q5_1;
+    const int64_t nb = n / 32;
+    const size_t bs = bsize32(T);
+    const __m256i flip = _mm256_set1_epi8((char)0x80);
+    for (int64_t o = 0; o < nw; o++) {
+        const uint8_t *wr = w + (size_t)o * ws;
+        __m256 acc[NX_MM_TILE];
+        __m128 accm[NX_MM_TILE];
+#pragma GCC unroll 16
+        for (int r = 0; r < NR; r++) { acc[r] = _mm256_setzero_ps(); accm[r] = _mm_setzero_ps(); }
+        for (int64_t b = 0; b < nb; b++) {
+            float dw, mw = 0.0f;
+            if (b % 2 == 0) prefetch_w(wr + (size_t)b * bs, 2 * bs);
+            const __m256i wq = dec32(T, wr + (size_t)b * bs, &dw, &mw);
+            const __m256i absw = _mm256_sign_epi8(wq, wq);
+            const __m256 D = _mm256_set1_ps(dw);
+            const __m128 M = _mm_set_ss(mw);
+#pragma GCC unroll 16
+            for (int r = 0; r < NR; r++) {
+                const __m256i x = _mm256_xor_si256(ld256(a->q + r * a->q_stride + 32 * b), flip);   /* a+128 -> a */
+                const __m256 S = _mm256_mul_ps(D, _mm256_broadcast_ss(a->d + r * a->d_stride + b));
+                acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot_ss(absw, wq, x)), S, acc[r]);
+                if (has_m) accm[r] = _mm_fmadd_ss(M, _mm_load_ss(a->s + r * a->s_stride + b), accm[r]);
+            }
+        }
+#pragma GCC unroll 16
+        for (int r = 0; r < NR; r++) {
+            float v = hsum256(acc[r]);
+            if (has_m) v += _mm_cvtss_f32(accm[r]);
+            y[r * ldy + o] = v;
+        }
+    }
+}
+
+#define B32_Q4_0(nr) b32_kernel(NX_TYPE_Q4_0, nr, n, wo, ws, 1, &sub, yo, ldy)
+#define B32_Q4_1(nr) b32_kernel(NX_TYPE_Q4_1, nr, n, wo, ws, 1, &sub, yo, ldy)
+#define B32_Q5_0(nr) b32_kernel(NX_TYPE_Q5_0, nr, n, wo, ws, 1, &sub, yo, ldy)
+#define B32_Q5_1(nr) b32_kernel(NX_TYPE_Q5_1, nr, n, wo, ws, 1, &sub, yo, ldy)
+#define B32_Q8_0(nr) b32_kernel(NX_TYPE_Q8_0, nr, n, wo, ws, 1, &sub, yo, ldy)
+#define B32_IQ4_NL(nr) b32_kernel(NX_TYPE_IQ4_NL, nr, n, wo, ws, 1, &sub, yo, ldy)
+KERNEL_FN(k_q4_0, B32_Q4_0)
+KERNEL_FN(k_q4_1, B32_Q4_1)
+KERNEL_FN(k_q5_0, B32_Q5_0)
+KERNEL_FN(k_q5_1, B32_Q5_1)
+KERNEL_FN(k_q8_0, B32_Q8_0)
+KERNEL_FN(k_iq4_nl, B32_IQ4_NL)
+
+/* ===== 256-value super-blocks: 8 ymm of codes, per-lane float scales ===== */
+
+AI size_t bsize256(const int T) {
+    switch (T) {
+    case NX_TYPE_Q4_K: return sizeof(nx_block_q4_K);
+    case NX_TYPE_Q5_K: return sizeof(nx_block_q5_K);
+    case NX_TYPE_Q6_K: return sizeof(nx_block_q6_K);
+    default: return sizeof(nx_block_iq4_xs);
+    }
+}
+
+/* W[z] = values 32z..32z+31; SC[z] per-lane scales (d folded in); Q4_K / Q5_K also the mins
+ * as int16 pairs M16 and dmin. Q4_K / Q5_K codes are unsigned, the others signed. */
+AI void dec256(const int T, const uint8_t *blk, __m256i *W, __m256 *SC, __m256i *M16, float *dmin) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    if (T == NX_TYPE_Q4_K || T == NX_TYPE_Q5_K) {
+        const float d = h2f(blk);
+        *dmin = h2f(blk + 2);
+        uint8_t sc[8], m[8];
+        nx_mm_k4_scales(blk + 4, sc, m);
+#pragma GCC unroll 8
+        for (int z = 0; z < 8; z++) SC[z] = _mm256_set1_ps(d * (float)sc[z]);
+        uint64_t mm;
+        memcpy(&mm, m, 8);
+        const __m128i mb = _mm_cvtsi64_si128((long long)mm);
+        *M16 = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(mb, mb));
+        const uint8_t *qs = T == NX_TYPE_Q4_K ? ((const nx_block_q4_K *)(const void *)blk)->qs
+                                              : ((const nx_block_q5_K *)(const void *)blk)->qs;
+#pragma GCC unroll 4
+        for (int c = 0; c < 4; c++) {
+            const __m256i v = ld256(qs + 32 * c);
+            W[2 * c] = _mm256_and_si256(v, m4);
+            W[2 * c + 1] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+        }
+        if (T == NX_TYPE_Q5_K) {
+            const __m256i h = ld256(((const nx_block_q5_K *)(const void *)blk)->qh), c16 = _mm256_set1_epi8(16);
+#pragma GCC unroll 8
+            for (int z = 0; z < 8; z++) {
+                const __m256i bit = _mm256_set1_epi8((char)(1 << z));   /* value 32z + i: bit z of qh[i] */
+                W[z] = _mm256_or_si256(W[z], _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(h, bit), bit), c16));
+            }
+        }
+    } else if (T == NX_TYPE_Q6_K) {
+        const nx_block_q6_K *b = (const void *)blk;
+        const float d = _cvtsh_ss(b->d);
+        const __m128i s16 = _mm_loadu_si128((const __m128i *)b->scales);
+        const __m256 g0 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(s16)), _mm256_set1_ps(d));
+        const __m256 g1 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(s16, 8))), _mm256_set1_ps(d));
+#pragma GCC unroll 8
+        for (int z = 0; z < 8; z++) {   /* lanes 0-3: group 2z, lanes 4-7: group 2z + 1 */
+            const __m256 g = z < 4 ? g0 : g1;
+            const __m256i idx = _mm256_set_epi32(2 * (z % 4) + 1, 2 * (z % 4) + 1, 2 * (z % 4) + 1, 2 * (z % 4) + 1,
+                                                 2 * (z % 4), 2 * (z % 4), 2 * (z % 4), 2 * (z % 4));
+            SC[z] = _mm256_permutevar8x32_ps(g, idx);
+        }
+        const __m256i m30 = _mm256_set1_epi8(0x30), c32 = _mm256_set1_epi8(32);
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            const __m256i l0 = ld256(b->ql + 64 * h), l1 = ld256(b->ql + 64 * h + 32), hb = ld256(b->qh + 32 * h);
+            const __m256i h0 = _mm256_and_si256(_mm256_slli_epi16(hb, 4), m30);
+            const __m256i h1 = _mm256_and_si256(_mm256_slli_epi16(hb, 2), m30);
+            const __m256i h2 = _mm256_and_si256(hb, m30);
+            const __m256i h3 = _mm256_and_si256(_mm256_srli_epi16(hb, 2), m30);
+            W[4 * h + 0] = _mm256_sub_epi8(_mm256_or_si256(_mm256_and_si256(l0, m4), h0), c32);
+            W[4 * h + 1] = _mm256_sub_epi8(_mm256_or_si256(_mm256_and_si256(l1, m4), h1), c32);
+            W[4 * h + 2] = _mm256_sub_epi8(_mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), h2), c32);
+            W[4 * h + 3] = _mm256_sub_epi8(_mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4), h3), c32);
+        }
+    } else { /* IQ4_XS */
+        const nx_block_iq4_xs *b = (const void *)blk;
+        const float d = _cvtsh_ss(b->d);
+#pragma GCC unroll 8
+        for (int z = 0; z < 8; z++) {
+            const int ls = ((b->scales_l[z / 2] >> (4 * (z % 2))) & 0xF) | (((b->scales_h >> (2 * z)) & 3) << 4);
+            SC[z] = _mm256_set1_ps(d * (float)(ls - 32));
+            W[z] = iq4_lut(nibbles16(b->qs + 16 * z));
+        }
+    }
+}
+
+AI void b256_kernel(const int T, const int NR, int64_t n, const uint8_t *w, size_t ws, int64_t nw,
+                    const nx_mm_act *a, float *y, int64_t ldy) {
+    const int has_m = T == NX_TYPE_Q4_K || T == NX_TYPE_Q5_K;   /* also: unsigned codes, signed activations */
+    const int64_t nsb = n / 256;
+    const size_t bs = bsize256(T);
+    const __m256i flip = _mm256_set1_epi8((char)0x80);
+    for (int64_t o = 0; o < nw; o++) {
+        const uint8_t *wr = w + (size_t)o * ws;
+        __m256 acc[NX_MM_TILE];
+#pragma GCC unroll 16
+        for (int r = 0; r < NR; r++) acc[r] = _mm256_setzero_ps();
+        for (int64_t sb = 0; sb < nsb; sb++) {
+            __m256i W[8], AW[8], M16 = _mm256_setzero_si256();
+            __m256 SC[8];
+            float dmin = 0.0f;
+            prefetch_w(wr + (size_t)sb * bs, bs);
+            dec256(T, wr + (size_t)sb * bs, W, SC, &M16, &dmin);
+            if (!has_m) {
+#pragma GCC unroll 8
+                for (int z = 0; z < 8; z++) AW[z] = _mm256_sign_epi8(W[z], W[z]);
+            }
+            const __m256 dmn = _mm256_set1_ps(-dmin);
+#pragma GCC unroll 16
+            for (int r = 0; r < NR; r++) {
+                const uint8_t *q = a->q + r * a->q_stride + 256 * sb;
+                __m256 f = _mm256_setzero_ps();
+#pragma GCC unroll 8
+                for (int z = 0; z < 8; z++) {
+                    __m256i p;
+                    if (has_m) p = dot_us(W[z], ld256(q + 32 * z));
+                    else p = dot_ss(AW[z], W[z], _mm256_xor_si256(ld256(q + 32 * z), flip));
+                    f = z == 0 ? _mm256_mul_ps(_mm256_cvtepi32_ps(p), SC[0]) : _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), SC[z], f);
+                }
+                if (has_m) {
+                    const __m256i ms = _mm256_madd_epi16(ld256(a->bs + r * a->bs_stride + 16 * sb), M16);
+                    f = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ms), dmn, f);
+                }
+                acc[r] = _mm256_fmadd_ps(f, _mm256_broadcast_ss(a->d + r * a->d_stride + sb), acc[r]);
+            }
+        }
+#pragma GCC unroll 16
+        for (int r = 0; r < NR; r++) y[r * ldy + o] = hsum256(acc[r]);
+    }
+}
+
+#define B256_Q4_K(nr) b256_kernel(NX_TYPE_Q4_K, nr, n, wo, ws, 1, &sub, yo, ldy)
+#define B256_Q5_K(nr) b256_kernel(NX_TYPE_Q5_K, nr, n, wo, ws, 1, &sub, yo, ldy)
+#define B256_Q6_K(nr) b256_kernel(NX_TYPE_Q6_K, nr, n, wo, ws, 1, &sub, yo, ldy)
+#define B256_IQ4_XS(nr) b256_kernel(NX_TYPE_IQ4_XS, nr, n, wo, ws, 1, &sub, yo, ldy)
+KERNEL_FN(k_q4_K, B256_Q4_K)
+KERNEL_FN(k_q5_K, B256_Q5_K)
+KERNEL_FN(k_q6_K, B256_Q6_K)
+KERNEL_FN(k_iq4_xs, B256_IQ4_XS)
+
+/* ===== Activation quantization (bit-identical to the scalar reference in matmul.c) ===== */
+
+static inline int hsum_epi32_256(__m256i v) {
+    __m128i t = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    t = _mm_add_epi32(t, _mm_shuffle_epi32(t, _MM_SHUFFLE(1, 0, 3, 2)));
+    t = _mm_add_epi32(t, _mm_shuffle_epi32(t, _MM_SHUFFLE(2, 3, 0, 1)));
+    return _mm_cvtsi128_si32(t);
+}
+
+void nx_mm_quantize_avx2(const float *x, int64_t n, int B, int bias, uint8_t *q, float *d, float *s, int16_t *bs) {
+    const __m256 lo = _mm256_set1_ps(-127.0f), hi = _mm256_set1_ps(127.0f);
+    const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    const __m256i vbias = _mm256_set1_epi32(bias);
+    const __m256i pick = _mm256_setr_epi8(0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
+                                          0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1);
+    for (int64_t b = 0; b < n / B; b++) {
+        const float *xb = x + b * B;
+        __m256 m = _mm256_setzero_ps();
+        for (int i = 0; i < B; i += 8) m = _mm256_max_ps(_mm256_and_ps(_mm256_loadu_ps(xb + i), absmask), m);
+        __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+        m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+        m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+        const float amax = _mm_cvtss_f32(m4);
+        const float db = amax / 127.0f;
+        const float id = db != 0.0f ? 1.0f / db : 0.0f;
+        const __m256 vid = _mm256_set1_ps(id);
+        int sum = 0;
+        for (int g = 0; g < B; g += 16) {
+            int gs = 0;
+            for (int i = g; i < g + 16; i += 8) {
+                __m256 v = _mm256_max_ps(_mm256_mul_ps(_mm256_loadu_ps(xb + i), vid), lo);   /* NaN -> -127 */
+                const __m256i qi = _mm256_cvtps_epi32(_mm256_min_ps(v, hi));
+                gs += hsum_epi32_256(qi);
+                const __m256i u = _mm256_shuffle_epi8(_mm256_add_epi32(qi, vbias), pick);
+                const uint32_t w0 = (uint32_t)_mm256_extract_epi32(u, 0), w1 = (uint32_t)_mm256_extract_epi32(u, 4);
+                memcpy(q + b * B + i, &w0, 4);
+                memcpy(q + b * B + i + 4, &w1, 4);
+            }
+            if (bs) bs[b * (B / 16) + g / 16] = (int16_t)gs;
+            sum += gs;
+        }
+        d[b] = db;
+        if (s) s[b] = db * (float)sum;
+    }
+}
+
+uint64_t nx_mm_stream_read_avx2(const void *p, size_t n) {
+    const uint8_t *b = p;
+    __m256i s0 = _mm256_setzero_si256(), s1 = s0, s2 = s0, s3 = s0;
+    for (size_t i = 0; i < n; i += 128) {
+        s0 = _mm256_add_epi64(s0, _mm256_load_si256((const __m256i *)(b + i)));
+        s1 = _mm256_add_epi64(s1, _mm256_load_si256((const __m256i *)(b + i + 32)));
+        s2 = _mm256_add_epi64(s2, _mm256_load_si256((const __m256i *)(b + i + 64)));
+        s3 = _mm256_add_epi64(s3, _mm256_load_si256((const __m256i *)(b + i + 96)));
+    }
+    __m256i s = _mm256_add_epi64(_mm256_add_epi64(s0, s1), _mm256_add_epi64(s2, s3));
+    __m128i t = _mm_add_epi64(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+    return (uint64_t)_mm_cvtsi128_si64(t) + (uint64_t)_mm_extract_epi64(t, 1);
+}
+
+nx_mm_kernel nx_mm_kernel_avx2(nx_type type) {
+    switch (type) {
+    case NX_TYPE_F32: return k_f32;
+    case NX_TYPE_F16: return k_f16;
+    case NX_TYPE_BF16: return k_bf16;
+    case NX_TYPE_Q4_0: return k_q4_0;
+    case NX_TYPE_Q4_1: return k_q4_1;
+    case NX_TYPE_Q5_0: return k_q5_0;
+    case NX_TYPE_Q5_1: return k_q5_1;
+    case NX_TYPE_Q8_0: return k_q8_0;
+    case NX_TYPE_IQ4_NL: return k_iq4_nl;
+    case NX_TYPE_Q4_K: return k_q4_K;
+    case NX_TYPE_Q5_K: return k_q5_K;
+    case NX_TYPE_Q6_K: return k_q6_K;
+    case NX_TYPE_IQ4_XS: return k_iq4_xs;
+    default: return NULL;
+    }
+}

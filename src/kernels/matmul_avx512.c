@@ -1,0 +1,483 @@
+/*
+ * matmul_avx512.c — AVX-512 (F/BW/VL/VNNI/VBMI) matmul kernels.
+ *
+ * One weight row is decoded once per step (two 32-blocks, or one 256 super-block) into
+ * signed bytes and per-lane float scales, then dotted with each of the tile's activation
+ * rows (1..16) with vpdpbusd. Activations are stored as unsigned a+128, so every dot gets a
+ * correction -128*sum(w) per lane; it depends only on the weight, so it is computed once per
+ * weight step and used as the accumulator's start value (exact in int32).
+ *
+ * Batch invariance: the per-row work is the same instruction sequence whatever the tile size
+ * (the tile size only changes how many rows share one decoded weight step), every float op
+ * is an explicit intrinsic (no compiler contraction), and each row's 16 float lanes are
+ * reduced by one fixed tree. Tests check bit-identity across tiles and threads.
+ * Must never: read past the last block of a weight row or past n_in activation values.
+ */
+#include "kernels/matmul_impl.h"
+#include "quant/blocks.h"
+#include <immintrin.h>
+#include <string.h>
+
+#define AI static inline __attribute__((always_inline))
+
+/* Software prefetch distance (bytes ahead in a thread's weight stream). The hardware
+ * prefetchers stop at 4 KB page boundaries; this keeps enough DRAM reads in flight for a
+ * single core to approach its share of the bandwidth. 0 disables. */
+#ifndef NX_MM_PREFETCH
+#define NX_MM_PREFETCH 2048
+#endif
+AI void prefetch_w(const uint8_t *p, size_t bytes) {
+    if (NX_MM_PREFETCH > 0)
+        for (size_t o = 0; o < bytes; o += 64) _mm_prefetch((const char *)(p + NX_MM_PREFETCH + o), _MM_HINT_T0);
+}
+
+AI float hsum512(__m512 v) {
+    __m256 a = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
+    __m128 b = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    b = _mm_add_ps(b, _mm_movehl_ps(b, b));
+    b = _mm_add_ss(b, _mm_movehdup_ps(b));
+    return _mm_cvtss_f32(b);
+}
+
+AI float hsum128(__m128 b) {
+    b = _mm_add_ps(b, _mm_movehl_ps(b, b));
+    b = _mm_add_ss(b, _mm_movehdup_ps(b));
+    return _mm_cvtss_f32(b);
+}
+
+AI uint16_t ld16(const uint8_t *p) { uint16_t v; memcpy(&v, p, 2); return v; }
+AI uint32_t ld32(const uint8_t *p) { uint32_t v; memcpy(&v, p, 4); return v; }
+
+/* Two floats at p as lanes 0 and 1 of an xmm (upper lanes zero). */
+AI __m128 ld2f(const float *p) { return _mm_castsi128_ps(_mm_loadl_epi64((const __m128i *)p)); }
+
+/* One weight row at a time; the tile's rows in groups (nx_mm_group), each group a separate
+ * compiled body with its accumulators in registers. */
+#define KERNEL_FN(name, CALL) \
+    static void name(int64_t n, const uint8_t *w, size_t ws, int64_t nw, const nx_mm_act *a, int na, float *y, int64_t ldy) { \
+        for (int64_t o = 0; o < nw; o++) { \
+            const uint8_t *wo = w + (size_t)o * ws; \
+            for (int r0 = 0; r0 < na;) { \
+                const int nr = nx_mm_group(na - r0); \
+                const nx_mm_act sub = nx_mm_act_rows(a, r0); \
+                float *yo = y + (int64_t)r0 * ldy + o; \
+                switch (nr) { case 1: CALL(1); break; case 2: CALL(2); break; case 3: CALL(3); break; \
+                              case 4: CALL(4); break; default: CALL(8); break; } \
+                r0 += nr; \
+            } \
+        } }
+
+/* ===== Float weights: 16 lanes, one accumulator per activation row ===== */
+
+AI __m512 wload16(const int T, const uint8_t *w, int64_t i) {
+    if (T == NX_TYPE_F32) return _mm512_loadu_ps((const float *)w + i);
+    __m256i h = _mm256_loadu_si256((const __m256i *)(w + 2 * i));
+    if (T == NX_TYPE_F16) return _mm512_cvtph_ps(h);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+AI __m512 wload16_mask(const int T, const uint8_t *w, int64_t i, __mmask16 m) {
+    if (T == NX_TYPE_F32) return _mm512_maskz_loadu_ps(m, (const float *)w + i);
+    __m256i h = _mm256_maskz_loadu_epi16(m, w + 2 * i);
+    if (T == NX_TYPE_F16) return _mm512_cvtph_ps(h);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+AI void float_kernel(const int T, const int NR, int64_t n, const uint8_t *w, size_t ws, int64_t nw,
+                     const nx_mm_act *a, float *y, int64_t ldy) {
+    for (int64_t o = 0; o < nw; o++) {
+        const uint8_t *wr = w + (size_t)o * ws;
+        __m512 acc[NX_MM_TILE];
+#pragma GCC unroll 16
+        for (int r = 0; r < NR; r++) acc[r] = _mm512_setzero_ps();
+        int64_t i = 0;
+        for (; i + 16 <= n; i += 16) {
+            const __m512 wv = wload16(T, wr, i);
+#pragma GCC unroll 16
+            for (int r = 0; r < NR; r++)
+                acc[r] = _mm512_fmadd_ps(wv, _mm512_loadu_ps(a->x + r * a->ldx + i), acc[r]);
+        }
+        if (i < n) {
+            const __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
+            const __m512 wv = wload16_mask(T, wr, i, m);
+#pragma GCC unroll 16
+            for (int r = 0; r < NR; r++)
+                acc[r] = _mm512_fmadd_ps(wv, _mm512_maskz_loadu_ps(m, a->x + r * a->ldx + i), acc[r]);
+        }
+#pragma GCC unroll 16
+        for (int r = 0; r < NR; r++) y[r * ldy + o] = hsum512(acc[r]);
+    }
+}
+
+
+#define FK_CALL_NX_TYPE_F32(nr) float_kernel(NX_TYPE_F32, nr, n, wo, ws, 1, &sub, yo, ldy)
+#define FK_CALL_NX_TYPE_F16(nr) float_kernel(NX_TYPE_F16, nr, n, wo, ws, 1, &sub, yo, ldy)
+#define FK_CALL_NX_TYPE_BF16(nr) float_kernel(NX_TYPE_BF16, nr, n, wo, ws, 1, &sub, yo, ldy)
+KERNEL_FN(k_f32, FK_CALL_NX_TYPE_F32)
+KERNEL_FN(k_f16, FK_CALL_NX_TYPE_F16)
+KERNEL_FN(k_bf16, FK_CALL_NX_TYPE_BF16)
+
+/* ===== 32-value blocks, two per step ===== */
+
+AI size_t bsize32(const int T) {
+    switch (T) {
+    case NX_TYPE_Q4_0: return sizeof(nx_block_q4_0);
+    case NX_TYPE_Q4_1: return sizeof(nx_block_q4_1);
+    case NX_TYPE_Q5_0: return sizeof(nx_block_q5_0);
+    case NX_TYPE_Q5_1: return sizeof(nx_block_q5_1);
+    case NX_TYPE_Q8_0: return sizeof(nx_block_q8_0);
+    default: return sizeof(nx_block_iq4_nl);
+    }
+}
+
+AI size_t qs_off32(const int T) {
+    switch (T) {
+    case NX_TYPE_Q4_1: return 4;
+    case NX_TYPE_Q5_0: return 6;
+    case NX_TYPE_Q5_1: return 8;
+    default: return 2;
+    }
+}
+
+/* Lanes 0-7 take element 0, lanes 8-15 element 1. */
+AI __m512 spread2(__m128 v) {
+    const __m512i idx = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+    return _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(v));
+}
+
+/* Decode blocks b0 (and b0 + size when TWO) into 64 signed bytes (upper 32 zero when !TWO),
+ * the per-lane scales D and the mins M = (m0, m1, 0, 0) for Q4_1 / Q5_1. */
+AI void dec32x2(const int T, const int TWO, const uint8_t *b0, __m512i *wq, __m512 *D, __m128 *M) {
+    const size_t bs = bsize32(T), off = qs_off32(T);
+    const uint8_t *b1 = b0 + bs;
+    uint32_t hd = ld16(b0);
+    if (TWO) hd |= (uint32_t)ld16(b1) << 16;
+    *D = spread2(_mm_cvtph_ps(_mm_cvtsi32_si128((int)hd)));
+    if (T == NX_TYPE_Q4_1 || T == NX_TYPE_Q5_1) {
+        uint32_t hm = ld16(b0 + 2);
+        if (TWO) hm |= (uint32_t)ld16(b1 + 2) << 16;
+        *M = _mm_cvtph_ps(_mm_cvtsi32_si128((int)hm));
+    }
+    if (T == NX_TYPE_Q8_0) {
+        __m256i lo = _mm256_loadu_si256((const __m256i *)(b0 + off));
+        *wq = TWO ? _mm512_inserti64x4(_mm512_castsi256_si512(lo), _mm256_loadu_si256((const __m256i *)(b1 + off)), 1)
+                  : _mm512_zextsi256_si512(lo);
+        return;
+    }
+    /* Nibble types: 128-bit lanes [qs0, qs0, qs1, qs1] -> [lo0, hi0, lo1, hi1]. */
+    __m128i q0 = _mm_loadu_si128((const __m128i *)(b0 + off));
+    __m128i q1 = TWO ? _mm_loadu_si128((const __m128i *)(b1 + off)) : _mm_setzero_si128();
+    __m512i z = _mm512_castsi256_si512(_mm256_inserti128_si256(_mm256_castsi128_si256(q0), q1, 1));
+    z = _mm512_shuffle_i64x2(z, z, _MM_SHUFFLE(1, 1, 0, 0));
+    __m512i n = _mm512_and_si512(_mm512_mask_srli_epi16(z, 0xFF00FF00u, z, 4), _mm512_set1_epi8(0x0F));
+    __m512i r;
+    switch (T) {
+    case NX_TYPE_Q4_0: r = _mm512_sub_epi8(n, _mm512_set1_epi8(8)); break;
+    case NX_TYPE_Q4_1: r = n; break;
+    case NX_TYPE_Q5_0:
+    case NX_TYPE_Q5_1: {
+        uint64_t qh = ld32(b0 + (T == NX_TYPE_Q5_0 ? 2 : 4));
+        if (TWO) qh |= (uint64_t)ld32(b1 + (T == NX_TYPE_Q5_0 ? 2 : 4)) << 32;
+        if (T == NX_TYPE_Q5_0) r = _mm512_mask_sub_epi8(n, _cvtu64_mask64(~qh), n, _mm512_set1_epi8(16));
+        else r = _mm512_mask_add_epi8(n, _cvtu64_mask64(qh), n, _mm512_set1_epi8(16));
+        break;
+    }
+    default: /* IQ4_NL */
+        r = _mm512_shuffle_epi8(_mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)nx_mm_iq4_table)), n);
+        break;
+    }
+    *wq = TWO ? r : _mm512_zextsi256_si512(_mm512_castsi512_si256(r));
+}
+
+AI void b32_kernel(const int T, const int NR, int64_t n, const uint8_t *w, size_t ws, int64_t nw,
+                   const nx_mm_act *a, float *y, int64_t ldy) {
+    const int has_m = T == NX_TYPE_Q4_1 || T == NX_TYPE_Q5_1;
+    const int64_t nb = n / 32;
+    const size_t bs = bsize32(T);
+    const __m512i c128 = _mm512_set1_epi8((char)0x80), zero = _mm512_setzero_si512();
+    for (int64_t o = 0; o < nw; o++) {
+        const uint8_t *wr = w + (size_t)o * ws;
+        __m512 acc[NX_MM_TILE];
+        __m128 accm[NX_MM_TILE];
+#pragma GCC unroll 16
+        for (int r = 0; r < NR; r++) { acc[r] = _mm512_setzero_ps(); accm[r] = _mm_setzero_ps(); }
+        int64_t b = 0;
+        for (; b + 2 <= nb; b += 2) {
+            __m512i wq; __m512 D; __m128 M = _mm_setzero_ps();
+            prefetch_w(wr + (size_t)b * bs, 2 * bs);
+            dec32x2(T, 1, wr + (size_t)b * bs, &wq, &D, &M);
+            const __m512i corr = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, c128, wq));
+#pragma GCC unroll 16
+            for (int r = 0; r < NR; r++) {
+                const __m512i I = _mm512_dpbusd_epi32(corr, _mm512_loadu_si512(a->q + r * a->q_stride + 32 * b), wq);
+                const __m512 S = _mm512_mul_ps(D, _mm512_loadu_ps(a->de + r * a->de_stride + 8 * b));
+                acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(I), S, acc[r]);
+                if (has_m) accm[r] = _mm_fmadd_ps(M, ld2f(a->s + r * a->s_stride + b), accm[r]);
+            }
+        }
+        if (b < nb) {   /* odd block count: one block in the low half */
+            __m512i wq; __m512 D; __m128 M = _mm_setzero_ps();
+            dec32x2(T, 0, wr + (size_t)b * bs, &wq, &D, &M);
+            const __m512i corr = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, c128, wq));
+#pragma GCC unroll 16
+            for (int r = 0; r < NR; r++) {
+                const __m512i q = _mm512_zextsi256_si512(_mm256_loadu_si256((const __m256i *)(a->q + r * a->q_stride + 32 * b)));
+                const __m512i I = _mm512_dpbusd_epi32(corr, q, wq);
+                const __m512 S = _mm512_mul_ps(D, _mm512_loadu_ps(a->de + r * a->de_stride + 8 * b));
+                acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(I), S, acc[r]);
+                if (has_m) accm[r] = _mm_fmadd_ps(M, _mm_load_ss(a->s + r * a->s_stride + b), accm[r]);
+            }
+        }
+#pragma GCC unroll 16
+        for (int r = 0; r < NR; r++) {
+            float v = hsum512(acc[r]);
+            if (has_m) v += hsum128(accm[r]);
+            y[r * ldy + o] = v;
+        }
+    }
+}
+
+
+#define B32_CALL_NX_TYPE_Q4_0(nr) b32_kernel(NX_TYPE_Q4_0, nr, n, wo, ws, 1, &sub, yo, ldy)
+#define B32_CALL_NX_TYPE_Q4_1(nr) b32_kernel(NX_TYPE_Q4_1, nr, n, wo, ws, 1, &sub, yo, ldy)
+#define B32_CALL_NX_TYPE_Q5_0(nr) b32_kernel(NX_TYPE_Q5_0, nr, n, wo, ws, 1, &sub, yo, ldy)
+#define B32_CALL_NX_TYPE_Q5_1(nr) b32_kernel(NX_TYPE_Q5_1, nr, n, wo, ws, 1, &sub, yo, ldy)
+#define B32_CALL_NX_TYPE_Q8_0(nr) b32_kernel(NX_TYPE_Q8_0, nr, n, wo, ws, 1, &sub, yo, ldy)
+#define B32_CALL_NX_TYPE_IQ4_NL(nr) b32_kernel(NX_TYPE_IQ4_NL, nr, n, wo, ws, 1, &sub, yo, ldy)
+KERNEL_FN(k_q4_0, B32_CALL_NX_TYPE_Q4_0)
+KERNEL_FN(k_q4_1, B32_CALL_NX_TYPE_Q4_1)
+KERNEL_FN(k_q5_0, B32_CALL_NX_TYPE_Q5_0)
+KERNEL_FN(k_q5_1, B32_CALL_NX_TYPE_Q5_1)
+KERNEL_FN(k_q8_0, B32_CALL_NX_TYPE_Q8_0)
+KERNEL_FN(k_iq4_nl, B32_CALL_NX_TYPE_IQ4_NL)
+
+/* ===== 256-value super-blocks ===== */
+
+AI size_t bsize256(const int T) {
+    switch (T) {
+    case NX_TYPE_Q4_K: return sizeof(nx_block_q4_K);
+    case NX_TYPE_Q5_K: return sizeof(nx_block_q5_K);
+    case NX_TYPE_Q6_K: return sizeof(nx_block_q6_K);
+    default: return sizeof(nx_block_iq4_xs);
+    }
+}
+
+/* Per-lane scales for vector z (values 64z..64z+63) from 8 sub-block scales (lanes 0-7 of s8). */
+AI __m512 lanes32(__m512 s8, int z) {
+    const __m512i idx = _mm512_add_epi32(_mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0),
+                                         _mm512_set1_epi32(2 * z));
+    return _mm512_permutexvar_ps(idx, s8);
+}
+
+/* Per-lane scales for vector z from 16 group scales (groups of 16 values). */
+AI __m512 lanes16(__m512 s16, int z) {
+    const __m512i idx = _mm512_add_epi32(_mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0),
+                                         _mm512_set1_epi32(4 * z));
+    return _mm512_permutexvar_ps(idx, s16);
+}
+
+/* Q4_K / Q5_K nibbles: 64 bytes -> W[2k] = values of chunk 2k, W[2k+1] = chunk 2k+1. */
+AI void nibbles_k4(const uint8_t *qs, __m512i *W) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+#pragma GCC unroll 2
+    for (int k = 0; k < 2; k++) {
+        const __m512i v = _mm512_loadu_si512(qs + 64 * k);
+        const __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+        W[2 * k] = _mm512_shuffle_i64x2(lo, hi, _MM_SHUFFLE(1, 0, 1, 0));
+        W[2 * k + 1] = _mm512_shuffle_i64x2(lo, hi, _MM_SHUFFLE(3, 2, 3, 2));
+    }
+}
+
+/* Decode one super-block: W[4] signed bytes, SC[4] per-lane float scales (d folded in),
+ * and for Q4_K / Q5_K the mins as int16 pairs M16 (zmm, lanes 0..15) and dmin. */
+AI void dec256(const int T, const uint8_t *blk, __m512i *W, __m512 *SC, __m512i *M16, float *dmin) {
+    if (T == NX_TYPE_Q4_K || T == NX_TYPE_Q5_K) {
+        const nx_block_q4_K *b4 = (const void *)blk;
+        const nx_block_q5_K *b5 = (const void *)blk;
+        const float d = _cvtsh_ss(ld16(blk)), dm = _cvtsh_ss(ld16(blk + 2));
+        const uint8_t *sc = blk + 4;
+        const uint32_t w0 = ld32(sc), w1 = ld32(sc + 4), w2 = ld32(sc + 8);
+        const uint32_t sc_lo = w0 & 0x3f3f3f3fu, sc_hi = (w2 & 0x0f0f0f0fu) | (((w0 >> 6) & 0x03030303u) << 4);
+        const uint32_t m_lo = w1 & 0x3f3f3f3fu, m_hi = ((w2 >> 4) & 0x0f0f0f0fu) | (((w1 >> 6) & 0x03030303u) << 4);
+        const __m256 s8 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_set_epi32(0, 0, (int)sc_hi, (int)sc_lo))),
+                                        _mm256_set1_ps(d));
+        const __m512 s8z = _mm512_castps256_ps512(s8);
+#pragma GCC unroll 4
+        for (int z = 0; z < 4; z++) SC[z] = lanes32(s8z, z);
+        const __m128i mb = _mm_set_epi32(0, 0, (int)m_hi, (int)m_lo);
+        *M16 = _mm512_zextsi256_si512(_mm256_cvtepu8_epi16(_mm_unpacklo_epi8(mb, mb)));
+        *dmin = dm;
+        if (T == NX_TYPE_Q4_K) {
+            nibbles_k4(b4->qs, W);
+        } else {
+            nibbles_k4(b5->qs, W);
+            const __m256i h = _mm256_loadu_si256((const __m256i *)b5->qh);
+            const __m512i hz = _mm512_inserti64x4(_mm512_castsi256_si512(h), h, 1);
+            const __m512i c16 = _mm512_set1_epi8(16);
+#pragma GCC unroll 4
+            for (int c = 0; c < 4; c++) {
+                /* value 64c + i: bit 2c of qh[i]; value 64c + 32 + i: bit 2c + 1 */
+                const __m512i sel = _mm512_mask_blend_epi8(0xFFFFFFFF00000000ull, _mm512_set1_epi8((char)(1 << (2 * c))),
+                                                           _mm512_set1_epi8((char)(2 << (2 * c))));
+                W[c] = _mm512_mask_add_epi8(W[c], _mm512_test_epi8_mask(hz, sel), W[c], c16);
+            }
+        }
+    } else if (T == NX_TYPE_Q6_K) {
+        const nx_block_q6_K *b = (const void *)blk;
+        const float d = _cvtsh_ss(b->d);
+        const __m512 g = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)b->scales))),
+                                       _mm512_set1_ps(d));
+#pragma GCC unroll 4
+        for (int z = 0; z < 4; z++) SC[z] = lanes16(g, z);
+        const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30), c32 = _mm512_set1_epi8(32);
+        const __m512i cnt_a = _mm512_set_epi64(0x0002000200020002ll, 0x0002000200020002ll, 0x0002000200020002ll,
+                                               0x0002000200020002ll, 0x0004000400040004ll, 0x0004000400040004ll,
+                                               0x0004000400040004ll, 0x0004000400040004ll);
+        const __m512i cnt_b = _mm512_set_epi64(0x0002000200020002ll, 0x0002000200020002ll, 0x0002000200020002ll,
+                                               0x0002000200020002ll, 0, 0, 0, 0);
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            const __m512i l = _mm512_loadu_si512(b->ql + 64 * h);
+            const __m256i hy = _mm256_loadu_si256((const __m256i *)(b->qh + 32 * h));
+            const __m512i hz = _mm512_inserti64x4(_mm512_castsi256_si512(hy), hy, 1);
+            const __m512i lo = _mm512_and_si512(l, m4), hi = _mm512_and_si512(_mm512_srli_epi16(l, 4), m4);
+            const __m512i ha = _mm512_and_si512(_mm512_sllv_epi16(hz, cnt_a), m30);
+            const __m512i hb = _mm512_and_si512(_mm512_srlv_epi16(hz, cnt_b), m30);
+            W[2 * h] = _mm512_sub_epi8(_mm512_or_si512(lo, ha), c32);
+            W[2 * h + 1] = _mm512_sub_epi8(_mm512_or_si512(hi, hb), c32);
+        }
+    } else { /* IQ4_XS */
+        const nx_block_iq4_xs *b = (const void *)blk;
+        const float d = _cvtsh_ss(b->d);
+        const __m256i sl = _mm256_set1_epi32((int)ld32(b->scales_l)), sh = _mm256_set1_epi32(b->scales_h);
+        const __m256i lo = _mm256_and_si256(_mm256_srlv_epi32(sl, _mm256_set_epi32(28, 24, 20, 16, 12, 8, 4, 0)),
+                                            _mm256_set1_epi32(15));
+        const __m256i hi = _mm256_and_si256(_mm256_srlv_epi32(sh, _mm256_set_epi32(14, 12, 10, 8, 6, 4, 2, 0)),
+                                            _mm256_set1_epi32(3));
+        const __m256i ls = _mm256_sub_epi32(_mm256_or_si256(lo, _mm256_slli_epi32(hi, 4)), _mm256_set1_epi32(32));
+        const __m512 s8z = _mm512_castps256_ps512(_mm256_mul_ps(_mm256_cvtepi32_ps(ls), _mm256_set1_ps(d)));
+#pragma GCC unroll 4
+        for (int z = 0; z < 4; z++) SC[z] = lanes32(s8z, z);
+        const __m512i m4 = _mm512_set1_epi8(0x0F);
+        const __m512i lut = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)nx_mm_iq4_table));
+        const __m512i i0 = _mm512_set_epi64(11, 10, 3, 2, 9, 8, 1, 0), i1 = _mm512_set_epi64(15, 14, 7, 6, 13, 12, 5, 4);
+    #pragma GCC unroll 2
+    for (int k = 0; k < 2; k++) {
+            const __m512i v = _mm512_loadu_si512(b->qs + 64 * k);
+            const __m512i lo4 = _mm512_and_si512(v, m4), hi4 = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+            W[2 * k] = _mm512_shuffle_epi8(lut, _mm512_permutex2var_epi64(lo4, i0, hi4));
+            W[2 * k + 1] = _mm512_shuffle_epi8(lut, _mm512_permutex2var_epi64(lo4, i1, hi4));
+        }
+    }
+}
+
+AI void b256_kernel(const int T, const int NR, int64_t n, const uint8_t *w, size_t ws, int64_t nw,
+                    const nx_mm_act *a, float *y, int64_t ldy) {
+    const int has_m = T == NX_TYPE_Q4_K || T == NX_TYPE_Q5_K;
+    const int64_t nsb = n / 256;
+    const size_t bs = bsize256(T);
+    const __m512i c128 = _mm512_set1_epi8((char)0x80), zero = _mm512_setzero_si512();
+    for (int64_t o = 0; o < nw; o++) {
+        const uint8_t *wr = w + (size_t)o * ws;
+        __m512 acc[NX_MM_TILE];
+#pragma GCC unroll 16
+        for (int r = 0; r < NR; r++) acc[r] = _mm512_setzero_ps();
+        for (int64_t sb = 0; sb < nsb; sb++) {
+            __m512i W[4], corr[4], M16 = zero;
+            __m512 SC[4];
+            float dmin = 0.0f;
+            prefetch_w(wr + (size_t)sb * bs, bs);
+            dec256(T, wr + (size_t)sb * bs, W, SC, &M16, &dmin);
+            /* Q4_K / Q5_K: unsigned weight codes times signed activations, no correction */
+            if (!has_m) {
+#pragma GCC unroll 4
+                for (int z = 0; z < 4; z++) corr[z] = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, c128, W[z]));
+            }
+            const __m512 dmn = _mm512_set1_ps(-dmin);
+#pragma GCC unroll 16
+            for (int r = 0; r < NR; r++) {
+                const uint8_t *q = a->q + r * a->q_stride + 256 * sb;
+                __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps((has_m ? _mm512_dpbusd_epi32(zero, W[0], _mm512_loadu_si512(q)) : _mm512_dpbusd_epi32(corr[0], _mm512_loadu_si512(q), W[0]))), SC[0]);
+                f = _mm512_fmadd_ps(_mm512_cvtepi32_ps((has_m ? _mm512_dpbusd_epi32(zero, W[1], _mm512_loadu_si512(q + 64)) : _mm512_dpbusd_epi32(corr[1], _mm512_loadu_si512(q + 64), W[1]))), SC[1], f);
+                f = _mm512_fmadd_ps(_mm512_cvtepi32_ps((has_m ? _mm512_dpbusd_epi32(zero, W[2], _mm512_loadu_si512(q + 128)) : _mm512_dpbusd_epi32(corr[2], _mm512_loadu_si512(q + 128), W[2]))), SC[2], f);
+                f = _mm512_fmadd_ps(_mm512_cvtepi32_ps((has_m ? _mm512_dpbusd_epi32(zero, W[3], _mm512_loadu_si512(q + 192)) : _mm512_dpbusd_epi32(corr[3], _mm512_loadu_si512(q + 192), W[3]))), SC[3], f);
+                if (has_m) {
+                    const __m512i bsum = _mm512_zextsi256_si512(
+                        _mm256_loadu_si256((const __m256i *)(a->bs + r * a->bs_stride + 16 * sb)));
+                    f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_madd_epi16(bsum, M16)), dmn, f);
+                }
+                acc[r] = _mm512_fmadd_ps(f, _mm512_set1_ps(a->d[r * a->d_stride + sb]), acc[r]);
+            }
+        }
+#pragma GCC unroll 16
+        for (int r = 0; r < NR; r++) y[r * ldy + o] = hsum512(acc[r]);
+    }
+}
+
+
+#define B256_CALL_NX_TYPE_Q4_K(nr) b256_kernel(NX_TYPE_Q4_K, nr, n, wo, ws, 1, &sub, yo, ldy)
+#define B256_CALL_NX_TYPE_Q5_K(nr) b256_kernel(NX_TYPE_Q5_K, nr, n, wo, ws, 1, &sub, yo, ldy)
+#define B256_CALL_NX_TYPE_Q6_K(nr) b256_kernel(NX_TYPE_Q6_K, nr, n, wo, ws, 1, &sub, yo, ldy)
+#define B256_CALL_NX_TYPE_IQ4_XS(nr) b256_kernel(NX_TYPE_IQ4_XS, nr, n, wo, ws, 1, &sub, yo, ldy)
+KERNEL_FN(k_q4_K, B256_CALL_NX_TYPE_Q4_K)
+KERNEL_FN(k_q5_K, B256_CALL_NX_TYPE_Q5_K)
+KERNEL_FN(k_q6_K, B256_CALL_NX_TYPE_Q6_K)
+KERNEL_FN(k_iq4_xs, B256_CALL_NX_TYPE_IQ4_XS)
+
+/* ===== Activation quantization (bit-identical to the scalar reference in matmul.c) ===== */
+
+void nx_mm_quantize_avx512(const float *x, int64_t n, int B, int bias, uint8_t *q, float *d, float *s, int16_t *bs) {
+    const __m512 lo = _mm512_set1_ps(-127.0f), hi = _mm512_set1_ps(127.0f);
+    const __m512i vbias = _mm512_set1_epi32(bias);
+    for (int64_t b = 0; b < n / B; b++) {
+        const float *xb = x + b * B;
+        __m512 m = _mm512_setzero_ps();
+        for (int i = 0; i < B; i += 16) m = _mm512_max_ps(_mm512_abs_ps(_mm512_loadu_ps(xb + i)), m);  /* NaN -> m */
+        const float amax = _mm512_reduce_max_ps(m);
+        const float db = amax / 127.0f;
+        const float id = db != 0.0f ? 1.0f / db : 0.0f;
+        const __m512 vid = _mm512_set1_ps(id);
+        int sum = 0;
+        for (int i = 0; i < B; i += 16) {
+            __m512 v = _mm512_max_ps(_mm512_mul_ps(_mm512_loadu_ps(xb + i), vid), lo);   /* NaN -> -127 */
+            const __m512i qi = _mm512_cvtps_epi32(_mm512_min_ps(v, hi));
+            const int gs = _mm512_reduce_add_epi32(qi);
+            _mm_storeu_si128((__m128i *)(q + b * B + i), _mm512_cvtepi32_epi8(_mm512_add_epi32(qi, vbias)));
+            if (bs) bs[b * (B / 16) + i / 16] = (int16_t)gs;
+            sum += gs;
+        }
+        d[b] = db;
+        if (s) s[b] = db * (float)sum;
+    }
+}
+
+uint64_t nx_mm_stream_read_avx512(const void *p, size_t n) {
+    const uint8_t *b = p;
+    __m512i s0 = _mm512_setzero_si512(), s1 = s0, s2 = s0, s3 = s0;
+    for (size_t i = 0; i < n; i += 256) {
+        s0 = _mm512_add_epi64(s0, _mm512_load_si512(b + i));
+        s1 = _mm512_add_epi64(s1, _mm512_load_si512(b + i + 64));
+        s2 = _mm512_add_epi64(s2, _mm512_load_si512(b + i + 128));
+        s3 = _mm512_add_epi64(s3, _mm512_load_si512(b + i + 192));
+    }
+    return (uint64_t)_mm512_reduce_add_epi64(_mm512_add_epi64(_mm512_add_epi64(s0, s1), _mm512_add_epi64(s2, s3)));
+}
+
+nx_mm_kernel nx_mm_kernel_avx512(nx_type type) {
+    switch (type) {
+    case NX_TYPE_F32: return k_f32;
+    case NX_TYPE_F16: return k_f16;
+    case NX_TYPE_BF16: return k_bf16;
+    case NX_TYPE_Q4_0: return k_q4_0;
+    case NX_TYPE_Q4_1: return k_q4_1;
+    case NX_TYPE_Q5_0: return k_q5_0;
+    case NX_TYPE_Q5_1: return k_q5_1;
+    case NX_TYPE_Q8_0: return k_q8_0;
+    case NX_TYPE_IQ4_NL: return k_iq4_nl;
+    case NX_TYPE_Q4_K: return k_q4_K;
+    case NX_TYPE_Q5_K: return k_q5_K;
+    case NX_TYPE_Q6_K: return k_q6_K;
+    case NX_TYPE_IQ4_XS: return k_iq4_xs;
+    default: return NULL;
+    }
+}

@@ -1,0 +1,98 @@
+/*
+ * matmul_impl.h — internal contract between matmul.c (dispatch, threads, activation
+ * quantization) and the per-level kernels (matmul_scalar.c, matmul_avx2.c, matmul_avx512.c).
+ * Not part of any public API.
+ *
+ * Activation layout ("vec dot" format), per activation row r, for the integer weight types:
+ *   q[r*q_stride + i]   = bias + rint(x_i / d_b)  (a byte; the code c = rint(..) is in
+ *                         [-127, 127]; bias = nx_mm_act_bias(type): 128 stores c + 128 as
+ *                         unsigned, for dot products with signed weight bytes; 0 stores c as
+ *                         int8, for types whose weight codes are unsigned: Q4_K, Q5_K)
+ *   d[r*d_stride + b]   = d_b = amax_b / 127      (float, one per block of B values)
+ *   s[r*s_stride + b]   = d_b * sum_{i in b} (q_i - 128)        (B = 32 layouts only)
+ *   de[r*de_stride + 16p + l] = d_{2p + l/8}  (B = 32 only: each pair of block scales spread
+ *                         over 16 lanes, the shape the AVX-512 kernel multiplies with; a
+ *                         missing odd last block gives 0)
+ *   bs[r*bs_stride + g] = sum over the 16 values of group g of (q_i - 128)  (B = 256 only)
+ * with B = 32 for Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/IQ4_NL and B = 256 for Q4_K/Q5_K/Q6_K/IQ4_XS.
+ * The float weight types read x directly (x, ldx).
+ *
+ * A kernel computes, for weight rows o < n_w (row o at w + o*w_stride) and activation rows
+ * r < n_act (n_act <= NX_MM_TILE), y[r*ldy + o]. It must give bit-identical results for a
+ * given (weight row, activation row) whatever n_w, n_act and the row's position in the tile.
+ */
+#ifndef NX_KERNELS_MATMUL_IMPL_H
+#define NX_KERNELS_MATMUL_IMPL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "tensor.h"
+
+#define NX_MM_TILE 16   /* activation rows per pass over a weight row */
+
+typedef struct nx_mm_act {
+    const uint8_t *q;
+    const float   *d;
+    const float   *s;
+    const int16_t *bs;
+    const float   *de;
+    const float   *x;
+    int64_t q_stride, d_stride, s_stride, bs_stride, de_stride, ldx;
+} nx_mm_act;
+
+/* The view advanced by r activation rows. */
+static inline nx_mm_act nx_mm_act_rows(const nx_mm_act *a, int64_t r) {
+    nx_mm_act o = *a;
+    if (a->q) o.q = a->q + r * a->q_stride;
+    if (a->d) o.d = a->d + r * a->d_stride;
+    if (a->s) o.s = a->s + r * a->s_stride;
+    if (a->bs) o.bs = a->bs + r * a->bs_stride;
+    if (a->de) o.de = a->de + r * a->de_stride;
+    if (a->x) o.x = a->x + r * a->ldx;
+    return o;
+}
+
+/* SIMD kernels handle a tile in groups of 8, 4, 3, 2 or 1 rows (one compiled body each, to
+ * keep code size sane); a group's rows share one decode of the weight row. */
+static inline int nx_mm_group(int rem) { return rem >= 8 ? 8 : rem >= 4 ? 4 : rem; }
+
+typedef void (*nx_mm_kernel)(int64_t n_in, const uint8_t *w, size_t w_stride, int64_t n_w,
+                             const nx_mm_act *a, int n_act, float *y, int64_t ldy);
+
+/* The kernel for a weight type at each level, or NULL if that level has none for the type
+ * (the dispatcher then falls back to the level below). */
+nx_mm_kernel nx_mm_kernel_scalar(nx_type type);
+nx_mm_kernel nx_mm_kernel_avx2(nx_type type);
+nx_mm_kernel nx_mm_kernel_avx512(nx_type type);
+
+/* Quantize one activation row of n values (n % B == 0, B = 32 or 256) into the layout
+ * above: q, d, and s (if non-NULL) or bs (if non-NULL). Every level gives identical bytes:
+ * amax = max |x| (NaN ignored), d = amax / 127, id = d ? 1/d : 0, v = x * id clamped to
+ * [-127, 127] (NaN -> -127), q = round-half-even(v) + bias. */
+typedef void (*nx_mm_quant_fn)(const float *x, int64_t n, int B, int bias, uint8_t *q, float *d, float *s, int16_t *bs);
+void nx_mm_quantize_scalar(const float *x, int64_t n, int B, int bias, uint8_t *q, float *d, float *s, int16_t *bs);
+void nx_mm_quantize_avx512(const float *x, int64_t n, int B, int bias, uint8_t *q, float *d, float *s, int16_t *bs);
+void nx_mm_quantize_avx2(const float *x, int64_t n, int B, int bias, uint8_t *q, float *d, float *s, int16_t *bs);
+
+static inline int nx_mm_act_bias(nx_type t) { return t == NX_TYPE_Q4_K || t == NX_TYPE_Q5_K ? 0 : 128; }
+
+/* Streaming reads for the bandwidth measurement (p 64-byte aligned, n % 256 == 0). */
+uint64_t nx_mm_stream_read_avx512(const void *p, size_t n);
+uint64_t nx_mm_stream_read_avx2(const void *p, size_t n);
+
+/* IQ4_NL / IQ4_XS value table (our copy, so the kernels do not depend on the quant module). */
+static const int8_t nx_mm_iq4_table[16] = {
+    -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113,
+};
+
+/* Q4_K / Q5_K: the 8 six-bit scales and mins packed in 12 bytes (sc[j], m[j], j < 8). */
+static inline void nx_mm_k4_scales(const uint8_t *s, uint8_t *sc, uint8_t *m) {
+    for (int j = 0; j < 4; j++) {
+        sc[j] = s[j] & 63;
+        m[j] = s[j + 4] & 63;
+        sc[j + 4] = (uint8_t)((s[j + 8] & 0xF) | ((s[j] >> 6) << 4));
+        m[j + 4] = (uint8_t)((s[j + 8] >> 4) | ((s[j + 4] >> 6) << 4));
+    }
+}
+
+#endif

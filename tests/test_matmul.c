@@ -1,0 +1,365 @@
+/*
+ * test_matmul.c — nx_matmul on every weight type at every SIMD level:
+ *   - against a double-precision reference (W dequantized by the quant module, x quantized
+ *     the way the kernels promise: per block d = amax/127, q = rint(x/d)), and against the
+ *     plain float product within the activation-quantization error bound;
+ *   - SIMD levels against the scalar level;
+ *   - batch invariance (row r alone == row r inside a batch of 1..16, 17, 33 rows, bitwise),
+ *     thread invariance (1, 2, 3 threads, bitwise), row subsets, strides, odd shapes;
+ *   - bad arguments give errors, not crashes.
+ * Weights are random bytes with sane scale fields, so every code pattern is exercised.
+ */
+#include "test.h"
+#include <stdint.h>
+#include "kernels/cpu.h"
+#include "kernels/matmul.h"
+#include "kernels/matmul_impl.h"
+#include "quant/blocks.h"
+#include "quant/quant.h"
+#include "tensor.h"
+#include "threads.h"
+
+static const nx_type k_types[] = {
+    NX_TYPE_F32, NX_TYPE_F16, NX_TYPE_BF16, NX_TYPE_Q8_0, NX_TYPE_Q4_0, NX_TYPE_Q4_1, NX_TYPE_Q5_0,
+    NX_TYPE_Q5_1, NX_TYPE_Q4_K, NX_TYPE_Q5_K, NX_TYPE_Q6_K, NX_TYPE_IQ4_NL, NX_TYPE_IQ4_XS,
+};
+#define N_TYPES (int)(sizeof k_types / sizeof k_types[0])
+
+static uint64_t g_rng = 0x9E3779B97F4A7C15ull;
+static uint32_t rnd(void) {
+    g_rng ^= g_rng << 13; g_rng ^= g_rng >> 7; g_rng ^= g_rng << 17;
+    return (uint32_t)(g_rng >> 16);
+}
+static float frnd(void) { return (float)((double)rnd() / 4294967296.0 * 2.0 - 1.0); }   /* [-1, 1) */
+
+static void put_half(uint8_t *p, float f) { nx_half h = nx_f32_to_half(f); memcpy(p, &h, 2); }
+
+/* Random weight rows: random bytes, then sane scales (no inf/nan), like a real file. */
+static uint8_t *make_weights(nx_type t, int64_t n_in, int64_t n_out, size_t *row_bytes) {
+    const nx_type_traits *tt = nx_type_info(t);
+    size_t rb = nx_row_size(t, n_in);
+    uint8_t *w = malloc(rb * (size_t)n_out);
+    for (size_t i = 0; i < rb * (size_t)n_out; i++) w[i] = (uint8_t)rnd();
+    int64_t nb = n_in / tt->blck_size;
+    for (int64_t o = 0; o < n_out; o++) {
+        uint8_t *row = w + rb * (size_t)o;
+        for (int64_t b = 0; b < nb; b++) {
+            uint8_t *blk = row + (size_t)b * tt->type_size;
+            switch (t) {
+            case NX_TYPE_F32: { float f = frnd(); memcpy(blk, &f, 4); break; }
+            case NX_TYPE_F16: put_half(blk, frnd()); break;
+            case NX_TYPE_BF16: { nx_bf16 h = nx_f32_to_bf16(frnd()); memcpy(blk, &h, 2); break; }
+            case NX_TYPE_Q4_1: case NX_TYPE_Q5_1: case NX_TYPE_Q4_K: case NX_TYPE_Q5_K:
+                put_half(blk, 0.01f + 0.02f * (frnd() + 1)); put_half(blk + 2, 0.02f * (frnd() + 1)); break;
+            case NX_TYPE_Q6_K: put_half(blk + 208, 0.01f * frnd()); break;
+            default: put_half(blk, 0.05f * frnd()); break;   /* d at offset 0 */
+            }
+        }
+    }
+    *row_bytes = rb;
+    return w;
+}
+
+/* The activation format the kernels promise, dequantized: per block of B, d = amax/127. */
+static void quantize_x(nx_type t, const float *x, int64_t n, float *xq, float *err_bound_d) {
+    int B = 0;
+    switch (t) {
+    case NX_TYPE_F32: case NX_TYPE_F16: case NX_TYPE_BF16: B = 0; break;
+    case NX_TYPE_Q4_K: case NX_TYPE_Q5_K: case NX_TYPE_Q6_K: case NX_TYPE_IQ4_XS: B = 256; break;
+    default: B = 32; break;
+    }
+    if (!B) { memcpy(xq, x, (size_t)n * sizeof *x); for (int64_t i = 0; i < n; i++) err_bound_d[i] = 0; return; }
+    for (int64_t b = 0; b < n; b += B) {
+        float amax = 0;
+        for (int i = 0; i < B; i++) amax = fmaxf(amax, fabsf(x[b + i]));
+        float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+        for (int i = 0; i < B; i++) {
+            xq[b + i] = d * nearbyintf(fminf(fmaxf(x[b + i] * id, -127.0f), 127.0f));
+            err_bound_d[b + i] = d * 0.5f;
+        }
+    }
+}
+
+typedef struct {
+    nx_type type;
+    int64_t n_in, n_out;
+    size_t rb;
+    uint8_t *wbytes;
+    nx_tensor w;
+    float *wf;          /* dequantized, n_out x n_in */
+} wmat;
+
+static void wmat_make(wmat *m, nx_type t, int64_t n_in, int64_t n_out) {
+    m->type = t; m->n_in = n_in; m->n_out = n_out;
+    m->wbytes = make_weights(t, n_in, n_out, &m->rb);
+    int64_t ne[2] = {n_in, n_out};
+    CHECK(nx_tensor_init(&m->w, "w", t, 2, ne, m->wbytes));
+    m->wf = malloc(sizeof(float) * (size_t)(n_in * n_out));
+    for (int64_t o = 0; o < n_out; o++) {
+        if (t == NX_TYPE_F32) memcpy(m->wf + o * n_in, m->wbytes + m->rb * (size_t)o, m->rb);
+        else CHECK(nx_dequantize_row(t, m->wbytes + m->rb * (size_t)o, m->wf + o * n_in, n_in));
+    }
+}
+
+static void wmat_free(wmat *m) { free(m->wbytes); free(m->wf); }
+
+static float *make_x(int64_t n_rows, int64_t ldx) {
+    float *x = malloc(sizeof(float) * (size_t)(n_rows * ldx));
+    for (int64_t i = 0; i < n_rows * ldx; i++) x[i] = frnd() * (i % 7 == 0 ? 4.0f : 1.0f);
+    return x;
+}
+
+static nx_status run_mm(nx_threadpool *tp, const wmat *m, const float *x, int64_t n_rows, int64_t ldx, float *y, int64_t ldy) {
+    nx_matmul_scratch s;
+    nx_matmul_scratch_init(&s);
+    nx_error err = {0};
+    nx_status st = nx_matmul(tp, &s, &m->w, x, n_rows, ldx, y, ldy, &err);
+    if (st != NX_OK) fprintf(stderr, "  matmul: %s\n", err.msg);
+    nx_matmul_scratch_free(&s);
+    return st;
+}
+
+static const nx_cpu_level k_levels[] = {NX_CPU_SCALAR, NX_CPU_AVX2, NX_CPU_AVX512};
+
+/* Accuracy against the references and the scalar level, for one shape. */
+static void check_accuracy(nx_type t, int64_t n_in, int64_t n_out, int64_t n_rows) {
+    wmat m;
+    wmat_make(&m, t, n_in, n_out);
+    const int64_t ldx = n_in + 3, ldy = n_out + 2;
+    float *x = make_x(n_rows, ldx);
+    float *xq = malloc(sizeof(float) * (size_t)(n_rows * n_in)), *eb = malloc(sizeof(float) * (size_t)(n_rows * n_in));
+    for (int64_t r = 0; r < n_rows; r++) quantize_x(t, x + r * ldx, n_in, xq + r * n_in, eb + r * n_in);
+    float *ys = malloc(sizeof(float) * (size_t)(n_rows * ldy)), *y = malloc(sizeof(float) * (size_t)(n_rows * ldy));
+    for (size_t l = 0; l < sizeof k_levels / sizeof k_levels[0]; l++) {
+        nx_cpu_level got = nx_cpu_set_level(k_levels[l]);
+        if (got != k_levels[l]) continue;
+        float *out = l == 0 ? ys : y;
+        for (int64_t i = 0; i < n_rows * ldy; i++) out[i] = NAN;
+        CHECK(run_mm(NULL, &m, x, n_rows, ldx, out, ldy) == NX_OK);
+        int bad = 0;
+        for (int64_t r = 0; r < n_rows && bad < 3; r++) {
+            for (int64_t o = 0; o < n_out; o++) {
+                double ref = 0, mag = 0, exact = 0, bound = 0;
+                for (int64_t i = 0; i < n_in; i++) {
+                    double wv = m.wf[o * n_in + i];
+                    ref += wv * xq[r * n_in + i];
+                    mag += fabs(wv * xq[r * n_in + i]);
+                    exact += wv * x[r * ldx + i];
+                    bound += fabs(wv) * eb[r * n_in + i];
+                }
+                double v = out[r * ldy + o];
+                double tol = 2e-5 * mag + 1e-6;
+                if (!(fabs(v - ref) <= tol) || !(fabs(v - exact) <= bound + tol)) {
+                    CHECK_MSG(0, "%s level %s n_in %lld r %lld o %lld: got %.9g ref %.9g (tol %.3g) exact %.9g (bound %.3g)",
+                              nx_type_name(t), nx_cpu_level_name(got), (long long)n_in, (long long)r, (long long)o,
+                              v, ref, tol, exact, bound + tol);
+                    bad++;
+                }
+                if (l > 0 && !(fabs(v - ys[r * ldy + o]) <= 1e-5 * mag + 1e-6)) {
+                    CHECK_MSG(0, "%s level %s vs scalar r %lld o %lld: %.9g vs %.9g", nx_type_name(t),
+                              nx_cpu_level_name(got), (long long)r, (long long)o, v, ys[r * ldy + o]);
+                    bad++;
+                }
+            }
+            for (int64_t o = n_out; o < ldy; o++) CHECK(isnan(out[r * ldy + o]));   /* padding untouched */
+        }
+    }
+    nx_cpu_set_level(NX_CPU_AVX512);
+    free(x); free(xq); free(eb); free(ys); free(y);
+    wmat_free(&m);
+}
+
+static void test_accuracy(void) {
+    for (int ti = 0; ti < N_TYPES; ti++) {
+        nx_type t = k_types[ti];
+        int64_t B = nx_type_info(t)->blck_size;
+        if (B == 1) {
+            check_accuracy(t, 1, 3, 2);
+            check_accuracy(t, 17, 5, 3);
+            check_accuracy(t, 83, 7, 5);
+        } else {
+            check_accuracy(t, B, 5, 3);          /* one block */
+            check_accuracy(t, 3 * B, 7, 2);      /* odd block count */
+            check_accuracy(t, 8 * B, 13, 4);
+        }
+    }
+}
+
+static int same_bits(const float *a, const float *b, size_t n) { return memcmp(a, b, n * sizeof(float)) == 0; }
+
+/* Row r alone == row r in a batch of n_rows, bitwise, at every level; plus row subsets. */
+static void test_batch_invariance(void) {
+    static const int batches[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 33};
+    const int max_rows = 33;
+    for (int ti = 0; ti < N_TYPES; ti++) {
+        nx_type t = k_types[ti];
+        int64_t B = nx_type_info(t)->blck_size;
+        int64_t n_in = B == 1 ? 45 : 3 * B, n_out = 6, ldx = n_in + 1, ldy = n_out + 1;
+        wmat m;
+        wmat_make(&m, t, n_in, n_out);
+        float *x = make_x(max_rows, ldx);
+        float *single = malloc(sizeof(float) * (size_t)(max_rows * n_out));
+        float *y = malloc(sizeof(float) * (size_t)(max_rows * ldy));
+        for (size_t l = 0; l < sizeof k_levels / sizeof k_levels[0]; l++) {
+            if (nx_cpu_set_level(k_levels[l]) != k_levels[l]) continue;
+            for (int r = 0; r < max_rows; r++) CHECK(run_mm(NULL, &m, x + r * ldx, 1, ldx, single + r * n_out, n_out) == NX_OK);
+            for (size_t bi = 0; bi < sizeof batches / sizeof batches[0]; bi++) {
+                int n = batches[bi];
+                /* the batch starts at a varying row so every row sits at several positions */
+                int r0 = (int)(bi % 3) * (n <= 16 ? 1 : 0);
+                CHECK(run_mm(NULL, &m, x + r0 * ldx, n, ldx, y, ldy) == NX_OK);
+                for (int r = 0; r < n; r++)
+                    CHECK_MSG(same_bits(y + r * ldy, single + (r0 + r) * n_out, (size_t)n_out), "%s level %s batch %d row %d",
+                              nx_type_name(t), nx_cpu_level_name(k_levels[l]), n, r);
+            }
+            /* a subset of output rows is the same columns of the full result */
+            nx_error err = {0};
+            float sub[3 * 3];
+            CHECK(nx_matmul_rows(NULL, NULL, &m.w, 2, 5, x, 3, ldx, sub, 3, &err) == NX_OK);
+            for (int r = 0; r < 3; r++) CHECK(same_bits(sub + 3 * r, single + r * n_out + 2, 3));
+        }
+        nx_cpu_set_level(NX_CPU_AVX512);
+        free(x); free(single); free(y);
+        wmat_free(&m);
+    }
+}
+
+static void test_thread_invariance(void) {
+    nx_error err = {0};
+    nx_threadpool *tp[3] = {nx_threadpool_create(1, &err), nx_threadpool_create(2, &err), nx_threadpool_create(3, &err)};
+    CHECK(tp[0] && tp[1] && tp[2]);
+    if (!tp[0] || !tp[1] || !tp[2]) return;
+    for (int ti = 0; ti < N_TYPES; ti++) {
+        nx_type t = k_types[ti];
+        int64_t B = nx_type_info(t)->blck_size;
+        int64_t n_in = B == 1 ? 64 : 2 * B, n_out = 37, n_rows = 20;
+        wmat m;
+        wmat_make(&m, t, n_in, n_out);
+        float *x = make_x(n_rows, n_in);
+        float *y[3];
+        for (int k = 0; k < 3; k++) {
+            y[k] = malloc(sizeof(float) * (size_t)(n_rows * n_out));
+            CHECK(run_mm(tp[k], &m, x, n_rows, n_in, y[k], n_out) == NX_OK);
+        }
+        CHECK_MSG(same_bits(y[0], y[1], (size_t)(n_rows * n_out)) && same_bits(y[0], y[2], (size_t)(n_rows * n_out)),
+                  "%s", nx_type_name(t));
+        for (int k = 0; k < 3; k++) free(y[k]);
+        free(x);
+        wmat_free(&m);
+    }
+    for (int k = 0; k < 3; k++) nx_threadpool_free(tp[k]);
+}
+
+/* Many activation rows (tiles of 16 over cache blocks of weight rows) == one row at a time. */
+static void test_large_batch(void) {
+    const nx_type ts[] = {NX_TYPE_Q8_0, NX_TYPE_Q4_K, NX_TYPE_F16};
+    for (size_t ti = 0; ti < sizeof ts / sizeof ts[0]; ti++) {
+        int64_t n_in = 512, n_out = 300, n_rows = 40;
+        wmat m;
+        wmat_make(&m, ts[ti], n_in, n_out);
+        float *x = make_x(n_rows, n_in);
+        float *y = malloc(sizeof(float) * (size_t)(n_rows * n_out)), *y1 = malloc(sizeof(float) * (size_t)n_out);
+        CHECK(run_mm(NULL, &m, x, n_rows, n_in, y, n_out) == NX_OK);
+        for (int64_t r = 0; r < n_rows; r += 13) {
+            CHECK(run_mm(NULL, &m, x + r * n_in, 1, n_in, y1, n_out) == NX_OK);
+            CHECK(same_bits(y + r * n_out, y1, (size_t)n_out));
+        }
+        free(x); free(y); free(y1);
+        wmat_free(&m);
+    }
+    /* rows of 34 KB: cache blocks of 7 weight rows, so 17 rows make 3 blocks per tile */
+    wmat m;
+    wmat_make(&m, NX_TYPE_Q8_0, 32768, 17);
+    float *x = make_x(20, 32768), *y = malloc(sizeof(float) * 20 * 17), *y1 = malloc(sizeof(float) * 17);
+    CHECK(run_mm(NULL, &m, x, 20, 32768, y, 17) == NX_OK);
+    for (int r = 0; r < 20; r += 19) {
+        CHECK(run_mm(NULL, &m, x + (int64_t)r * 32768, 1, 32768, y1, 17) == NX_OK);
+        CHECK(same_bits(y + r * 17, y1, 17));
+    }
+    free(x); free(y); free(y1);
+    wmat_free(&m);
+}
+
+static void test_errors(void) {
+    nx_error err = {0};
+    float x[512] = {0}, y[16];
+    uint8_t buf[4096] = {0};
+    nx_tensor w;
+    int64_t ne[2] = {256, 2};
+    CHECK(nx_tensor_init(&w, "bad", NX_TYPE_Q2_K, 2, ne, buf));
+    CHECK(nx_matmul(NULL, NULL, &w, x, 1, 256, y, 2, &err) == NX_ERR_UNSUPPORTED);
+    CHECK(strstr(err.msg, "q2_K") != NULL);
+    CHECK(!nx_matmul_supports(NX_TYPE_Q2_K) && nx_matmul_supports(NX_TYPE_Q4_K));
+    CHECK(nx_tensor_init(&w, "w", NX_TYPE_Q8_0, 2, ne, buf));
+    CHECK(nx_matmul(NULL, NULL, &w, x, 1, 100, y, 2, &err) == NX_ERR_INVALID_ARG);   /* ldx < n_in */
+    CHECK(nx_matmul(NULL, NULL, &w, x, 1, 256, y, 1, &err) == NX_ERR_INVALID_ARG);   /* ldy < n_out */
+    CHECK(nx_matmul(NULL, NULL, &w, x, -1, 256, y, 2, &err) == NX_ERR_INVALID_ARG);
+    CHECK(nx_matmul(NULL, NULL, &w, NULL, 1, 256, y, 2, &err) == NX_ERR_INVALID_ARG);
+    CHECK(nx_matmul_rows(NULL, NULL, &w, 1, 3, x, 1, 256, y, 2, &err) == NX_ERR_RANGE);
+    CHECK(nx_matmul(NULL, NULL, NULL, x, 1, 256, y, 2, &err) == NX_ERR_INVALID_ARG);
+    CHECK(nx_matmul(NULL, NULL, &w, x, 0, 256, y, 2, &err) == NX_OK);              /* nothing to do */
+    w.ne[0] = 100;   /* not a multiple of the block size */
+    CHECK(nx_matmul(NULL, NULL, &w, x, 1, 256, y, 2, &err) == NX_ERR_INVALID_ARG);
+    w.ne[0] = 256;
+    w.nb[1] = 10;    /* row stride below the row size */
+    CHECK(nx_matmul(NULL, NULL, &w, x, 1, 256, y, 2, &err) == NX_ERR_INVALID_ARG);
+    CHECK(nx_matmul_scratch_size(NX_TYPE_Q8_0, 256, 4) > 4 * 256);
+    CHECK(nx_matmul_scratch_size(NX_TYPE_F32, 256, 4) == 0);
+}
+
+/* Non-finite activations must not crash or hang (values are then unspecified). */
+static void test_nonfinite(void) {
+    wmat m;
+    wmat_make(&m, NX_TYPE_Q4_K, 256, 4);
+    float x[256], y[4];
+    for (int i = 0; i < 256; i++) x[i] = i == 5 ? NAN : i == 9 ? INFINITY : 1.0f;
+    CHECK(run_mm(NULL, &m, x, 1, 256, y, 4) == NX_OK);
+    wmat_free(&m);
+}
+
+/* Activation quantization: the same bytes on every level, including halfway and non-finite values. */
+static void test_quantize_levels(void) {
+    enum { N = 1024 };
+    static float x[N];
+    for (int i = 0; i < N; i++) x[i] = frnd() * (float)(1 + i % 5);
+    /* block 1: values landing exactly on .5 after scaling (amax 127 -> d = 1) */
+    for (int i = 0; i < 32; i++) x[32 + i] = i == 0 ? 127.0f : (float)(i % 9) - 4.5f;
+    x[100] = NAN; x[300] = INFINITY; x[600] = -INFINITY;
+    for (int i = 768; i < 800; i++) x[i] = 0.0f;   /* all-zero block */
+    for (int B = 32; B <= 256; B *= 8) {
+        const int bias = B == 32 ? 128 : 0;
+        uint8_t q0[N], q1[N], q2[N];
+        float d0[N / 32], d1[N / 32], d2[N / 32], s0[N / 32], s1[N / 32], s2[N / 32];
+        int16_t b0[N / 16], b1[N / 16], b2[N / 16];
+        nx_mm_quantize_scalar(x, N, B, bias, q0, d0, B == 32 ? s0 : NULL, B == 256 ? b0 : NULL);
+        if (nx_cpu_level_detected() >= NX_CPU_AVX2) {
+            nx_mm_quantize_avx2(x, N, B, bias, q1, d1, B == 32 ? s1 : NULL, B == 256 ? b1 : NULL);
+            CHECK(!memcmp(q0, q1, N) && !memcmp(d0, d1, sizeof(float) * (size_t)(N / B)));
+            if (B == 32) CHECK(!memcmp(s0, s1, sizeof(float) * (N / 32)));
+            else CHECK(!memcmp(b0, b1, sizeof(int16_t) * (N / 16)));
+        }
+        if (nx_cpu_level_detected() >= NX_CPU_AVX512) {
+            nx_mm_quantize_avx512(x, N, B, bias, q2, d2, B == 32 ? s2 : NULL, B == 256 ? b2 : NULL);
+            CHECK(!memcmp(q0, q2, N) && !memcmp(d0, d2, sizeof(float) * (size_t)(N / B)));
+            if (B == 32) CHECK(!memcmp(s0, s2, sizeof(float) * (N / 32)));
+            else CHECK(!memcmp(b0, b2, sizeof(int16_t) * (N / 16)));
+        }
+        if (B == 32) {   /* half-even: -3.5 -> -4, -2.5 -> -2, 0.5 -> 0, 1.5 -> 2 */
+            CHECK_EQ_INT(q0[33] - 128, -4); CHECK_EQ_INT(q0[34] - 128, -2);
+            CHECK_EQ_INT(q0[37] - 128, 0); CHECK_EQ_INT(q0[38] - 128, 2);
+            CHECK_EQ_INT(q0[100] - 128, -127);
+        }
+    }
+}
+
+int main(void) {
+    fprintf(stderr, "cpu level detected: %s\n", nx_cpu_level_name(nx_cpu_level_detected()));
+    RUN(test_quantize_levels);
+    RUN(test_accuracy);
+    RUN(test_batch_invariance);
+    RUN(test_thread_invariance);
+    RUN(test_large_batch);
+    RUN(test_errors);
+    RUN(test_nonfinite);
+    return test_summary();
+}
