@@ -46,7 +46,8 @@ bool nx_can_quantize(nx_type type);
 
 /* ===== Typed entry points (n = number of values, a multiple of the block size) ===== */
 
-/* Activation quantizers the matmul kernels mirror in SIMD (bit-exact with ggml's _ref).
+/* ggml's reference activation quantizers (bit-exact with ggml's _ref). nextn's matmul uses its own
+ * activation format (src/kernels/matmul.h: float scale per block, round-half-even); these stay as references.
  * Q8_0: d = max|x|/127 stored as half; q = roundf(x * (1/d)) (half away from zero).
  * Q8_K: m = the value of largest magnitude, iscale = -127/m, q = min(127, round-half-even(
  * iscale*x)), d = 1/iscale (a float, negative when m > 0), bsums[j] = sum of q[16j..16j+15];
