@@ -42,7 +42,7 @@ bench: build
 fuzz: deps
 	cmake -S . -B build-fuzz -DCMAKE_C_COMPILER=clang -DNX_FUZZ=ON -DNX_WERROR=OFF \
 	  -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_FLAGS="-O1 -fsanitize=fuzzer-no-link,address,undefined" >/dev/null
-	cmake --build build-fuzz -j $(JOBS)
+	cmake --build build-fuzz -j $(JOBS) --target fuzzers
 	@if [ "$(FUZZ_SECONDS)" != 0 ]; then for f in build-fuzz/fuzz_*; do \
 	  mkdir -p fuzz-out/$$(basename $$f); \
 	  $$f -max_total_time=$(FUZZ_SECONDS) fuzz-out/$$(basename $$f) fuzz/corpus/$$(basename $$f) || exit 1; done; fi

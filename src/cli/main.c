@@ -15,6 +15,7 @@ static const nx_command commands[] = {
     {"run", nx_cmd_run, "generate text from a prompt (streams to stdout)"},
     {"eval", nx_cmd_eval, "golden interface: logits / greedy continuation / drafts for prompt ids"},
     {"bench", nx_cmd_bench, "prompt and decode throughput of a model"},
+    {"serve", nx_cmd_serve, "OpenAI-compatible HTTP server"},
     {"gguf-info", nx_cmd_gguf_info, "print a GGUF file's metadata and tensor table"},
     {"gen-model", nx_cmd_gen_model, "write a random-weight test model GGUF"},
     {"bench-kernels", nx_cmd_bench_kernels, "matmul throughput per weight type vs memory bandwidth"},

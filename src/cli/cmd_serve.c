@@ -1,0 +1,159 @@
+/*
+ * cmd_serve.c — `nextn serve`: the OpenAI-compatible HTTP server (src/server/server.h).
+ *
+ *   nextn serve -m FILE [--host 127.0.0.1] [--port 8080] [-np 4] [-c CTX] [--alias NAME]
+ *               [--api-key K] [--max-body BYTES] [--queue-max N] [--chat-format chatml|gemma]
+ *               [--shutdown-grace S] [speculation flags: --spec-type ... (spec_params.h)]
+ *
+ * Until the model scheduler is wired in, only the hidden `--fake-backend` runs (the deterministic
+ * byte-echo backend the tests use; `--fake-step-us N` sets its per-step sleep). SIGINT / SIGTERM
+ * stop it gracefully: no new connections, streams get --shutdown-grace seconds (default 5) to
+ * finish, the rest are cancelled, exit 0. The listening address is printed as one line on stdout:
+ * "nextn serve: listening on http://HOST:PORT" (with --port 0 the port is the one chosen).
+ */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <pthread.h>
+#include "cli/cli.h"
+#include "core/log.h"
+#include "server/server.h"
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: nextn serve -m FILE [options]\n"
+            "  --host ADDR            bind address (default 127.0.0.1)\n"
+            "  --port N               port (default 8080; 0 = any free port)\n"
+            "  -np, --parallel N      slots (default 4)\n"
+            "  -c, --ctx-size N       total context, split over the slots (default 4096)\n"
+            "  --alias NAME           model name in the API (default: the file's base name)\n"
+            "  --api-key K            require 'Authorization: Bearer K' (or env NEXTN_API_KEY)\n"
+            "  --max-body BYTES       largest request body (default 8388608)\n"
+            "  --queue-max N          requests that may wait for a slot (default 64)\n"
+            "  --chat-format F        chatml | gemma (default: from the GGUF)\n"
+            "  --shutdown-grace S     seconds streams get to finish on SIGINT/SIGTERM (default 5)\n"
+            "  --timeout S            close idle connections after S seconds (default 60)\n"
+            "%s",
+            nx_spec_params_usage());
+}
+
+static bool parse_int(const char *s, long lo, long hi, long *out) {
+    char *end;
+    long v = s ? strtol(s, &end, 10) : 0;
+    if (!s || !*s || *end || v < lo || v > hi) return false;
+    *out = v;
+    return true;
+}
+
+int nx_cmd_serve(int argc, char **argv) {
+    nx_server_params sp = nx_server_default_params();
+    nx_spec_params spec = nx_spec_params_default();
+    const char *model = NULL, *alias = NULL, *chat = NULL;
+    const char *api_key = getenv("NEXTN_API_KEY");
+    long n_slots = 4, n_ctx = 4096, queue_max = 64, step_us = 1000, timeout_s = 60;
+    double grace = 5.0;
+    bool fake = false;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        long x;
+        nx_error err = {0};
+        bool consumed = false;
+        if (nx_spec_params_parse_arg(&spec, argc, argv, &i, &consumed, &err) != NX_OK) {
+            fprintf(stderr, "nextn serve: %s\n", err.msg);
+            return 2;
+        }
+        if (consumed) { i--; continue; }   /* i is already past the flag; the loop adds one */
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
+        else if (!strcmp(a, "--fake-backend")) { fake = true; continue; }
+        else if (!v) { fprintf(stderr, "nextn serve: %s needs a value (or is unknown)\n", a); usage(stderr); return 2; }
+        else if (!strcmp(a, "-m") || !strcmp(a, "--model")) model = v;
+        else if (!strcmp(a, "--host")) sp.host = v;
+        else if (!strcmp(a, "--port")) { if (!parse_int(v, 0, 65535, &x)) goto bad; sp.port = (int)x; }
+        else if (!strcmp(a, "-np") || !strcmp(a, "--parallel")) { if (!parse_int(v, 1, 256, &n_slots)) goto bad; }
+        else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) { if (!parse_int(v, 8, 1L << 24, &n_ctx)) goto bad; }
+        else if (!strcmp(a, "--alias")) alias = v;
+        else if (!strcmp(a, "--api-key")) api_key = v;
+        else if (!strcmp(a, "--max-body")) { if (!parse_int(v, 64, 1L << 30, &x)) goto bad; sp.max_body = (size_t)x; }
+        else if (!strcmp(a, "--queue-max")) { if (!parse_int(v, 0, 1 << 20, &queue_max)) goto bad; }
+        else if (!strcmp(a, "--chat-format")) chat = v;
+        else if (!strcmp(a, "--timeout")) { if (!parse_int(v, 1, 86400, &timeout_s)) goto bad; }
+        else if (!strcmp(a, "--shutdown-grace")) { char *e; grace = strtod(v, &e); if (*e || grace < 0 || grace > 3600) goto bad; }
+        else if (!strcmp(a, "--fake-step-us")) { if (!parse_int(v, 0, 10000000, &step_us)) goto bad; }
+        else { fprintf(stderr, "nextn serve: unknown option '%s'\n", a); usage(stderr); return 2; }
+        i++;
+        continue;
+    bad:
+        fprintf(stderr, "nextn serve: bad value '%s' for %s\n", v, a);
+        return 2;
+    }
+    nx_error err = {0};
+    if (nx_spec_params_validate(&spec, &err) != NX_OK) {
+        fprintf(stderr, "nextn serve: %s\n", err.msg);
+        return 2;
+    }
+    nx_chat_format cf = NX_CHAT_CHATML;
+    if (chat && !nx_chat_format_parse(chat, &cf)) {
+        fprintf(stderr, "nextn serve: unknown chat format '%s' (known: chatml, gemma)\n", chat);
+        return 2;
+    }
+    if (!fake) {
+        if (!model) { fprintf(stderr, "nextn serve: -m FILE is required\n"); usage(stderr); return 2; }
+        fprintf(stderr, "nextn serve: the model scheduler is not wired in yet; only --fake-backend runs\n");
+        return 1;
+    }
+    if (n_ctx / n_slots < 8) {
+        fprintf(stderr, "nextn serve: -c %ld over %ld slots leaves fewer than 8 positions per slot\n", n_ctx, n_slots);
+        return 2;
+    }
+    char base[128] = "fake";
+    if (model) {
+        const char *b = strrchr(model, '/');
+        snprintf(base, sizeof base, "%s", b ? b + 1 : model);
+        char *dot = strstr(base, ".gguf");
+        if (dot) *dot = 0;
+    }
+    nx_gen_fake_params fp = nx_gen_fake_default_params();
+    fp.alias = alias ? alias : base;
+    fp.n_slots = (int)n_slots;
+    fp.n_ctx_slot = (int)(n_ctx / n_slots);
+    fp.queue_max = (int)queue_max;
+    fp.step_us = (int)step_us;
+    fp.chat_format = cf;
+    fp.spec = spec;
+    sp.api_key = api_key;
+    sp.conn_timeout_s = (int)timeout_s;
+
+    /* Signals are taken by sigwait() below: block them before any thread starts, so that every
+     * thread (libmicrohttpd's, the scheduler) inherits the mask. */
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    nx_gen_backend *be = NULL;
+    if (nx_gen_fake_create(&fp, &be, &err) != NX_OK) {
+        fprintf(stderr, "nextn serve: %s\n", err.msg);
+        return 1;
+    }
+    nx_server *srv = NULL;
+    if (nx_server_start(&sp, be, &srv, &err) != NX_OK) {
+        fprintf(stderr, "nextn serve: %s\n", err.msg);
+        nx_gen_backend_free(be);
+        return 1;
+    }
+    const char *host = sp.host ? sp.host : "127.0.0.1";
+    bool v6 = strchr(host, ':') != NULL;
+    printf("nextn serve: listening on http://%s%s%s:%d\n", v6 ? "[" : "", host, v6 ? "]" : "", nx_server_port(srv));
+    fflush(stdout);
+    int sig = 0;
+    sigwait(&set, &sig);
+    fprintf(stderr, "nextn serve: %s received, shutting down\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    nx_server_stop(srv, grace);
+    nx_server_free(srv);
+    nx_gen_backend_free(be);
+    return 0;
+}

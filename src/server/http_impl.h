@@ -1,0 +1,58 @@
+/*
+ * http_impl.h — what the server's HTTP files share (http.c: daemon, routing, auth, bodies, small
+ * endpoints; http_gen.c: the completion endpoints). Not a public header.
+ */
+#ifndef NX_SERVER_HTTP_IMPL_H
+#define NX_SERVER_HTTP_IMPL_H
+
+#include <microhttpd.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <cjson/cJSON.h>
+#include "server/metrics.h"
+#include "server/request.h"
+#include "server/sbuf.h"
+#include "server/server.h"
+
+struct nx_server {
+    nx_server_params p;
+    char *api_key;              /* NULL: open */
+    nx_gen_backend *be;
+    struct MHD_Daemon *d;
+    int port;
+    nx_metrics *metrics;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int n_active;               /* completion requests in flight (under mu) */
+    atomic_bool stopping;
+    bool stopped;
+    long created;               /* unix time at start (OpenAI "created" of models) */
+};
+
+/* One HTTP request (MHD's per-request closure). */
+typedef struct nx_http_req {
+    nx_server *srv;
+    struct MHD_Connection *conn;
+    int route;
+    nx_sbuf body;
+    bool too_big;
+    double t_arrival;
+} nx_http_req;
+
+/* Responses. Every one carries Content-Type and CORS headers. */
+enum MHD_Result nx_http_reply(struct MHD_Connection *c, unsigned status, const char *ctype, const char *body, size_t n);
+enum MHD_Result nx_http_reply_json(struct MHD_Connection *c, unsigned status, cJSON *j);   /* frees j */
+enum MHD_Result nx_http_reply_error(struct MHD_Connection *c, unsigned status, const char *type, const char *msg);
+/* True when the peer closed the connection (checked without blocking). */
+bool nx_http_client_gone(struct MHD_Connection *c);
+
+/* The completion endpoints (http_gen.c). */
+enum MHD_Result nx_http_completion(nx_http_req *r, nx_api_kind kind);
+
+/* Count a completion request in / out of flight (graceful shutdown waits for zero). */
+void nx_http_active_add(nx_server *s, int d);
+
+/* JSON string of arbitrary bytes (invalid UTF-8 -> U+FFFD, NUL -> \u0000) as a cJSON raw node. */
+cJSON *nx_http_json_bytes(const char *s, size_t n);
+
+#endif

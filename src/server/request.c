@@ -1,0 +1,437 @@
+/*
+ * request.c — parse and validate completion request bodies (see request.h).
+ * Every check names the field; nothing here touches a backend beyond its info.
+ */
+#include "server/request.h"
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+nx_status nx_api_fail(nx_api_error *e, int http, const char *type, const char *fmt, ...) {
+    e->http = http;
+    e->type = type;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->msg, sizeof e->msg, fmt, ap);
+    va_end(ap);
+    return http >= 500 ? NX_ERR_INTERNAL : NX_ERR_INVALID_ARG;
+}
+
+#define BAD(...) nx_api_fail(e, 400, "invalid_request_error", __VA_ARGS__)
+
+/* ===== Typed field access: absent or null keeps the default ===== */
+
+static const cJSON *field(const cJSON *o, const char *key) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    return v && !cJSON_IsNull(v) ? v : NULL;
+}
+
+static nx_status get_bool(const cJSON *o, const char *key, bool *out, nx_api_error *e) {
+    const cJSON *v = field(o, key);
+    if (!v) return NX_OK;
+    if (!cJSON_IsBool(v)) return BAD("'%s' must be a boolean", key);
+    *out = cJSON_IsTrue(v);
+    return NX_OK;
+}
+
+static nx_status as_int(const cJSON *v, const char *key, long long lo, long long hi, long long *out, nx_api_error *e) {
+    if (!cJSON_IsNumber(v)) return BAD("'%s' must be an integer", key);
+    double d = v->valuedouble;
+    if (!isfinite(d) || d != floor(d)) return BAD("'%s' must be an integer", key);
+    if (d < (double)lo || d > (double)hi) return BAD("'%s' must be in %lld..%lld (got %.17g)", key, lo, hi, d);
+    *out = (long long)d;
+    return NX_OK;
+}
+
+static nx_status get_int(const cJSON *o, const char *key, long long lo, long long hi, int *out, nx_api_error *e) {
+    const cJSON *v = field(o, key);
+    if (!v) return NX_OK;
+    long long x;
+    nx_status st = as_int(v, key, lo, hi, &x, e);
+    if (st == NX_OK) *out = (int)x;
+    return st;
+}
+
+static nx_status get_num(const cJSON *o, const char *key, double lo, double hi, float *out, nx_api_error *e) {
+    const cJSON *v = field(o, key);
+    if (!v) return NX_OK;
+    if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble)) return BAD("'%s' must be a number", key);
+    if (v->valuedouble < lo || v->valuedouble > hi) return BAD("'%s' must be in %g..%g (got %g)", key, lo, hi, v->valuedouble);
+    *out = (float)v->valuedouble;
+    return NX_OK;
+}
+
+#define TRY(x) do { nx_status _st = (x); if (_st != NX_OK) return _st; } while (0)
+
+/* ===== Pieces ===== */
+
+static char *dup_bytes(const char *s, size_t n) {
+    char *p = malloc(n + 1);
+    if (p) {
+        memcpy(p, s, n);
+        p[n] = 0;
+    }
+    return p;
+}
+
+static nx_status parse_stop(const cJSON *root, nx_api_request *r, nx_api_error *e) {
+    const cJSON *v = field(root, "stop");
+    if (!v) return NX_OK;
+    int n = 0;
+    if (cJSON_IsString(v)) n = 1;
+    else if (cJSON_IsArray(v)) n = cJSON_GetArraySize(v);
+    else return BAD("'stop' must be a string or an array of strings");
+    if (n > NX_GEN_MAX_STOPS) return BAD("'stop' holds %d strings; at most %d are allowed", n, NX_GEN_MAX_STOPS);
+    r->stops = calloc((size_t)(n ? n : 1), sizeof *r->stops);
+    r->stop_lens = calloc((size_t)(n ? n : 1), sizeof *r->stop_lens);
+    if (!r->stops || !r->stop_lens) return nx_api_fail(e, 500, "server_error", "out of memory");
+    for (int i = 0; i < n; i++) {
+        const cJSON *s = cJSON_IsString(v) ? v : cJSON_GetArrayItem(v, i);
+        if (!cJSON_IsString(s)) return BAD("'stop[%d]' must be a string", i);
+        size_t len = strlen(s->valuestring);
+        if (len == 0) continue;   /* an empty stop string would end every generation at once */
+        if (len > NX_GEN_STOP_MAX_LEN) return BAD("'stop' strings have at most %d bytes", NX_GEN_STOP_MAX_LEN);
+        int k = r->gen.n_stop;
+        r->stops[k] = dup_bytes(s->valuestring, len);
+        if (!r->stops[k]) return nx_api_fail(e, 500, "server_error", "out of memory");
+        r->stop_lens[k] = len;
+        r->gen.n_stop = k + 1;
+    }
+    r->gen.stop = (const char *const *)r->stops;
+    r->gen.stop_len = r->stop_lens;
+    return NX_OK;
+}
+
+static nx_status add_bias(nx_api_request *r, int *n, long long tok, const cJSON *val, const char *what,
+                          const nx_gen_info *info, nx_api_error *e) {
+    if (tok < 0 || tok >= info->n_vocab) return BAD("'logit_bias': token %lld is outside the vocabulary (0..%d)", tok, (int)info->n_vocab - 1);
+    float b;
+    if (cJSON_IsFalse(val)) b = -INFINITY;
+    else if (cJSON_IsNumber(val) && isfinite(val->valuedouble)) b = (float)val->valuedouble;
+    else return BAD("'logit_bias' %s must be a number (or false)", what);
+    r->bias[*n].token = (int32_t)tok;
+    r->bias[*n].bias = b;
+    (*n)++;
+    return NX_OK;
+}
+
+static nx_status parse_logit_bias(const cJSON *root, nx_api_request *r, const nx_gen_info *info, nx_api_error *e) {
+    const cJSON *v = field(root, "logit_bias");
+    if (!v) return NX_OK;
+    if (!cJSON_IsObject(v) && !cJSON_IsArray(v)) return BAD("'logit_bias' must be an object {\"token id\": bias} or an array of [id, bias]");
+    int n = cJSON_GetArraySize(v);
+    if (n > 4096) return BAD("'logit_bias' has %d entries; at most 4096 are allowed", n);
+    r->bias = calloc((size_t)(n ? n : 1), sizeof *r->bias);
+    if (!r->bias) return nx_api_fail(e, 500, "server_error", "out of memory");
+    int k = 0;
+    const cJSON *it;
+    cJSON_ArrayForEach(it, v) {
+        if (cJSON_IsObject(v)) {
+            const char *key = it->string;
+            char *end = NULL;
+            long long tok = key && *key ? strtoll(key, &end, 10) : -1;
+            if (!end || *end) return BAD("'logit_bias' keys must be token ids (got \"%.32s\")", key ? key : "");
+            TRY(add_bias(r, &k, tok, it, "values", info, e));
+        } else {
+            if (!cJSON_IsArray(it) || cJSON_GetArraySize(it) != 2) return BAD("'logit_bias' entries must be [token id, bias]");
+            long long tok;
+            TRY(as_int(cJSON_GetArrayItem(it, 0), "logit_bias[i][0]", 0, INT32_MAX, &tok, e));
+            TRY(add_bias(r, &k, tok, cJSON_GetArrayItem(it, 1), "entries' second items", info, e));
+        }
+    }
+    r->gen.sampling.logit_bias = r->bias;
+    r->gen.sampling.n_logit_bias = k;
+    return NX_OK;
+}
+
+static nx_status parse_spec_fields(const cJSON *o, const char *pfx, nx_gen_spec *sp, const nx_gen_info *info, nx_api_error *e) {
+    char key[64];
+    snprintf(key, sizeof key, "%sn_max", pfx);
+    TRY(get_int(o, key, 0, NX_SPEC_DRAFT_CAP, &sp->n_max, e));
+    snprintf(key, sizeof key, "%sn_min", pfx);
+    TRY(get_int(o, key, 0, NX_SPEC_DRAFT_CAP, &sp->n_min, e));
+    snprintf(key, sizeof key, "%sp_min", pfx);
+    TRY(get_num(o, key, 0.0, 1.0, &sp->p_min, e));
+    snprintf(key, sizeof key, "%sadaptive", pfx);
+    bool ad = sp->adaptive > 0;
+    const cJSON *av = field(o, key);
+    TRY(get_bool(o, key, &ad, e));
+    if (av) sp->adaptive = ad ? 1 : 0;
+    snprintf(key, sizeof key, "%stype", pfx);
+    const cJSON *t = field(o, key);
+    if (t) {
+        char allowed[128] = "";
+        size_t off = 0;
+        for (int i = 0; i < info->n_drafters && i < NX_SPEC_MAX_STAGES; i++)
+            off += (size_t)snprintf(allowed + off, off < sizeof allowed ? sizeof allowed - off : 0, "%s, ",
+                                    nx_spec_type_name(info->drafters[i]));
+        if (off < sizeof allowed) snprintf(allowed + off, sizeof allowed - off, "none");
+        if (!cJSON_IsString(t)) return BAD("'%s' must be a string (allowed: %s)", key, allowed);
+        nx_spec_type ty;
+        if (nx_spec_type_parse(t->valuestring, &ty, NULL) != NX_OK)
+            return BAD("'%s': unknown speculative type '%.32s' (allowed: %s)", key, t->valuestring, allowed);
+        bool ok = ty == NX_SPEC_NONE;
+        for (int i = 0; i < info->n_drafters; i++) ok |= info->drafters[i] == ty;
+        if (!ok) return BAD("'%s': '%s' was not loaded at startup (allowed: %s)", key, nx_spec_type_name(ty), allowed);
+        sp->has_type = true;
+        sp->type = ty;
+    }
+    if (sp->n_min >= 0 && sp->n_max >= 0 && sp->n_min > sp->n_max)
+        return BAD("speculative n_min (%d) is larger than n_max (%d)", sp->n_min, sp->n_max);
+    return NX_OK;
+}
+
+static nx_status parse_prompt(const cJSON *root, nx_api_request *r, const nx_gen_info *info, nx_api_error *e) {
+    const cJSON *v = field(root, "prompt");
+    if (!v) return BAD("'prompt' is required");
+    if (cJSON_IsArray(v) && cJSON_GetArraySize(v) == 1 && cJSON_IsString(cJSON_GetArrayItem(v, 0)))
+        v = cJSON_GetArrayItem(v, 0);
+    if (cJSON_IsString(v)) {
+        r->prompt_len = strlen(v->valuestring);
+        r->prompt_text = dup_bytes(v->valuestring, r->prompt_len);
+        if (!r->prompt_text) return nx_api_fail(e, 500, "server_error", "out of memory");
+        return NX_OK;
+    }
+    if (!cJSON_IsArray(v)) return BAD("'prompt' must be a string or an array of token ids");
+    int n = cJSON_GetArraySize(v);
+    if (n == 0) return BAD("'prompt' is empty");
+    const cJSON *it;
+    cJSON_ArrayForEach(it, v) if (cJSON_IsString(it) || cJSON_IsArray(it))
+        return BAD("'prompt' holds several prompts; only one prompt per request is supported");
+    r->prompt_tokens = malloc((size_t)n * sizeof *r->prompt_tokens);
+    if (!r->prompt_tokens) return nx_api_fail(e, 500, "server_error", "out of memory");
+    int i = 0;
+    cJSON_ArrayForEach(it, v) {
+        long long tok;
+        TRY(as_int(it, "prompt[i]", 0, (long long)info->n_vocab - 1, &tok, e));
+        r->prompt_tokens[i++] = (nx_token)tok;
+    }
+    r->n_prompt_tokens = n;
+    return NX_OK;
+}
+
+/* Message content: a string, null, or an array of {"type":"text","text":...} parts (joined). */
+static nx_status parse_messages(const cJSON *root, nx_api_request *r, const nx_gen_info *info, nx_api_error *e) {
+    const cJSON *v = field(root, "messages");
+    if (!v) return BAD("'messages' is required");
+    if (!cJSON_IsArray(v)) return BAD("'messages' must be an array");
+    int n = cJSON_GetArraySize(v);
+    if (n == 0) return BAD("'messages' must hold at least one message");
+    nx_chat_msg *msgs = calloc((size_t)n, sizeof *msgs);
+    char **owned = calloc((size_t)n, sizeof *owned);
+    nx_status st = NX_OK;
+    if (!msgs || !owned) st = nx_api_fail(e, 500, "server_error", "out of memory");
+    int i = 0;
+    const cJSON *m;
+    cJSON_ArrayForEach(m, v) {
+        if (st != NX_OK) break;
+        if (!cJSON_IsObject(m)) { st = BAD("'messages[%d]' must be an object", i); break; }
+        const cJSON *role = field(m, "role");
+        if (!cJSON_IsString(role)) { st = BAD("'messages[%d].role' must be a string", i); break; }
+        msgs[i].role = role->valuestring;
+        const cJSON *c = field(m, "content");
+        if (!c) {
+            msgs[i].content = "";
+        } else if (cJSON_IsString(c)) {
+            msgs[i].content = c->valuestring;
+            msgs[i].content_len = strlen(c->valuestring);
+        } else if (cJSON_IsArray(c)) {
+            size_t total = 0;
+            const cJSON *part;
+            int j = 0;
+            cJSON_ArrayForEach(part, c) {
+                const cJSON *ty = cJSON_IsObject(part) ? field(part, "type") : NULL;
+                const cJSON *tx = cJSON_IsObject(part) ? field(part, "text") : NULL;
+                if (!cJSON_IsString(ty) || strcmp(ty->valuestring, "text") != 0) {
+                    st = BAD("'messages[%d].content[%d]': only parts of type \"text\" are supported", i, j);
+                    break;
+                }
+                if (!cJSON_IsString(tx)) { st = BAD("'messages[%d].content[%d].text' must be a string", i, j); break; }
+                total += strlen(tx->valuestring);
+                j++;
+            }
+            if (st != NX_OK) break;
+            owned[i] = malloc(total + 1);
+            if (!owned[i]) { st = nx_api_fail(e, 500, "server_error", "out of memory"); break; }
+            size_t off = 0;
+            cJSON_ArrayForEach(part, c) {
+                size_t L = strlen(field(part, "text")->valuestring);
+                memcpy(owned[i] + off, field(part, "text")->valuestring, L);
+                off += L;
+            }
+            owned[i][off] = 0;
+            msgs[i].content = owned[i];
+            msgs[i].content_len = off;
+        } else {
+            st = BAD("'messages[%d].content' must be a string or an array of text parts", i);
+            break;
+        }
+        i++;
+    }
+    if (st == NX_OK) {
+        nx_error err = {0};
+        if (nx_chat_render(info->chat_format, msgs, n, true, &r->prompt_text, &r->prompt_len, &err) != NX_OK)
+            st = err.code == NX_ERR_NOMEM ? nx_api_fail(e, 500, "server_error", "%s", err.msg) : BAD("%s", err.msg);
+        r->prompt_special = true;
+    }
+    for (int k = 0; owned && k < n; k++) free(owned[k]);
+    free(owned);
+    free(msgs);
+    return st;
+}
+
+/* ===== The whole request ===== */
+
+static nx_status parse_body(nx_api_kind kind, const cJSON *root, const nx_gen_info *info, nx_api_request *r,
+                            nx_api_error *e) {
+    if (!cJSON_IsObject(root)) return BAD("the request body must be a JSON object");
+    nx_gen_request *g = &r->gen;
+    const cJSON *model = field(root, "model");
+    if (model && !cJSON_IsString(model)) return BAD("'model' must be a string");
+    if (model) {
+        r->model = dup_bytes(model->valuestring, strlen(model->valuestring));
+        if (!r->model) return nx_api_fail(e, 500, "server_error", "out of memory");
+    }
+    TRY(get_bool(root, "stream", &r->stream, e));
+    const cJSON *so = field(root, "stream_options");
+    if (so) {
+        if (!cJSON_IsObject(so)) return BAD("'stream_options' must be an object");
+        TRY(get_bool(so, "include_usage", &r->include_usage, e));
+    }
+    int n = 1;
+    TRY(get_int(root, "n", INT32_MIN, INT32_MAX, &n, e));
+    if (n != 1) return BAD("'n' must be 1 (got %d): one choice per request", n);
+    /* Lengths: OpenAI names first, llama.cpp's n_predict too. */
+    TRY(get_int(root, "n_predict", -1, INT32_MAX, &g->n_predict, e));
+    TRY(get_int(root, "max_tokens", -1, INT32_MAX, &g->n_predict, e));
+    if (kind == NX_API_CHAT) TRY(get_int(root, "max_completion_tokens", -1, INT32_MAX, &g->n_predict, e));
+    /* Sampling. */
+    nx_sampler_params *sp = &g->sampling;
+    TRY(get_num(root, "temperature", -1e9, 1e9, &sp->temperature, e));
+    TRY(get_num(root, "top_p", 0.0, 1.0, &sp->top_p, e));
+    TRY(get_int(root, "top_k", INT32_MIN, INT32_MAX, &sp->top_k, e));
+    TRY(get_num(root, "min_p", 0.0, 1.0, &sp->min_p, e));
+    TRY(get_int(root, "min_keep", 0, 1 << 20, &sp->min_keep, e));
+    TRY(get_num(root, "presence_penalty", -2.0, 2.0, &sp->presence_penalty, e));
+    TRY(get_num(root, "frequency_penalty", -2.0, 2.0, &sp->frequency_penalty, e));
+    TRY(get_num(root, "repeat_penalty", 1e-6, 1e6, &sp->repeat_penalty, e));
+    TRY(get_int(root, "repeat_last_n", -1, 1 << 20, &sp->penalty_last_n, e));
+    const cJSON *seed = field(root, "seed");
+    if (seed) {
+        long long s;
+        TRY(as_int(seed, "seed", INT64_MIN / 2, INT64_MAX / 2, &s, e));
+        sp->seed = s == -1 ? NX_SAMPLER_SEED_RANDOM : (uint32_t)s;
+    }
+    TRY(parse_logit_bias(root, r, info, e));
+    TRY(parse_stop(root, r, e));
+    TRY(get_bool(root, "cache_prompt", &g->cache_prompt, e));
+    TRY(get_bool(root, "ignore_eos", &g->ignore_eos, e));
+    TRY(get_int(root, "id_slot", -1, info->n_slots - 1, &g->id_slot, e));
+    if (g->id_slot < 0 && r->model) {
+        const char *p = strstr(r->model, "-slot");
+        while (p && strstr(p + 1, "-slot")) p = strstr(p + 1, "-slot");
+        if (p && p[5] >= '0' && p[5] <= '9') {
+            char *end;
+            long s = strtol(p + 5, &end, 10);
+            if (*end == 0) {
+                if (s >= info->n_slots) return BAD("model '%.100s' pins slot %ld, but there are %d slots", r->model, s, info->n_slots);
+                g->id_slot = (int)s;
+            }
+        }
+    }
+    /* Log probabilities. */
+    if (kind == NX_API_CHAT) {
+        TRY(get_bool(root, "logprobs", &r->logprobs, e));
+        TRY(get_int(root, "top_logprobs", 0, NX_GEN_TOP_MAX, &r->top_logprobs, e));
+    } else if (kind == NX_API_COMPLETIONS) {
+        int lp = -1;
+        TRY(get_int(root, "logprobs", 0, NX_GEN_TOP_MAX, &lp, e));
+        r->logprobs = lp >= 0;
+        r->top_logprobs = lp > 0 ? lp : 0;
+    } else {
+        TRY(get_int(root, "n_probs", 0, NX_GEN_TOP_MAX, &r->top_logprobs, e));
+        r->logprobs = r->top_logprobs > 0;
+        TRY(get_bool(root, "return_tokens", &r->return_tokens, e));
+    }
+    g->want_logprob = r->logprobs;
+    g->n_probs = r->top_logprobs;
+    /* Speculation: a nested object and / or llama.cpp's flat keys. */
+    const cJSON *spec = field(root, "speculative");
+    if (spec) {
+        if (!cJSON_IsObject(spec)) return BAD("'speculative' must be an object");
+        /* Check the nested fields under their flat names, so that messages say "speculative.x". */
+        cJSON *flat = cJSON_CreateObject();
+        if (!flat) return nx_api_fail(e, 500, "server_error", "out of memory");
+        const cJSON *it;
+        cJSON_ArrayForEach(it, spec) {
+            char key[80];
+            snprintf(key, sizeof key, "speculative.%.60s", it->string ? it->string : "");
+            cJSON_AddItemReferenceToObject(flat, key, (cJSON *)it);
+        }
+        nx_status st = parse_spec_fields(flat, "speculative.", &g->spec, info, e);
+        cJSON_Delete(flat);
+        TRY(st);
+    }
+    TRY(parse_spec_fields(root, "speculative.", &g->spec, info, e));
+    /* Features not supported (yet): refuse instead of silently ignoring. */
+    if (kind == NX_API_COMPLETIONS) {
+        bool echo = false;
+        TRY(get_bool(root, "echo", &echo, e));
+        if (echo) return BAD("'echo' is not supported");
+        int best_of = 1;
+        TRY(get_int(root, "best_of", INT32_MIN, INT32_MAX, &best_of, e));
+        if (best_of != 1) return BAD("'best_of' must be 1");
+        const cJSON *suffix = field(root, "suffix");
+        if (suffix && (!cJSON_IsString(suffix) || suffix->valuestring[0])) return BAD("'suffix' is not supported");
+    }
+    if (kind == NX_API_CHAT) {
+        const cJSON *tools = field(root, "tools");
+        if (tools && (!cJSON_IsArray(tools) || cJSON_GetArraySize(tools) > 0))
+            return BAD("'tools' is not supported yet (needs the chat-template engine)");
+        const cJSON *rf = field(root, "response_format");
+        if (rf) {
+            const cJSON *t = cJSON_IsObject(rf) ? field(rf, "type") : NULL;
+            if (!cJSON_IsString(t)) return BAD("'response_format.type' must be a string");
+            if (strcmp(t->valuestring, "text") != 0) return BAD("'response_format' type '%.32s' is not supported", t->valuestring);
+        }
+        TRY(parse_messages(root, r, info, e));
+    } else {
+        TRY(parse_prompt(root, r, info, e));
+        r->prompt_special = true;
+    }
+    return NX_OK;
+}
+
+nx_status nx_api_parse(nx_api_kind kind, const char *body, size_t len, const nx_gen_info *info,
+                       nx_api_request *out, nx_api_error *e) {
+    memset(out, 0, sizeof *out);
+    out->kind = kind;
+    nx_gen_request_init(&out->gen, info->n_vocab);
+    if (!body || len == 0) return BAD("the request body is empty (expected a JSON object)");
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithLengthOpts(body, len, &end, false);
+    if (!root) {
+        size_t at = end && end >= body && end <= body + len ? (size_t)(end - body) : 0;
+        return BAD("malformed JSON in the request body (near byte %zu)", at);
+    }
+    nx_status st = parse_body(kind, root, info, out, e);
+    cJSON_Delete(root);
+    if (st != NX_OK) nx_api_request_free(out);
+    return st;
+}
+
+void nx_api_request_free(nx_api_request *r) {
+    free(r->model);
+    free(r->prompt_text);
+    free(r->prompt_tokens);
+    if (r->stops)
+        for (int i = 0; i < r->gen.n_stop; i++) free(r->stops[i]);
+    free(r->stops);
+    free(r->stop_lens);
+    free(r->bias);
+    memset(r, 0, sizeof *r);
+}

@@ -1,0 +1,46 @@
+/*
+ * server.h — `nextn serve`'s HTTP surface (server.md): libmicrohttpd, one thread per connection,
+ * JSON with cJSON, on top of a generation backend (backend.h).
+ *
+ * Endpoints: GET /health (no auth), /v1/models (+ "<alias>-slotN" entries), /props, /slots,
+ * /metrics; POST /v1/chat/completions, /v1/completions, /completion, /tokenize, /detokenize
+ * (aliases: /models, /v1/props, /v1/health, /chat/completions, /completions).
+ * Errors: {"error":{"message","type","code"}} — 400 malformed JSON / wrong field types / n != 1 /
+ * prompt over the slot context (with the counts) / bad speculative.type; 401 missing or wrong
+ * Bearer key; 404 unknown endpoint; 405 wrong method; 413 body over max_body; 503 queue full
+ * (Retry-After) or shutting down / loading.
+ * Streaming: SSE `data: {json}\n\n`, OpenAI endpoints end with `data: [DONE]`; llama.cpp's native
+ * /completion ends with its `"stop": true` chunk, as llama-server does. Text never splits a
+ * UTF-8 character. A client that disconnects cancels its generation at once.
+ * Never: print (logs go through nx_log), exit, or crash / hang / leak on any request.
+ */
+#ifndef NX_SERVER_SERVER_H
+#define NX_SERVER_SERVER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include "core/error.h"
+#include "server/backend.h"
+
+typedef struct nx_server_params {
+    const char *host;           /* "127.0.0.1"; "::1" etc. for IPv6 */
+    int    port;                /* 0: an ephemeral port (see nx_server_port) */
+    const char *api_key;        /* NULL or "": no auth */
+    size_t max_body;            /* bytes; default 8 MiB */
+    int    conn_timeout_s;      /* idle keep-alive connections are closed after this; default 60 */
+    int    max_connections;     /* default 256 */
+} nx_server_params;
+
+nx_server_params nx_server_default_params(void);
+
+typedef struct nx_server nx_server;
+
+/* Bind and start serving. The backend is borrowed: free it after nx_server_free(). */
+nx_status nx_server_start(const nx_server_params *p, nx_gen_backend *be, nx_server **out, nx_error *err);
+int  nx_server_port(const nx_server *s);
+/* Graceful stop: stop accepting connections, give requests in flight up to grace_s seconds to
+ * finish, cancel the rest (their streams end), close every connection. Idempotent. */
+void nx_server_stop(nx_server *s, double grace_s);
+void nx_server_free(nx_server *s);   /* stops (grace 0) if still running; NULL-safe */
+
+#endif

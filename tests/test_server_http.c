@@ -1,0 +1,958 @@
+/*
+ * test_server_http.c — the HTTP surface of `nextn serve` (server.md), in process: a server on an
+ * ephemeral loopback port over the fake backend, driven with raw HTTP/1.1 over sockets.
+ * Covers auth, every error path (bad JSON, wrong types, unknown endpoint, missing / wrong key,
+ * oversized bodies with and without Content-Length, prompt over the slot context, n > 1, bad
+ * speculative.type), the three completion endpoints with and without streaming (SSE checked
+ * line by line, UTF-8 never split), stop strings, slot pinning, /tokenize, /detokenize, /slots,
+ * /props, /v1/models, a client disconnecting mid-stream (its slot is free at once), queue
+ * overflow (503 + Retry-After), graceful stop, and /metrics parsed by a Prometheus text checker
+ * whose counters must equal the sums of the responses' timings.
+ * Every socket has a receive timeout and every wait loop a deadline.
+ */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <ctype.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
+#include <cjson/cJSON.h>
+#include "test.h"
+#include "server/server.h"
+
+#define KEY "sekret-key"
+
+typedef struct srv {
+    nx_gen_backend *be;
+    nx_server *s;
+    int port;
+} srv;
+
+static bool srv_start(srv *v, int slots, int n_ctx, int queue_max, int step_us, const char *key, size_t max_body) {
+    memset(v, 0, sizeof *v);
+    nx_gen_fake_params fp = nx_gen_fake_default_params();
+    fp.alias = "fake";
+    fp.n_slots = slots;
+    fp.n_ctx_slot = n_ctx;
+    fp.queue_max = queue_max;
+    fp.step_us = step_us;
+    fp.spec.n_types = 2;
+    fp.spec.types[0] = NX_SPEC_NGRAM;
+    fp.spec.types[1] = NX_SPEC_MTP;
+    fp.spec.draft_max = 4;
+    nx_error err = {0};
+    if (nx_gen_fake_create(&fp, &v->be, &err) != NX_OK) return false;
+    nx_server_params sp = nx_server_default_params();
+    sp.port = 0;
+    sp.api_key = key;
+    if (max_body) sp.max_body = max_body;
+    if (nx_server_start(&sp, v->be, &v->s, &err) != NX_OK) {
+        fprintf(stderr, "server start: %s\n", err.msg);
+        nx_gen_backend_free(v->be);
+        return false;
+    }
+    v->port = nx_server_port(v->s);
+    return true;
+}
+
+static void srv_stop(srv *v) {
+    nx_server_free(v->s);
+    nx_gen_backend_free(v->be);
+}
+
+/* ===== A tiny HTTP client ===== */
+
+static int connect_to(int port) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0) return -1;
+    struct timeval tv = {10, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+    if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+static bool send_all(int fd, const char *p, size_t n) {
+    while (n) {
+        ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
+        if (w <= 0) return false;
+        p += w;
+        n -= (size_t)w;
+    }
+    return true;
+}
+
+/* Send a request; `extra` holds whole header lines ("Name: v\r\n"). */
+static int send_req(int port, const char *method, const char *path, const char *extra, const char *body) {
+    int fd = connect_to(port);
+    if (fd < 0) return -1;
+    char head[1024];
+    size_t n = body ? strlen(body) : 0;
+    snprintf(head, sizeof head, "%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n%s%sContent-Length: %zu\r\n\r\n",
+             method, path, extra ? extra : "", body ? "Content-Type: application/json\r\n" : "", n);
+    if (!send_all(fd, head, strlen(head)) || (n && !send_all(fd, body, n))) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+typedef struct resp {
+    int status;
+    char *head;                 /* status line + headers */
+    char *body;                 /* de-chunked */
+    size_t n_body;
+} resp;
+
+static void resp_free(resp *r) {
+    free(r->head);
+    free(r->body);
+    memset(r, 0, sizeof *r);
+}
+
+static char *read_all(int fd, size_t *n_out) {
+    size_t cap = 4096, n = 0;
+    char *p = malloc(cap);
+    for (;;) {
+        if (n + 4096 > cap) p = realloc(p, cap *= 2);
+        ssize_t r = recv(fd, p + n, cap - n - 1, 0);
+        if (r <= 0) break;
+        n += (size_t)r;
+    }
+    p[n] = 0;
+    *n_out = n;
+    return p;
+}
+
+static bool parse_resp(char *raw, size_t n, resp *r) {
+    memset(r, 0, sizeof *r);
+    char *sep = strstr(raw, "\r\n\r\n");
+    if (!sep || sscanf(raw, "HTTP/1.%*d %d", &r->status) != 1) return false;
+    r->head = strndup(raw, (size_t)(sep - raw));
+    char *b = sep + 4;
+    size_t nb = n - (size_t)(b - raw);
+    r->body = malloc(nb + 1);
+    bool chunked = strcasestr(r->head, "transfer-encoding: chunked") != NULL;
+    if (!chunked) {
+        memcpy(r->body, b, nb);
+        r->n_body = nb;
+    } else {
+        size_t o = 0;
+        char *p = b, *end = b + nb;
+        while (p < end) {
+            char *e;
+            unsigned long len = strtoul(p, &e, 16);
+            char *crlf = strstr(p, "\r\n");
+            if (!crlf || e == p) break;
+            p = crlf + 2;
+            if (len == 0 || p + len > end) break;
+            memcpy(r->body + o, p, len);
+            o += len;
+            p += len + 2;
+        }
+        r->n_body = o;
+    }
+    r->body[r->n_body] = 0;
+    return true;
+}
+
+static int request(int port, const char *method, const char *path, const char *extra, const char *body, resp *r) {
+    memset(r, 0, sizeof *r);
+    int fd = send_req(port, method, path, extra, body);
+    if (fd < 0) { fprintf(stderr, "    request: cannot send (errno %d)\n", errno); return -1; }
+    size_t n;
+    errno = 0;
+    char *raw = read_all(fd, &n);
+    int e = errno;
+    close(fd);
+    bool ok = parse_resp(raw, n, r);
+    if (!ok) fprintf(stderr, "    request: no response (read %zu bytes, errno %d)\n", n, e);
+    free(raw);
+    return ok ? r->status : -1;
+}
+
+static const char *AUTH = "Authorization: Bearer " KEY "\r\n";
+
+static int post(int port, const char *path, const char *body, resp *r) { return request(port, "POST", path, AUTH, body, r); }
+static int get(int port, const char *path, resp *r) { return request(port, "GET", path, AUTH, NULL, r); }
+
+/* The error shape of server.md: {"error":{"message":string,"type":string,"code":number}}. */
+static bool is_error(const resp *r, int code, const char *must_contain) {
+    cJSON *j = cJSON_Parse(r->body);
+    cJSON *e = cJSON_GetObjectItem(j, "error");
+    bool ok = r->status == code && cJSON_IsString(cJSON_GetObjectItem(e, "message")) &&
+              cJSON_IsString(cJSON_GetObjectItem(e, "type")) && cJSON_IsNumber(cJSON_GetObjectItem(e, "code")) &&
+              cJSON_GetObjectItem(e, "code")->valueint == code &&
+              (!must_contain || strstr(cJSON_GetObjectItem(e, "message")->valuestring, must_contain));
+    if (!ok) fprintf(stderr, "    unexpected: %d %s\n", r->status, r->body ? r->body : "(null)");
+    cJSON_Delete(j);
+    return ok;
+}
+
+static char *rot13(const char *s) {
+    char *o = strdup(s);
+    for (char *p = o; *p; p++) {
+        if (*p >= 'a' && *p <= 'z') *p = (char)('a' + (*p - 'a' + 13) % 26);
+        else if (*p >= 'A' && *p <= 'Z') *p = (char)('A' + (*p - 'A' + 13) % 26);
+    }
+    return o;
+}
+
+static bool valid_utf8(const char *s, size_t n) {
+    const unsigned char *u = (const unsigned char *)s;
+    for (size_t i = 0; i < n;) {
+        size_t len = u[i] < 0x80 ? 1 : (u[i] & 0xE0) == 0xC0 ? 2 : (u[i] & 0xF0) == 0xE0 ? 3 : (u[i] & 0xF8) == 0xF0 ? 4 : 0;
+        if (!len || i + len > n) return false;
+        for (size_t k = 1; k < len; k++)
+            if ((u[i + k] & 0xC0) != 0x80) return false;
+        i += len;
+    }
+    return true;
+}
+
+/* ===== SSE ===== */
+
+typedef struct sse {
+    cJSON *ev[512];             /* parsed data payloads */
+    int n;
+    bool done;                  /* saw data: [DONE] */
+    bool well_formed;
+    bool utf8_ok;
+} sse;
+
+static void sse_free(sse *s) {
+    for (int i = 0; i < s->n; i++) cJSON_Delete(s->ev[i]);
+}
+
+/* Every event is exactly "data: <json>\n\n"; [DONE] only last. */
+static void sse_parse(const char *body, size_t n, sse *s) {
+    memset(s, 0, sizeof *s);
+    s->well_formed = true;
+    s->utf8_ok = valid_utf8(body, n);
+    const char *p = body, *end = body + n;
+    while (p < end) {
+        if (strncmp(p, "data: ", 6) != 0 || s->done) { s->well_formed = false; return; }
+        const char *e = strstr(p, "\n\n");
+        if (!e) { s->well_formed = false; return; }
+        const char *payload = p + 6;
+        size_t len = (size_t)(e - payload);
+        if (memchr(payload, '\n', len)) { s->well_formed = false; return; }
+        if (len == 6 && !strncmp(payload, "[DONE]", 6)) s->done = true;
+        else {
+            cJSON *j = cJSON_ParseWithLength(payload, len);
+            if (!j || s->n == 512) { cJSON_Delete(j); s->well_formed = false; return; }
+            s->ev[s->n++] = j;
+        }
+        p = e + 2;
+    }
+}
+
+/* Concatenated text of chat / completions / native chunks. */
+static char *sse_text(const sse *s) {
+    size_t cap = 1 << 16, n = 0;
+    char *out = calloc(1, cap);
+    for (int i = 0; i < s->n; i++) {
+        const cJSON *t = cJSON_GetObjectItem(s->ev[i], "content");
+        const cJSON *ch = cJSON_GetArrayItem(cJSON_GetObjectItem(s->ev[i], "choices"), 0);
+        if (ch) {
+            const cJSON *d = cJSON_GetObjectItem(ch, "delta");
+            t = d ? cJSON_GetObjectItem(d, "content") : cJSON_GetObjectItem(ch, "text");
+        }
+        if (cJSON_IsString(t) && n + strlen(t->valuestring) < cap) {
+            memcpy(out + n, t->valuestring, strlen(t->valuestring));
+            n += strlen(t->valuestring);
+        }
+    }
+    return out;
+}
+
+/* ===== Tests ===== */
+
+static srv S;   /* the main server: 2 slots x 256, queue 2, key KEY */
+
+static void test_auth(void) {
+    resp r;
+    CHECK_EQ_INT(request(S.port, "GET", "/health", NULL, NULL, &r), 200);   /* open */
+    CHECK(strstr(r.body, "\"status\":\"ok\"") != NULL);
+    resp_free(&r);
+    CHECK_EQ_INT(request(S.port, "GET", "/v1/models", NULL, NULL, &r), 401);
+    CHECK(is_error(&r, 401, "API key"));
+    CHECK(strcasestr(r.head, "WWW-Authenticate: Bearer") != NULL);
+    resp_free(&r);
+    CHECK_EQ_INT(request(S.port, "GET", "/v1/models", "Authorization: Bearer wrong\r\n", NULL, &r), 401);
+    CHECK(is_error(&r, 401, NULL));
+    resp_free(&r);
+    CHECK_EQ_INT(request(S.port, "POST", "/v1/chat/completions", "Authorization: Bearer " KEY "x\r\n", "{}", &r), 401);
+    resp_free(&r);
+    CHECK_EQ_INT(request(S.port, "GET", "/metrics", "Authorization: Basic " KEY "\r\n", NULL, &r), 401);
+    resp_free(&r);
+    CHECK_EQ_INT(get(S.port, "/v1/models", &r), 200);
+    resp_free(&r);
+}
+
+static void test_errors(void) {
+    resp r;
+    CHECK_EQ_INT(post(S.port, "/v1/chat/completions", "{\"messages\": [", &r), 400);
+    CHECK(is_error(&r, 400, "malformed JSON"));
+    resp_free(&r);
+    CHECK_EQ_INT(post(S.port, "/v1/chat/completions", "", &r), 400);
+    CHECK(is_error(&r, 400, NULL));
+    resp_free(&r);
+    static const struct { const char *path, *body, *needle; } bad[] = {
+        {"/v1/chat/completions", "{\"messages\":\"hi\"}", "messages"},
+        {"/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_tokens\":\"10\"}", "max_tokens"},
+        {"/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"temperature\":[]}", "temperature"},
+        {"/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"stream\":\"yes\"}", "stream"},
+        {"/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"stop\":{}}", "stop"},
+        {"/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"seed\":\"1\"}", "seed"},
+        {"/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"n\":2}", "'n'"},
+        {"/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"speculative\":{\"type\":\"assistant\"}}",
+         "allowed: ngram, mtp, none"},
+        {"/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"speculative\":{\"n_max\":\"4\"}}", "n_max"},
+        {"/v1/chat/completions", "{\"messages\":[{\"role\":\"robot\",\"content\":\"x\"}]}", "robot"},
+        {"/v1/completions", "{\"prompt\":42}", "prompt"},
+        {"/v1/completions", "{\"prompt\":\"x\",\"n\":3}", "'n'"},
+        {"/completion", "{\"prompt\":\"x\",\"n_predict\":true}", "n_predict"},
+        {"/completion", "{\"prompt\":\"x\",\"speculative.type\":\"draft\"}", "allowed"},
+        {"/completion", "[]", "object"},
+        {"/tokenize", "{\"content\":5}", "content"},
+        {"/detokenize", "{\"tokens\":[-1]}", "tokens"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        CHECK_EQ_INT(post(S.port, bad[i].path, bad[i].body, &r), 400);
+        CHECK_MSG(is_error(&r, 400, bad[i].needle), "case %zu: %s", i, bad[i].body);
+        resp_free(&r);
+    }
+    CHECK_EQ_INT(get(S.port, "/v2/nothing", &r), 404);
+    CHECK(is_error(&r, 404, "/v2/nothing"));
+    resp_free(&r);
+    CHECK_EQ_INT(get(S.port, "/v1/chat/completions", &r), 405);
+    CHECK(is_error(&r, 405, NULL));
+    resp_free(&r);
+    /* Prompt over one slot's context (256): 400 with both counts. */
+    char big[1200];
+    memset(big, 'a', 600);
+    big[600] = 0;
+    char body[1400];
+    snprintf(body, sizeof body, "{\"prompt\":\"%s\"}", big);
+    CHECK_EQ_INT(post(S.port, "/v1/completions", body, &r), 400);
+    CHECK(is_error(&r, 400, "601 tokens"));
+    CHECK(strstr(r.body, "256") && strstr(r.body, "exceed_context_size_error"));
+    resp_free(&r);
+}
+
+/* Oversized bodies: announced by Content-Length (answered before the body is read) and chunked. */
+static void test_body_limit(void) {
+    int fd = connect_to(S.port);
+    const char *h = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " KEY "\r\n"
+                    "Content-Length: 9000000\r\n\r\n{\"prompt\":\"";
+    CHECK(send_all(fd, h, strlen(h)));
+    size_t n;
+    char *raw = read_all(fd, &n);
+    close(fd);
+    resp r;
+    CHECK(parse_resp(raw, n, &r) && r.status == 413);
+    CHECK(is_error(&r, 413, "8388608"));
+    resp_free(&r);
+    free(raw);
+
+    fd = connect_to(S.port);
+    h = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\nAuthorization: Bearer " KEY "\r\n"
+        "Transfer-Encoding: chunked\r\n\r\n";
+    CHECK(send_all(fd, h, strlen(h)));
+    size_t chunk = 1 << 20;
+    char *blk = malloc(chunk + 32);
+    int hl = snprintf(blk, 32, "%zx\r\n", chunk);
+    memset(blk + hl, 'a', chunk);
+    memcpy(blk + hl + chunk, "\r\n", 2);
+    bool sent = true;
+    for (int i = 0; i < 9 && sent; i++) sent = send_all(fd, blk, (size_t)hl + chunk + 2);
+    if (sent) send_all(fd, "0\r\n\r\n", 5);
+    free(blk);
+    raw = read_all(fd, &n);
+    close(fd);
+    CHECK(parse_resp(raw, n, &r) && r.status == 413);
+    resp_free(&r);
+    free(raw);
+}
+
+static void test_chat(void) {
+    resp r;
+    const char *body = "{\"model\":\"fake\",\"messages\":[{\"role\":\"system\",\"content\":\"Be nice.\"},"
+                       "{\"role\":\"user\",\"content\":\"Hello \\u00e9\\u20ac!\"}],\"max_tokens\":1000,\"temperature\":0}";
+    CHECK_EQ_INT(post(S.port, "/v1/chat/completions", body, &r), 200);
+    cJSON *j = cJSON_Parse(r.body);
+    const cJSON *ch = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "choices"), 0);
+    const cJSON *msg = cJSON_GetObjectItem(ch, "message");
+    const char *prompt = "<|im_start|>system\nBe nice.<|im_end|>\n<|im_start|>user\nHello \xC3\xA9\xE2\x82\xAC!<|im_end|>\n"
+                         "<|im_start|>assistant\n";
+    char *want = rot13(prompt);
+    CHECK_STR(cJSON_GetObjectItem(msg, "content")->valuestring, want);
+    CHECK_STR(cJSON_GetObjectItem(msg, "role")->valuestring, "assistant");
+    CHECK_STR(cJSON_GetObjectItem(ch, "finish_reason")->valuestring, "stop");
+    CHECK_STR(cJSON_GetObjectItem(j, "object")->valuestring, "chat.completion");
+    const cJSON *u = cJSON_GetObjectItem(j, "usage");
+    int n_prompt = (int)strlen(prompt) + 1;   /* bytes + BOS */
+    CHECK_EQ_INT(cJSON_GetObjectItem(u, "prompt_tokens")->valueint, n_prompt);
+    CHECK_EQ_INT(cJSON_GetObjectItem(u, "completion_tokens")->valueint, (int)strlen(prompt) + 1);   /* + EOS */
+    CHECK_EQ_INT(cJSON_GetObjectItem(u, "total_tokens")->valueint, 2 * n_prompt);
+    const cJSON *t = cJSON_GetObjectItem(j, "timings");
+    static const char *const keys[] = {"prompt_n", "prompt_ms", "predicted_n", "predicted_ms", "predicted_per_second",
+                                       "draft_n", "draft_n_accepted", "draft_acceptance", "draft_by_depth"};
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) CHECK_MSG(cJSON_GetObjectItem(t, keys[i]), "timings.%s", keys[i]);
+    CHECK(cJSON_GetObjectItem(t, "draft_n")->valueint > 0);
+    const cJSON *d0 = cJSON_GetArrayItem(cJSON_GetObjectItem(t, "draft_by_depth"), 0);
+    CHECK(d0 && cJSON_GetObjectItem(d0, "depth")->valueint == 1 && cJSON_GetObjectItem(d0, "n") && cJSON_GetObjectItem(d0, "accepted"));
+    free(want);
+    cJSON_Delete(j);
+    resp_free(&r);
+
+    /* Speculation off for one request: no drafts. */
+    CHECK_EQ_INT(post(S.port, "/v1/chat/completions",
+                      "{\"messages\":[{\"role\":\"user\",\"content\":\"abc\"}],\"speculative\":{\"type\":\"none\"}}", &r), 200);
+    CHECK(strstr(r.body, "\"draft_n\":0,") != NULL);
+    resp_free(&r);
+}
+
+static void test_completions_and_stops(void) {
+    resp r;
+    /* Text prompt; stop string spanning tokens; usage. */
+    CHECK_EQ_INT(post(S.port, "/v1/completions", "{\"prompt\":\"hello world\",\"stop\":[\"jb\",\"zzz\"],\"max_tokens\":50}", &r), 200);
+    cJSON *j = cJSON_Parse(r.body);
+    const cJSON *ch = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "choices"), 0);
+    CHECK_STR(cJSON_GetObjectItem(ch, "text")->valuestring, "uryyb ");
+    CHECK_STR(cJSON_GetObjectItem(ch, "finish_reason")->valuestring, "stop");
+    CHECK_STR(cJSON_GetObjectItem(j, "object")->valuestring, "text_completion");
+    cJSON_Delete(j);
+    resp_free(&r);
+    /* Token prompt and max_tokens ("length"). */
+    CHECK_EQ_INT(post(S.port, "/v1/completions", "{\"prompt\":[72,105,33],\"max_tokens\":2}", &r), 200);
+    j = cJSON_Parse(r.body);
+    ch = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "choices"), 0);
+    CHECK_STR(cJSON_GetObjectItem(ch, "text")->valuestring, "Uv");
+    CHECK_STR(cJSON_GetObjectItem(ch, "finish_reason")->valuestring, "length");
+    CHECK_EQ_INT(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "usage"), "prompt_tokens")->valueint, 3);
+    cJSON_Delete(j);
+    resp_free(&r);
+    /* Native, pinned to slot 1 through the model name, with tokens and the stopping word. */
+    CHECK_EQ_INT(post(S.port, "/completion",
+                      "{\"model\":\"fake-slot1\",\"prompt\":\"abcdef\",\"stop\":[\"qr\"],\"return_tokens\":true}", &r), 200);
+    j = cJSON_Parse(r.body);
+    CHECK_STR(cJSON_GetObjectItem(j, "content")->valuestring, "nop");
+    CHECK_EQ_INT(cJSON_GetObjectItem(j, "id_slot")->valueint, 1);
+    CHECK_STR(cJSON_GetObjectItem(j, "stop_type")->valuestring, "word");
+    CHECK_STR(cJSON_GetObjectItem(j, "stopping_word")->valuestring, "qr");
+    CHECK(cJSON_GetArraySize(cJSON_GetObjectItem(j, "tokens")) >= 4);
+    CHECK(cJSON_GetObjectItem(j, "timings") != NULL);
+    cJSON_Delete(j);
+    resp_free(&r);
+    /* id_slot wins. */
+    CHECK_EQ_INT(post(S.port, "/completion", "{\"prompt\":\"a\",\"id_slot\":0,\"model\":\"fake-slot1\"}", &r), 200);
+    CHECK(strstr(r.body, "\"id_slot\":0") != NULL);
+    resp_free(&r);
+    /* Logprobs (chat format). */
+    CHECK_EQ_INT(post(S.port, "/v1/chat/completions",
+                      "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_tokens\":3,\"logprobs\":true,\"top_logprobs\":2}", &r), 200);
+    j = cJSON_Parse(r.body);
+    const cJSON *lp = cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "choices"), 0), "logprobs"), "content");
+    CHECK_EQ_INT(cJSON_GetArraySize(lp), 3);
+    CHECK_EQ_INT(cJSON_GetArraySize(cJSON_GetObjectItem(cJSON_GetArrayItem(lp, 0), "top_logprobs")), 2);
+    cJSON_Delete(j);
+    resp_free(&r);
+}
+
+static void test_streaming(void) {
+    /* Multi-byte characters split over byte tokens: each chunk must hold whole characters. */
+    const char *body = "{\"messages\":[{\"role\":\"user\",\"content\":\"\\u00e9\\u20ac\\ud83d\\ude00 ok\"}],\"stream\":true,"
+                       "\"stream_options\":{\"include_usage\":true}}";
+    resp r;
+    CHECK_EQ_INT(post(S.port, "/v1/chat/completions", body, &r), 200);
+    CHECK(strcasestr(r.head, "Content-Type: text/event-stream") != NULL);
+    sse s;
+    sse_parse(r.body, r.n_body, &s);
+    CHECK(s.well_formed);
+    CHECK(s.done);
+    CHECK(s.utf8_ok);
+    CHECK(s.n > 10);
+    const cJSON *d0 = cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(s.ev[0], "choices"), 0), "delta");
+    CHECK(d0 && cJSON_GetObjectItem(d0, "role") && !strcmp(cJSON_GetObjectItem(d0, "role")->valuestring, "assistant"));
+    int replacement = 0;
+    for (int i = 0; i < s.n; i++) {
+        char *txt = cJSON_PrintUnformatted(s.ev[i]);
+        if (strstr(txt, "\xEF\xBF\xBD")) replacement++;
+        free(txt);
+        CHECK_STR(cJSON_GetObjectItem(s.ev[i], "object")->valuestring, "chat.completion.chunk");
+    }
+    CHECK_EQ_INT(replacement, 0);
+    /* The last two events: the finish chunk (with timings) and the usage chunk (no choices). */
+    const cJSON *fin = cJSON_GetArrayItem(cJSON_GetObjectItem(s.ev[s.n - 2], "choices"), 0);
+    CHECK(fin && !strcmp(cJSON_GetObjectItem(fin, "finish_reason")->valuestring, "stop"));
+    CHECK(cJSON_GetObjectItem(s.ev[s.n - 2], "timings") != NULL);
+    CHECK_EQ_INT(cJSON_GetArraySize(cJSON_GetObjectItem(s.ev[s.n - 1], "choices")), 0);
+    CHECK(cJSON_GetObjectItem(s.ev[s.n - 1], "usage") != NULL);
+    char *text = sse_text(&s);
+    char *want = rot13("<|im_start|>user\n\xC3\xA9\xE2\x82\xAC\xF0\x9F\x98\x80 ok<|im_end|>\n<|im_start|>assistant\n");
+    CHECK_STR(text, want);
+    free(text);
+    free(want);
+    sse_free(&s);
+    resp_free(&r);
+
+    /* Completions stream with a stop string. */
+    CHECK_EQ_INT(post(S.port, "/v1/completions", "{\"prompt\":\"stream me\",\"stream\":true,\"stop\":\"zr\"}", &r), 200);
+    sse_parse(r.body, r.n_body, &s);
+    CHECK(s.well_formed && s.done);
+    text = sse_text(&s);
+    CHECK_STR(text, "fgernz ");
+    free(text);
+    sse_free(&s);
+    resp_free(&r);
+
+    /* Native stream: ends with the stop chunk, no [DONE] (llama-server's behaviour). */
+    CHECK_EQ_INT(post(S.port, "/completion", "{\"prompt\":\"native\",\"stream\":true}", &r), 200);
+    sse_parse(r.body, r.n_body, &s);
+    CHECK(s.well_formed && !s.done && s.n > 2);
+    CHECK(cJSON_IsTrue(cJSON_GetObjectItem(s.ev[s.n - 1], "stop")));
+    CHECK(cJSON_GetObjectItem(s.ev[s.n - 1], "timings") != NULL);
+    text = sse_text(&s);
+    CHECK_STR(text, "angvir");
+    free(text);
+    sse_free(&s);
+    resp_free(&r);
+}
+
+static int busy_slots(int port) {
+    resp r;
+    if (get(port, "/slots", &r) != 200) return -1;
+    cJSON *j = cJSON_Parse(r.body);
+    int busy = 0;
+    const cJSON *it;
+    cJSON_ArrayForEach(it, j) busy += cJSON_IsTrue(cJSON_GetObjectItem(it, "is_processing"));
+    cJSON_Delete(j);
+    resp_free(&r);
+    return busy;
+}
+
+/* Read from fd until `count` SSE events arrived (bounded by the socket timeout). */
+static bool read_events(int fd, int count) {
+    char buf[4096];
+    int seen = 0;
+    while (seen < count) {
+        ssize_t n = recv(fd, buf, sizeof buf - 1, 0);
+        if (n <= 0) return false;
+        buf[n] = 0;
+        for (char *p = buf; (p = strstr(p, "data: ")); p += 6) seen++;
+    }
+    return true;
+}
+
+static void test_disconnect(void) {
+    srv v;
+    CHECK(srv_start(&v, 2, 1 << 16, 4, 2000, NULL, 0));
+    /* An endless stream (ignore_eos, huge context): the client leaves after a few chunks. */
+    int fd = send_req(v.port, "POST", "/v1/completions", NULL, "{\"prompt\":\"forever\",\"stream\":true,\"ignore_eos\":true}");
+    CHECK(fd >= 0);
+    CHECK(read_events(fd, 5));
+    CHECK_EQ_INT(busy_slots(v.port), 1);
+    double t0 = nx_gen_now();
+    close(fd);
+    int busy = 1;
+    while (busy != 0 && nx_gen_now() - t0 < 5) {
+        usleep(5000);
+        busy = busy_slots(v.port);
+    }
+    double freed_ms = (nx_gen_now() - t0) * 1000;
+    CHECK_EQ_INT(busy, 0);
+    CHECK_MSG(freed_ms < 1000, "slot freed after %.0f ms", freed_ms);
+    /* Same for a non-streaming request waiting for its answer. */
+    fd = send_req(v.port, "POST", "/completion", NULL, "{\"prompt\":\"forever\",\"ignore_eos\":true}");
+    t0 = nx_gen_now();
+    while (busy_slots(v.port) != 1 && nx_gen_now() - t0 < 5) usleep(5000);
+    close(fd);
+    t0 = nx_gen_now();
+    busy = 1;
+    while (busy != 0 && nx_gen_now() - t0 < 5) {
+        usleep(5000);
+        busy = busy_slots(v.port);
+    }
+    CHECK_EQ_INT(busy, 0);
+    resp r;
+    CHECK_EQ_INT(get(v.port, "/metrics", &r), 200);
+    CHECK(strstr(r.body, "nextn_requests_active 0") != NULL);
+    resp_free(&r);
+    srv_stop(&v);
+}
+
+static void test_queue_overflow(void) {
+    srv v;
+    CHECK(srv_start(&v, 2, 1 << 16, 2, 2000, NULL, 0));
+    int fds[4];
+    for (int i = 0; i < 4; i++)
+        fds[i] = send_req(v.port, "POST", "/v1/completions", NULL, "{\"prompt\":\"wait\",\"stream\":true,\"ignore_eos\":true}");
+    /* Wait until 2 run and 2 are queued (then all four were submitted). */
+    double t0 = nx_gen_now();
+    bool full = false;
+    while (!full && nx_gen_now() - t0 < 5) {
+        resp r;
+        if (get(v.port, "/metrics", &r) == 200) full = r.body && strstr(r.body, "nextn_queue_depth 2\n") != NULL;
+        resp_free(&r);
+        full = full && busy_slots(v.port) == 2;
+        if (!full) usleep(5000);
+    }
+    CHECK(full);
+    resp r;
+    CHECK_EQ_INT(post(v.port, "/v1/completions", "{\"prompt\":\"one too many\"}", &r), 503);
+    CHECK(is_error(&r, 503, "queue"));
+    CHECK(r.head && strcasestr(r.head, "Retry-After: ") != NULL);
+    resp_free(&r);
+    CHECK_EQ_INT(get(v.port, "/metrics", &r), 200);
+    CHECK(strstr(r.body, "nextn_requests_total{status=\"503\"} 1") != NULL);
+    resp_free(&r);
+    for (int i = 0; i < 4; i++) close(fds[i]);
+    /* Queued requests may reach a slot before their own thread sees the disconnect: wait until
+     * nothing is in flight at all. */
+    t0 = nx_gen_now();
+    bool idle = false;
+    while (!idle && nx_gen_now() - t0 < 5) {
+        if (get(v.port, "/metrics", &r) == 200) idle = r.body && strstr(r.body, "nextn_requests_active 0\n") != NULL;
+        resp_free(&r);
+        if (!idle) usleep(5000);
+    }
+    CHECK(idle);
+    CHECK_EQ_INT(busy_slots(v.port), 0);
+    /* Served again. */
+    CHECK_EQ_INT(post(v.port, "/v1/completions", "{\"prompt\":\"again\"}", &r), 200);
+    resp_free(&r);
+    srv_stop(&v);
+}
+
+static void test_endpoints(void) {
+    resp r;
+    CHECK_EQ_INT(get(S.port, "/v1/models", &r), 200);
+    cJSON *j = cJSON_Parse(r.body);
+    const cJSON *data = cJSON_GetObjectItem(j, "data");
+    CHECK_EQ_INT(cJSON_GetArraySize(data), 3);
+    CHECK_STR(cJSON_GetObjectItem(cJSON_GetArrayItem(data, 0), "id")->valuestring, "fake");
+    const cJSON *m2 = cJSON_GetArrayItem(data, 2);
+    CHECK_STR(cJSON_GetObjectItem(m2, "id")->valuestring, "fake-slot1");
+    CHECK_EQ_INT(cJSON_GetObjectItem(cJSON_GetObjectItem(m2, "meta"), "slot_pinned")->valueint, 1);
+    cJSON_Delete(j);
+    resp_free(&r);
+    CHECK_EQ_INT(post(S.port, "/tokenize", "{\"content\":\"h\\u00e9\",\"add_special\":true}", &r), 200);
+    CHECK(strstr(r.body, "{\"tokens\":[257,104,195,169]}") != NULL);
+    resp_free(&r);
+    CHECK_EQ_INT(post(S.port, "/detokenize", "{\"tokens\":[104,195,169]}", &r), 200);
+    CHECK(strstr(r.body, "{\"content\":\"h\xC3\xA9\"}") != NULL);
+    resp_free(&r);
+    CHECK_EQ_INT(get(S.port, "/props", &r), 200);
+    j = cJSON_Parse(r.body);
+    CHECK_EQ_INT(cJSON_GetObjectItem(j, "total_slots")->valueint, 2);
+    CHECK_EQ_INT(cJSON_GetArraySize(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "speculative"), "types")), 2);
+    cJSON_Delete(j);
+    resp_free(&r);
+    CHECK_EQ_INT(get(S.port, "/slots", &r), 200);
+    j = cJSON_Parse(r.body);
+    CHECK_EQ_INT(cJSON_GetArraySize(j), 2);
+    CHECK(cJSON_GetObjectItem(cJSON_GetArrayItem(j, 0), "speculative") != NULL);
+    cJSON_Delete(j);
+    resp_free(&r);
+    CHECK_EQ_INT(request(S.port, "OPTIONS", "/v1/chat/completions", NULL, NULL, &r), 204);
+    resp_free(&r);
+}
+
+/* ===== Prometheus text format checker ===== */
+
+typedef struct prom {
+    char name[64][96];
+    char labels[64][128];
+    double value[64];
+    int n;
+} prom;
+
+static bool metric_name_ok(const char *s, size_t n) {
+    if (!n || !(isalpha((unsigned char)s[0]) || s[0] == '_' || s[0] == ':')) return false;
+    for (size_t i = 1; i < n; i++)
+        if (!(isalnum((unsigned char)s[i]) || s[i] == '_' || s[i] == ':')) return false;
+    return true;
+}
+
+/* Check the whole exposition: HELP/TYPE lines, sample syntax, a TYPE before the samples of each
+ * family, histogram buckets cumulative with +Inf = _count and a _sum. Keeps the samples. */
+static bool prom_check(const char *text, prom *out, char *why, size_t why_n) {
+    char types[64][96], tkind[64][16];
+    int nt = 0;
+    out->n = 0;
+    double last_bucket = -1;
+    char bucket_family[96] = "";
+    double inf_count = -1;
+    for (const char *p = text; *p;) {
+        const char *e = strchr(p, '\n');
+        if (!e) { snprintf(why, why_n, "last line without newline"); return false; }
+        char line[512];
+        size_t len = (size_t)(e - p);
+        if (len >= sizeof line) { snprintf(why, why_n, "line too long"); return false; }
+        memcpy(line, p, len);
+        line[len] = 0;
+        p = e + 1;
+        if (!len) continue;
+        if (line[0] == '#') {
+            char kw[8], name[96], rest[256];
+            if (sscanf(line, "# %7s %95s %255[^\n]", kw, name, rest) < 3) { snprintf(why, why_n, "bad comment: %s", line); return false; }
+            if (!metric_name_ok(name, strlen(name))) { snprintf(why, why_n, "bad name: %s", name); return false; }
+            if (!strcmp(kw, "TYPE")) {
+                if (strcmp(rest, "counter") && strcmp(rest, "gauge") && strcmp(rest, "histogram") && strcmp(rest, "summary") &&
+                    strcmp(rest, "untyped")) { snprintf(why, why_n, "bad type: %s", rest); return false; }
+                for (int i = 0; i < nt; i++)
+                    if (!strcmp(types[i], name)) { snprintf(why, why_n, "TYPE twice: %s", name); return false; }
+                if (nt < 64) {
+                    snprintf(types[nt], sizeof types[nt], "%s", name);
+                    snprintf(tkind[nt], sizeof tkind[nt], "%s", rest);
+                    nt++;
+                }
+            } else if (strcmp(kw, "HELP") != 0) { snprintf(why, why_n, "bad keyword: %s", kw); return false; }
+            continue;
+        }
+        /* name{labels} value */
+        size_t nl = strcspn(line, "{ ");
+        if (!metric_name_ok(line, nl)) { snprintf(why, why_n, "bad sample name: %s", line); return false; }
+        char name[96];
+        snprintf(name, sizeof name, "%.*s", (int)nl, line);
+        char labels[128] = "";
+        const char *q = line + nl;
+        if (*q == '{') {
+            const char *close = strchr(q, '}');
+            if (!close) { snprintf(why, why_n, "unclosed labels: %s", line); return false; }
+            snprintf(labels, sizeof labels, "%.*s", (int)(close - q - 1), q + 1);
+            /* k="v"(,k="v")* */
+            const char *l = labels;
+            while (*l) {
+                size_t kn = strcspn(l, "=");
+                if (!metric_name_ok(l, kn) || l[kn] != '=' || l[kn + 1] != '"') { snprintf(why, why_n, "bad label: %s", line); return false; }
+                l += kn + 2;
+                while (*l && *l != '"') l += *l == '\\' ? 2 : 1;
+                if (*l != '"') { snprintf(why, why_n, "bad label value: %s", line); return false; }
+                l++;
+                if (*l == ',') l++;
+                else if (*l) { snprintf(why, why_n, "bad label list: %s", line); return false; }
+            }
+            q = close + 1;
+        }
+        if (*q != ' ') { snprintf(why, why_n, "no value: %s", line); return false; }
+        char *end;
+        double v = strtod(q + 1, &end);
+        if (end == q + 1 || (*end && *end != ' ')) { snprintf(why, why_n, "bad value: %s", line); return false; }
+        /* Its family must have a TYPE already. */
+        char family[96];
+        snprintf(family, sizeof family, "%s", name);
+        const char *kind = NULL;
+        for (int pass = 0; pass < 2 && !kind; pass++) {
+            for (int i = 0; i < nt; i++)
+                if (!strcmp(types[i], family)) kind = tkind[i];
+            if (!kind) {
+                static const char *const sfx[] = {"_bucket", "_sum", "_count"};
+                for (int s = 0; s < 3; s++) {
+                    size_t fl = strlen(family), sl = strlen(sfx[s]);
+                    if (fl > sl && !strcmp(family + fl - sl, sfx[s])) { family[fl - sl] = 0; break; }
+                }
+            }
+        }
+        if (!kind) { snprintf(why, why_n, "sample before its TYPE: %s", line); return false; }
+        if (!strcmp(kind, "histogram")) {
+            if (strstr(name, "_bucket")) {
+                if (strcmp(bucket_family, family)) { snprintf(bucket_family, sizeof bucket_family, "%s", family); last_bucket = -1; }
+                if (v < last_bucket) { snprintf(why, why_n, "buckets not cumulative: %s", line); return false; }
+                last_bucket = v;
+                if (strstr(labels, "le=\"+Inf\"")) inf_count = v;
+            } else if (strstr(name, "_count")) {
+                if (v != inf_count) { snprintf(why, why_n, "+Inf bucket != _count: %s", line); return false; }
+            }
+        } else if (strcmp(name, family) != 0) { snprintf(why, why_n, "suffix on a %s: %s", kind, line); return false; }
+        if (out->n < 64) {
+            snprintf(out->name[out->n], sizeof out->name[0], "%s", name);
+            snprintf(out->labels[out->n], sizeof out->labels[0], "%s", labels);
+            out->value[out->n] = v;
+            out->n++;
+        }
+    }
+    return true;
+}
+
+static double prom_get(const prom *p, const char *name, const char *labels) {
+    for (int i = 0; i < p->n; i++)
+        if (!strcmp(p->name[i], name) && !strcmp(p->labels[i], labels ? labels : "")) return p->value[i];
+    return 0;
+}
+
+static void test_metrics(void) {
+    srv v;
+    CHECK(srv_start(&v, 2, 512, 8, 100, NULL, 0));
+    /* Sums over the responses' timings. */
+    double prompt_n = 0, predicted_n = 0, drafted[2] = {0}, accepted[2] = {0}, depth1_acc = 0;
+    const char *names[2] = {"ngram", "mtp"};
+    static const char *const bodies[] = {
+        "{\"prompt\":\"metrics one\"}",
+        "{\"prompt\":\"metrics two, a longer one\",\"speculative\":{\"n_max\":2}}",
+        "{\"prompt\":\"three\",\"speculative\":{\"type\":\"mtp\"},\"stream\":true}",
+        "{\"prompt\":\"four\",\"speculative\":{\"type\":\"none\"}}",
+        "{\"prompt\":\"metrics one\",\"n_predict\":3}",
+    };
+    for (size_t i = 0; i < sizeof bodies / sizeof bodies[0]; i++) {
+        resp r;
+        CHECK_EQ_INT(request(v.port, "POST", "/completion", NULL, bodies[i], &r), 200);
+        cJSON *j = NULL;
+        if (strstr(bodies[i], "stream")) {
+            sse s;
+            sse_parse(r.body, r.n_body, &s);
+            j = s.n ? cJSON_Duplicate(s.ev[s.n - 1], true) : NULL;
+            sse_free(&s);
+        } else {
+            j = cJSON_Parse(r.body);
+        }
+        const cJSON *t = cJSON_GetObjectItem(j, "timings");
+        CHECK(t != NULL);
+        prompt_n += cJSON_GetObjectItem(t, "prompt_n")->valuedouble;
+        predicted_n += cJSON_GetObjectItem(t, "predicted_n")->valuedouble;
+        const cJSON *d;
+        cJSON_ArrayForEach(d, cJSON_GetObjectItem(t, "drafters")) {
+            for (int k = 0; k < 2; k++)
+                if (!strcmp(cJSON_GetObjectItem(d, "type")->valuestring, names[k])) {
+                    drafted[k] += cJSON_GetObjectItem(d, "draft_n")->valuedouble;
+                    accepted[k] += cJSON_GetObjectItem(d, "draft_n_accepted")->valuedouble;
+                }
+        }
+        const cJSON *d1 = cJSON_GetArrayItem(cJSON_GetObjectItem(t, "draft_by_depth"), 0);
+        if (d1) depth1_acc += cJSON_GetObjectItem(d1, "accepted")->valuedouble;
+        cJSON_Delete(j);
+        resp_free(&r);
+    }
+    resp r;
+    CHECK_EQ_INT(request(v.port, "POST", "/completion", NULL, "{\"prompt\":1}", &r), 400);
+    resp_free(&r);
+    CHECK_EQ_INT(request(v.port, "GET", "/metrics", NULL, NULL, &r), 200);
+    CHECK(strcasestr(r.head, "Content-Type: text/plain") != NULL);
+    prom p;
+    char why[256] = "";
+    bool ok = prom_check(r.body, &p, why, sizeof why);
+    CHECK_MSG(ok, "%s", why);
+    CHECK_NEAR(prom_get(&p, "nextn_prompt_tokens_total", NULL), prompt_n, 0);
+    CHECK_NEAR(prom_get(&p, "nextn_generated_tokens_total", NULL), predicted_n, 0);
+    CHECK(drafted[0] > 0 && drafted[1] > 0);
+    double depth1_metric = 0;
+    for (int k = 0; k < 2; k++) {
+        char lab[64];
+        snprintf(lab, sizeof lab, "drafter=\"%s\"", names[k]);
+        CHECK_NEAR(prom_get(&p, "nextn_spec_drafted_total", lab), drafted[k], 0);
+        CHECK_NEAR(prom_get(&p, "nextn_spec_accepted_total", lab), accepted[k], 0);
+        snprintf(lab, sizeof lab, "drafter=\"%s\",depth=\"1\"", names[k]);
+        depth1_metric += prom_get(&p, "nextn_spec_accepted_by_depth_total", lab);
+    }
+    CHECK_NEAR(depth1_metric, depth1_acc, 0);
+    CHECK_NEAR(prom_get(&p, "nextn_requests_total", "status=\"200\""), 5, 0);
+    CHECK_NEAR(prom_get(&p, "nextn_requests_total", "status=\"400\""), 1, 0);
+    CHECK_NEAR(prom_get(&p, "nextn_decode_seconds_count", NULL), 5, 0);
+    CHECK_NEAR(prom_get(&p, "nextn_time_to_first_token_seconds_count", NULL), 5, 0);
+    CHECK_NEAR(prom_get(&p, "nextn_requests_active", NULL), 0, 0);
+    CHECK_NEAR(prom_get(&p, "nextn_queue_depth", NULL), 0, 0);
+    CHECK(prom_get(&p, "nextn_kv_cache_usage_ratio", NULL) > 0);
+    resp_free(&r);
+    /* The checker rejects what it should. */
+    CHECK(!prom_check("nextn_x 1\n", &p, why, sizeof why));
+    CHECK(!prom_check("# TYPE a counter\na{x=1} 1\n", &p, why, sizeof why));
+    CHECK(!prom_check("# TYPE h histogram\nh_bucket{le=\"1\"} 2\nh_bucket{le=\"+Inf\"} 1\n", &p, why, sizeof why));
+    srv_stop(&v);
+}
+
+/* nx_server_stop() while a stream runs: the stream ends (error chunk), the stop returns, new
+ * connections are refused. */
+typedef struct stopper { srv *v; double grace; } stopper;
+static void *stop_thread(void *arg) {
+    stopper *s = arg;
+    usleep(100000);
+    nx_server_stop(s->v->s, s->grace);
+    return NULL;
+}
+
+static void test_graceful_stop(void) {
+    srv v;
+    CHECK(srv_start(&v, 2, 1 << 16, 4, 2000, NULL, 0));
+    int fd = send_req(v.port, "POST", "/v1/completions", NULL, "{\"prompt\":\"endless\",\"stream\":true,\"ignore_eos\":true}");
+    CHECK(read_events(fd, 3));
+    /* A short finite request finishes within the grace period. */
+    int fd2 = send_req(v.port, "POST", "/v1/completions", NULL, "{\"prompt\":\"short\",\"stream\":true}");
+    stopper st = {&v, 0.5};
+    pthread_t th;
+    double t0 = nx_gen_now();
+    pthread_create(&th, NULL, stop_thread, &st);
+    size_t n;
+    char *raw = read_all(fd, &n);   /* returns when the server closes the stream */
+    close(fd);
+    pthread_join(th, NULL);
+    double took = nx_gen_now() - t0;
+    CHECK_MSG(took < 5, "stop took %.1f s", took);
+    CHECK(strstr(raw, "\"error\"") != NULL);          /* the endless one was cancelled */
+    free(raw);
+    raw = read_all(fd2, &n);
+    close(fd2);
+    resp r;
+    CHECK(parse_resp(raw, n, &r) && r.status == 200);
+    sse s;
+    sse_parse(r.body, r.n_body, &s);
+    CHECK(s.well_formed && s.done);                    /* the short one completed */
+    sse_free(&s);
+    resp_free(&r);
+    free(raw);
+    srv_stop(&v);
+}
+
+/* While the model loads: /health 503 {"status":"loading"}, completions 503. */
+static void test_loading(void) {
+    nx_gen_fake_params fp = nx_gen_fake_default_params();
+    fp.loading = true;
+    nx_gen_backend *be = NULL;
+    CHECK(nx_gen_fake_create(&fp, &be, NULL) == NX_OK);
+    nx_server_params sp = nx_server_default_params();
+    sp.port = 0;
+    nx_server *s = NULL;
+    CHECK(nx_server_start(&sp, be, &s, NULL) == NX_OK);
+    resp r;
+    CHECK_EQ_INT(request(nx_server_port(s), "GET", "/health", NULL, NULL, &r), 503);
+    CHECK(r.body && strstr(r.body, "{\"status\":\"loading\"}"));
+    resp_free(&r);
+    CHECK_EQ_INT(request(nx_server_port(s), "POST", "/completion", NULL, "{\"prompt\":\"x\"}", &r), 503);
+    CHECK(is_error(&r, 503, "loading"));
+    resp_free(&r);
+    nx_server_free(s);
+    nx_gen_backend_free(be);
+}
+
+int main(void) {
+    signal(SIGPIPE, SIG_IGN);
+    nx_log_set(NULL, NULL, NX_LOG_WARN);
+    if (!srv_start(&S, 2, 256, 2, 200, KEY, 0)) {
+        fprintf(stderr, "cannot start the server\n");
+        return 1;
+    }
+    RUN(test_auth);
+    RUN(test_errors);
+    RUN(test_body_limit);
+    RUN(test_chat);
+    RUN(test_completions_and_stops);
+    RUN(test_streaming);
+    RUN(test_endpoints);
+    srv_stop(&S);
+    RUN(test_disconnect);
+    RUN(test_queue_overflow);
+    RUN(test_metrics);
+    RUN(test_graceful_stop);
+    RUN(test_loading);
+    return test_summary();
+}
