@@ -381,14 +381,169 @@ static void gm_arch_qwen35_common(gm_builder *b, bool moe) {
 static void gm_arch_qwen35(gm_builder *b) { gm_arch_qwen35_common(b, false); }
 static void gm_arch_qwen35moe(gm_builder *b) { gm_arch_qwen35_common(b, true); }
 
+/* Gemma 4 (`gemma4`) target in the layout of the converters (spec gemma4.md §1.1, §2.1): iSWA
+ * layers with their own head dims / kv heads / RoPE, proportional partial RoPE on full layers
+ * (`rope_freqs`), q/k norms, k_eq_v on full layers (no attn_v), KV sharing for the last
+ * shared_kv_layers layers (no attn_k / attn_v / attn_k_norm there), per-layer embeddings, post
+ * norms, layer output scale, final soft-cap, and optionally MoE on every layer (router + scale,
+ * experts + per-expert scale, the dense branch and its extra norms).
+ * Config keys (defaults = the golden gemma4-tiny geometry): n_embd 64, n_layer 6, n_head 4,
+ * n_head_kv_swa 2, n_head_kv_full 1, head_dim_swa 64, head_dim_full 128, full_interval 2 (layer
+ * il is full iff (il+1) % full_interval == 0; 0 = all SWA), sliding_window 8, shared_kv_layers 2,
+ * n_embd_per_layer 16 (0 = no PLE), partial_rotary_full 0.25, rope_freq_base 1e6,
+ * rope_freq_base_swa 1e4, n_ff 128, double_wide false (shared layers get 2 n_ff), n_vocab 512,
+ * tied_embeddings true, k_eq_v_full true, layer_output_scale true, final_logit_softcapping 30
+ * (write_softcap false: key absent), rms_eps 1e-6, emb_std 0.35; MoE: n_expert 0 (dense),
+ * n_expert_used 2, n_ff_exp 32, merged_gate_up true, expert_scale true. */
+static void gm_arch_gemma4(gm_builder *b) {
+    int64_t E = gm_int(b, "n_embd", 64), n_layer = gm_int(b, "n_layer", 6), H = gm_int(b, "n_head", 4);
+    int64_t Hs = gm_int(b, "n_head_kv_swa", 2), Hf = gm_int(b, "n_head_kv_full", 1);
+    int64_t Ds = gm_int(b, "head_dim_swa", 64), Df = gm_int(b, "head_dim_full", 128);
+    int64_t interval = gm_int(b, "full_interval", 2), n_swa = gm_int(b, "sliding_window", 8);
+    int64_t n_shared = gm_int(b, "shared_kv_layers", 2), P = gm_int(b, "n_embd_per_layer", 16);
+    int64_t n_ff = gm_int(b, "n_ff", 128), V = gm_int(b, "n_vocab", 512);
+    int64_t X = gm_int(b, "n_expert", 0), XU = gm_int(b, "n_expert_used", 2), F = gm_int(b, "n_ff_exp", 32);
+    double partial = gm_float(b, "partial_rotary_full", 0.25);
+    bool tied = gm_bool(b, "tied_embeddings", true), keqv = gm_bool(b, "k_eq_v_full", true);
+    bool los = gm_bool(b, "layer_output_scale", true), wide = gm_bool(b, "double_wide", false);
+    bool merged = gm_bool(b, "merged_gate_up", true), escale = gm_bool(b, "expert_scale", true);
+    const int64_t n_rot_full = 2 * (int64_t)(Df * partial / 2.0);   /* rotated dims of full layers */
+    if (E <= 0 || n_layer <= 0 || n_layer > 1024 || H <= 0 || Hs <= 0 || Hf <= 0 || H % Hs || H % Hf || Ds <= 0 ||
+        Df <= 0 || Ds % 2 || Df % 2 || interval < 0 || n_swa <= 0 || n_shared < 0 || n_shared >= n_layer || P < 0 ||
+        n_ff <= 0 || !(partial > 0.0 && partial <= 1.0) || n_rot_full < 2 ||
+        (X > 0 && (XU <= 0 || XU > X || F <= 0))) {
+        b->st = nx_fail(b->err, NX_ERR_INVALID_ARG, "gen-model gemma4: bad config");
+        return;
+    }
+    const int64_t n_kv = n_layer - n_shared;
+    bool *swa = gm_keep(b, (size_t)n_layer * sizeof *swa);
+    uint8_t *pat = gm_keep(b, (size_t)n_layer);
+    int32_t *hkv = gm_keep(b, (size_t)n_layer * sizeof *hkv), *ffl = gm_keep(b, (size_t)n_layer * sizeof *ffl);
+    if (!swa || !pat || !hkv || !ffl) return;
+    bool any_swa_kv = false, any_full_kv = false;
+    for (int64_t l = 0; l < n_layer; l++) {
+        swa[l] = interval == 0 || (l + 1) % interval != 0;
+        pat[l] = swa[l];
+        hkv[l] = (int32_t)(swa[l] ? Hs : Hf);
+        ffl[l] = (int32_t)(wide && l >= n_kv ? 2 * n_ff : n_ff);
+        if (l < n_kv) { any_swa_kv |= swa[l]; any_full_kv |= !swa[l]; }
+    }
+    for (int64_t l = n_kv; l < n_layer; l++)
+        if ((swa[l] && !any_swa_kv) || (!swa[l] && !any_full_kv)) {
+            b->st = nx_fail(b->err, NX_ERR_INVALID_ARG, "gen-model gemma4: KV-shared layer %lld has no KV-owning layer "
+                            "of its type", (long long)l);
+            return;
+        }
+    gm_check(b, nx_gguf_set_str(b->w, "general.architecture", "gemma4"), "general.architecture");
+    gm_check(b, nx_gguf_set_str(b->w, "general.name", "nextn-gen-gemma4"), "general.name");
+    gm_key_u32(b, "context_length", (uint32_t)gm_int(b, "n_ctx", 4096));
+    gm_key_u32(b, "embedding_length", (uint32_t)E);
+    gm_key_u32(b, "block_count", (uint32_t)n_layer);
+    char key[256];
+    if (wide) {
+        snprintf(key, sizeof key, "%s.feed_forward_length", b->arch);
+        gm_check(b, nx_gguf_set_arr(b->w, key, NX_GGUF_I32, ffl, (uint64_t)n_layer), key);
+    } else {
+        gm_key_u32(b, "feed_forward_length", (uint32_t)n_ff);
+    }
+    gm_key_u32(b, "attention.head_count", (uint32_t)H);
+    snprintf(key, sizeof key, "%s.attention.head_count_kv", b->arch);
+    gm_check(b, nx_gguf_set_arr(b->w, key, NX_GGUF_I32, hkv, (uint64_t)n_layer), key);
+    gm_key_u32(b, "attention.key_length", (uint32_t)Df);
+    gm_key_u32(b, "attention.value_length", (uint32_t)Df);
+    gm_key_u32(b, "attention.key_length_swa", (uint32_t)Ds);
+    gm_key_u32(b, "attention.value_length_swa", (uint32_t)Ds);
+    gm_key_f32(b, "attention.layer_norm_rms_epsilon", (float)gm_float(b, "rms_eps", 1e-6));
+    gm_key_u32(b, "attention.sliding_window", (uint32_t)n_swa);
+    snprintf(key, sizeof key, "%s.attention.sliding_window_pattern", b->arch);
+    gm_check(b, nx_gguf_set_arr(b->w, key, NX_GGUF_BOOL, pat, (uint64_t)n_layer), key);
+    gm_key_u32(b, "attention.shared_kv_layers", (uint32_t)n_shared);
+    gm_key_u32(b, "rope.dimension_count", (uint32_t)Df);
+    gm_key_u32(b, "rope.dimension_count_swa", (uint32_t)Ds);
+    gm_key_f32(b, "rope.freq_base", (float)gm_float(b, "rope_freq_base", 1e6));
+    gm_key_f32(b, "rope.freq_base_swa", (float)gm_float(b, "rope_freq_base_swa", 1e4));
+    gm_key_u32(b, "embedding_length_per_layer_input", (uint32_t)P);
+    if (gm_bool(b, "write_softcap", true))
+        gm_key_f32(b, "final_logit_softcapping", (float)gm_float(b, "final_logit_softcapping", 30.0));
+    if (X > 0) {
+        gm_key_u32(b, "expert_count", (uint32_t)X);
+        gm_key_u32(b, "expert_used_count", (uint32_t)XU);
+        gm_key_u32(b, "expert_feed_forward_length", (uint32_t)F);
+    }
+    gm_tokenizer_bytes(b, V);
+
+    const float s_in = 1.0f / sqrtf((float)E);
+    gm_tensor(b, "token_embd.weight", GM_NORMAL, (float)gm_float(b, "emb_std", 0.35), 2, E, V, 1, 1);
+    /* proportional partial RoPE: factor 1 for the rotated pairs, 1e30 (no rotation) for the rest */
+    if (b->st == NX_OK) {
+        float *ff = gm_keep(b, (size_t)(Df / 2) * sizeof *ff);
+        if (!ff) return;
+        for (int64_t i = 0; i < Df / 2; i++) ff[i] = i < n_rot_full / 2 ? 1.0f : 1e30f;
+        int64_t ne[1] = {Df / 2};
+        gm_check(b, nx_gguf_add_tensor(b->w, "rope_freqs.weight", NX_TYPE_F32, 1, ne, ff), "rope_freqs.weight");
+    }
+    if (P > 0) {
+        gm_tensor(b, "per_layer_token_embd.weight", GM_NORMAL, 0.35f, 2, P * n_layer, V, 1, 1);
+        gm_tensor(b, "per_layer_model_proj.weight", GM_NORMAL, s_in, 2, E, P * n_layer, 1, 1);
+        gm_tensor(b, "per_layer_proj_norm.weight", GM_NORM_WEIGHT, 0.1f, 1, P, 1, 1, 1);
+    }
+    char name[160];
+#define GM_T(init, scale, nd, a, c, d, ...) \
+    do { snprintf(name, sizeof name, __VA_ARGS__); gm_tensor(b, name, init, scale, nd, a, c, d, 1); } while (0)
+    for (int64_t l = 0; l < n_layer; l++) {
+        const long long il = (long long)l;
+        const int64_t D = swa[l] ? Ds : Df, Hk = hkv[l], FF = ffl[l];
+        GM_T(GM_NORM_WEIGHT, 0.1f, 1, E, 1, 1, "blk.%lld.attn_norm.weight", il);
+        GM_T(GM_NORMAL, s_in, 2, E, H * D, 1, "blk.%lld.attn_q.weight", il);
+        GM_T(GM_NORM_WEIGHT, 0.1f, 1, D, 1, 1, "blk.%lld.attn_q_norm.weight", il);
+        if (l < n_kv) {
+            GM_T(GM_NORMAL, s_in, 2, E, Hk * D, 1, "blk.%lld.attn_k.weight", il);
+            GM_T(GM_NORM_WEIGHT, 0.1f, 1, D, 1, 1, "blk.%lld.attn_k_norm.weight", il);
+            if (swa[l] || !keqv) GM_T(GM_NORMAL, s_in, 2, E, Hk * D, 1, "blk.%lld.attn_v.weight", il);
+        }
+        GM_T(GM_NORMAL, 1.0f / sqrtf((float)(H * D)), 2, H * D, E, 1, "blk.%lld.attn_output.weight", il);
+        GM_T(GM_NORM_WEIGHT, 0.1f, 1, E, 1, 1, "blk.%lld.post_attention_norm.weight", il);
+        GM_T(GM_NORM_WEIGHT, 0.1f, 1, E, 1, 1, "blk.%lld.ffn_norm.weight", il);
+        GM_T(GM_NORMAL, s_in, 2, E, FF, 1, "blk.%lld.ffn_gate.weight", il);
+        GM_T(GM_NORMAL, s_in, 2, E, FF, 1, "blk.%lld.ffn_up.weight", il);
+        GM_T(GM_NORMAL, 1.0f / sqrtf((float)FF), 2, FF, E, 1, "blk.%lld.ffn_down.weight", il);
+        GM_T(GM_NORM_WEIGHT, 0.1f, 1, E, 1, 1, "blk.%lld.post_ffw_norm.weight", il);
+        if (X > 0) {
+            GM_T(GM_NORMAL, 1.0f, 2, E, X, 1, "blk.%lld.ffn_gate_inp.weight", il);
+            GM_T(GM_NORM_WEIGHT, 0.2f, 1, E, 1, 1, "blk.%lld.ffn_gate_inp.scale", il);
+            if (merged) {
+                GM_T(GM_NORMAL, s_in, 3, E, 2 * F, X, "blk.%lld.ffn_gate_up_exps.weight", il);
+            } else {
+                GM_T(GM_NORMAL, s_in, 3, E, F, X, "blk.%lld.ffn_gate_exps.weight", il);
+                GM_T(GM_NORMAL, s_in, 3, E, F, X, "blk.%lld.ffn_up_exps.weight", il);
+            }
+            GM_T(GM_NORMAL, 1.0f / sqrtf((float)F), 3, F, E, X, "blk.%lld.ffn_down_exps.weight", il);
+            if (escale) GM_T(GM_NORM_WEIGHT, 0.3f, 1, X, 1, 1, "blk.%lld.ffn_down_exps.scale", il);
+            GM_T(GM_NORM_WEIGHT, 0.1f, 1, E, 1, 1, "blk.%lld.pre_ffw_norm_2.weight", il);
+            GM_T(GM_NORM_WEIGHT, 0.1f, 1, E, 1, 1, "blk.%lld.post_ffw_norm_1.weight", il);
+            GM_T(GM_NORM_WEIGHT, 0.1f, 1, E, 1, 1, "blk.%lld.post_ffw_norm_2.weight", il);
+        }
+        if (P > 0) {
+            GM_T(GM_NORMAL, s_in, 2, E, P, 1, "blk.%lld.inp_gate.weight", il);
+            GM_T(GM_NORMAL, 1.0f / sqrtf((float)P), 2, P, E, 1, "blk.%lld.proj.weight", il);
+            GM_T(GM_NORM_WEIGHT, 0.1f, 1, E, 1, 1, "blk.%lld.post_norm.weight", il);
+        }
+        if (los) GM_T(GM_NORM_WEIGHT, 0.2f, 1, 1, 1, 1, "blk.%lld.layer_output_scale.weight", il);
+    }
+#undef GM_T
+    gm_tensor(b, "output_norm.weight", GM_NORM_WEIGHT, 0.1f, 1, E, 1, 1, 1);
+    if (!tied) gm_tensor(b, "output.weight", GM_NORMAL, s_in, 2, E, V, 1, 1);
+}
+
 typedef struct { const char *name; void (*build)(gm_builder *); } gm_arch;
 static const gm_arch g_archs[] = {
     {"llama", gm_arch_llama},
     {"qwen35", gm_arch_qwen35},
     {"qwen35moe", gm_arch_qwen35moe},
+    {"gemma4", gm_arch_gemma4},
 };
 
-const char *nx_genmodel_archs(void) { return "llama, qwen35, qwen35moe"; }
+const char *nx_genmodel_archs(void) { return "llama, qwen35, qwen35moe, gemma4"; }
 
 nx_status nx_genmodel_write(const nx_genmodel_opts *opts, nx_error *err) {
     const gm_arch *arch = NULL;

@@ -1,10 +1,11 @@
 /*
  * kv.c — attention KV cache and recurrent state per sequence (see kv.h for the contract).
  *
- * Layout: one calloc per sequence for the attention rows ([layer][K: pos][V: pos], each row
- * k_width / v_width values of the cache type), one per sequence for the live recurrent state
- * ([layer][conv | ssm] floats) and one growable block per sequence for snapshot slots (each
- * slot is a copy of the live recurrent layout).
+ * Layout: one calloc per sequence for the attention rows ([layer][K: row][V: row], each row
+ * k_width / v_width values of the cache type; n_ctx rows, or `cells` for a ring layer), one per
+ * sequence for the positions held by ring rows ([ring layer][cell], -1 = empty), one per
+ * sequence for the live recurrent state ([layer][conv | ssm] floats) and one growable block
+ * per sequence for snapshot slots (each slot is a copy of the live recurrent layout).
  */
 #include "kv.h"
 #include <stdlib.h>
@@ -13,6 +14,7 @@
 
 typedef struct kv_seq {
     uint8_t *attn;      /* all attention layers */
+    int32_t *cell_pos;  /* ring layers: position held by each cell (-1: none) */
     float *rec;         /* live recurrent state, rec_size floats */
     float *snap;        /* snap_cap slots of rec_size floats */
     int snap_cap;
@@ -27,6 +29,11 @@ struct nx_kv {
     int64_t *kw, *vw;       /* per attention layer */
     size_t *k_off, *v_off;  /* byte offsets of a layer's K / V block in kv_seq.attn */
     size_t attn_size;
+    int *cells;             /* rows per attention layer (n_ctx, or the ring size) */
+    int *ring;              /* per attention layer: ring size, 0 = plain cache */
+    int *window;            /* per ring layer: positions a query sees */
+    size_t *cp_off;         /* per ring layer: offset in kv_seq.cell_pos */
+    size_t n_cell_pos;
     int64_t *conv_off, *ssm_off, *conv_n, *ssm_n;  /* float offsets / sizes per recurrent layer */
     int64_t rec_size;
     kv_seq *seqs;
@@ -57,12 +64,17 @@ nx_status nx_kv_create(const nx_kv_config *c, nx_kv **out, nx_error *err) {
     kv->vw = calloc((size_t)na, sizeof *kv->vw);
     kv->k_off = calloc((size_t)na, sizeof *kv->k_off);
     kv->v_off = calloc((size_t)na, sizeof *kv->v_off);
+    kv->cells = calloc((size_t)na, sizeof *kv->cells);
+    kv->ring = calloc((size_t)na, sizeof *kv->ring);
+    kv->window = calloc((size_t)na, sizeof *kv->window);
+    kv->cp_off = calloc((size_t)na, sizeof *kv->cp_off);
     kv->conv_off = calloc((size_t)nr, sizeof *kv->conv_off);
     kv->ssm_off = calloc((size_t)nr, sizeof *kv->ssm_off);
     kv->conv_n = calloc((size_t)nr, sizeof *kv->conv_n);
     kv->ssm_n = calloc((size_t)nr, sizeof *kv->ssm_n);
     kv->seqs = calloc((size_t)c->n_seq, sizeof *kv->seqs);
-    if (!kv->kw || !kv->vw || !kv->k_off || !kv->v_off || !kv->conv_off || !kv->ssm_off || !kv->conv_n ||
+    if (!kv->kw || !kv->vw || !kv->k_off || !kv->v_off || !kv->cells || !kv->ring || !kv->window || !kv->cp_off ||
+        !kv->conv_off || !kv->ssm_off || !kv->conv_n ||
         !kv->ssm_n || !kv->seqs) {
         nx_kv_free(kv);
         return nx_fail(err, NX_ERR_NOMEM, "kv: out of memory");
@@ -76,12 +88,26 @@ nx_status nx_kv_create(const nx_kv_config *c, nx_kv **out, nx_error *err) {
             return nx_fail(err, NX_ERR_INVALID_ARG, "kv: attention layer %d: bad row width %lld / %lld", l,
                            (long long)c->k_width[l], (long long)c->v_width[l]);
         }
+        int ring = c->ring_cells ? c->ring_cells[l] : 0;
+        if (ring < 0 || (ring > 0 && (!c->window || c->window[l] < 1 || c->window[l] > ring))) {
+            nx_kv_free(kv);
+            return nx_fail(err, NX_ERR_INVALID_ARG, "kv: attention layer %d: bad ring of %d cells for a window of %d",
+                           l, ring, c->window ? c->window[l] : 0);
+        }
+        if (ring >= c->n_ctx) ring = 0;   /* a ring as large as the context is a plain cache */
+        kv->ring[l] = ring;
+        kv->cells[l] = ring ? ring : c->n_ctx;
+        if (ring) {
+            kv->window[l] = c->window[l];
+            kv->cp_off[l] = kv->n_cell_pos;
+            kv->n_cell_pos += (size_t)ring;
+        }
         kv->kw[l] = c->k_width[l];
         kv->vw[l] = c->v_width[l];
         kv->k_off[l] = off;
-        off += (size_t)c->n_ctx * (size_t)c->k_width[l] * kv->esk;
+        off += (size_t)kv->cells[l] * (size_t)c->k_width[l] * kv->esk;
         kv->v_off[l] = off;
-        off += (size_t)c->n_ctx * (size_t)c->v_width[l] * kv->esv;
+        off += (size_t)kv->cells[l] * (size_t)c->v_width[l] * kv->esv;
     }
     kv->attn_size = off;
     int64_t roff = 0;
@@ -102,7 +128,9 @@ nx_status nx_kv_create(const nx_kv_config *c, nx_kv **out, nx_error *err) {
         kv_seq *q = &kv->seqs[s];
         q->attn = kv->attn_size ? calloc(1, kv->attn_size) : NULL;
         q->rec = kv->rec_size ? calloc((size_t)kv->rec_size, sizeof(float)) : NULL;
-        if ((kv->attn_size && !q->attn) || (kv->rec_size && !q->rec)) {
+        q->cell_pos = kv->n_cell_pos ? malloc(kv->n_cell_pos * sizeof(int32_t)) : NULL;
+        if (q->cell_pos) memset(q->cell_pos, 0xff, kv->n_cell_pos * sizeof(int32_t));   /* -1: empty */
+        if ((kv->attn_size && !q->attn) || (kv->rec_size && !q->rec) || (kv->n_cell_pos && !q->cell_pos)) {
             nx_kv_free(kv);
             return nx_fail(err, NX_ERR_NOMEM, "kv: cannot allocate the cache for %d sequences x %d positions",
                            c->n_seq, c->n_ctx);
@@ -119,12 +147,17 @@ void nx_kv_free(nx_kv *kv) {
             free(kv->seqs[s].attn);
             free(kv->seqs[s].rec);
             free(kv->seqs[s].snap);
+            free(kv->seqs[s].cell_pos);
         }
     free(kv->seqs);
     free(kv->kw);
     free(kv->vw);
     free(kv->k_off);
     free(kv->v_off);
+    free(kv->cells);
+    free(kv->ring);
+    free(kv->window);
+    free(kv->cp_off);
     free(kv->conv_off);
     free(kv->ssm_off);
     free(kv->conv_n);
@@ -138,7 +171,8 @@ int nx_kv_n_rec(const nx_kv *kv) { return kv->n_rec; }
 nx_type nx_kv_type_k(const nx_kv *kv) { return kv->tk; }
 nx_type nx_kv_type_v(const nx_kv *kv) { return kv->tv; }
 size_t nx_kv_bytes(const nx_kv *kv) {
-    return (kv->attn_size + (size_t)kv->rec_size * sizeof(float)) * (size_t)kv->n_seq;
+    return (kv->attn_size + (size_t)kv->rec_size * sizeof(float) + kv->n_cell_pos * sizeof(int32_t)) *
+           (size_t)kv->n_seq;
 }
 
 /* ---- attention rows ---- */
@@ -159,16 +193,30 @@ static const float *get_row(const void *p, nx_type t, int64_t n, float *tmp) {
     return tmp;
 }
 
+int nx_kv_cells(const nx_kv *kv, int l) { return kv->cells[l]; }
+int nx_kv_slot(const nx_kv *kv, int l, int pos) { return nx_kv_slot_of(kv->cells[l], pos); }
+
 static inline uint8_t *k_row(const nx_kv *kv, int seq, int l, int pos) {
-    return kv->seqs[seq].attn + kv->k_off[l] + (size_t)pos * (size_t)kv->kw[l] * kv->esk;
+    return kv->seqs[seq].attn + kv->k_off[l] + (size_t)nx_kv_slot_of(kv->cells[l], pos) * (size_t)kv->kw[l] * kv->esk;
 }
 
 static inline uint8_t *v_row(const nx_kv *kv, int seq, int l, int pos) {
-    return kv->seqs[seq].attn + kv->v_off[l] + (size_t)pos * (size_t)kv->vw[l] * kv->esv;
+    return kv->seqs[seq].attn + kv->v_off[l] + (size_t)nx_kv_slot_of(kv->cells[l], pos) * (size_t)kv->vw[l] * kv->esv;
 }
 
-void nx_kv_put_k(nx_kv *kv, int seq, int l, int pos, const float *src) { put_row(k_row(kv, seq, l, pos), kv->tk, src, kv->kw[l]); }
-void nx_kv_put_v(nx_kv *kv, int seq, int l, int pos, const float *src) { put_row(v_row(kv, seq, l, pos), kv->tv, src, kv->vw[l]); }
+static inline void note_cell(nx_kv *kv, int seq, int l, int pos) {
+    if (kv->ring[l]) kv->seqs[seq].cell_pos[kv->cp_off[l] + (size_t)(pos % kv->ring[l])] = pos;
+}
+
+void nx_kv_put_k(nx_kv *kv, int seq, int l, int pos, const float *src) {
+    put_row(k_row(kv, seq, l, pos), kv->tk, src, kv->kw[l]);
+    note_cell(kv, seq, l, pos);
+}
+
+void nx_kv_put_v(nx_kv *kv, int seq, int l, int pos, const float *src) {
+    put_row(v_row(kv, seq, l, pos), kv->tv, src, kv->vw[l]);
+    note_cell(kv, seq, l, pos);
+}
 
 const float *nx_kv_get_k(const nx_kv *kv, int seq, int l, int pos, float *tmp) {
     return get_row(k_row(kv, seq, l, pos), kv->tk, kv->kw[l], tmp);
@@ -218,6 +266,25 @@ void nx_kv_seq_reset(nx_kv *kv, int seq) {
     q->len = 0;
     q->snap_n = 0;
     if (kv->rec_size) memset(q->rec, 0, (size_t)kv->rec_size * sizeof(float));
+    if (kv->n_cell_pos) memset(q->cell_pos, 0xff, kv->n_cell_pos * sizeof(int32_t));
+}
+
+/* Can the first n positions of seq stand as the whole sequence? Every ring must still hold
+ * the window before n (positions n-window+1 .. n-1), which the next query at n reads. */
+static nx_status ring_check(const nx_kv *kv, int seq, int n, const char *what, nx_error *err) {
+    const kv_seq *q = &kv->seqs[seq];
+    for (int l = 0; l < kv->n_attn; l++) {
+        if (!kv->ring[l]) continue;
+        const int32_t *cp = q->cell_pos + kv->cp_off[l];
+        int lo = n - kv->window[l] + 1;
+        for (int p = lo < 0 ? 0 : lo; p < n; p++)
+            if (cp[p % kv->ring[l]] != p)
+                return nx_fail(err, NX_ERR_UNSUPPORTED,
+                               "kv: sequence %d: cannot %s %d positions: sliding-window layer %d keeps a ring of %d "
+                               "cells and position %d (in the window of %d before the new end) was overwritten",
+                               seq, what, n, l, kv->ring[l], p, kv->window[l]);
+    }
+    return NX_OK;
 }
 
 /* Where the recurrent state after the first n positions of seq lives: -1 live, >= 0 a slot,
@@ -250,6 +317,8 @@ nx_status nx_kv_seq_rm(nx_kv *kv, int seq, int p0, int p1, nx_error *err) {
     if (p1 < q->len)
         return nx_fail(err, NX_ERR_UNSUPPORTED, "kv: sequence %d: cannot remove positions [%d, %d) from the middle of [0, %d)",
                        seq, p0, p1, q->len);
+    st = ring_check(kv, seq, p0, "cut the sequence back to", err);
+    if (st != NX_OK) return st;
     if (kv->n_rec > 0) {
         int slot = rec_slot_for(kv, seq, p0);
         if (slot == -2) {
@@ -277,6 +346,7 @@ nx_status nx_kv_seq_cp(nx_kv *kv, int src, int dst, int p0, int p1, nx_error *er
     if (src == dst) return NX_OK;
     kv_seq *s = &kv->seqs[src], *d = &kv->seqs[dst];
     int n = (p1 < 0 || p1 > s->len) ? s->len : p1;
+    if (n < s->len && (st = ring_check(kv, src, n, "copy the first", err)) != NX_OK) return st;
     int slot = -1;
     if (kv->n_rec > 0) {
         slot = rec_slot_for(kv, src, n);
@@ -285,9 +355,12 @@ nx_status nx_kv_seq_cp(nx_kv *kv, int src, int dst, int p0, int p1, nx_error *er
                            src, dst, src, n);
     }
     for (int l = 0; l < kv->n_attn; l++) {
-        memcpy(d->attn + kv->k_off[l], s->attn + kv->k_off[l], (size_t)n * (size_t)kv->kw[l] * kv->esk);
-        memcpy(d->attn + kv->v_off[l], s->attn + kv->v_off[l], (size_t)n * (size_t)kv->vw[l] * kv->esv);
+        /* a ring is copied whole: its rows are not in position order */
+        size_t rows = kv->ring[l] ? (size_t)kv->ring[l] : (size_t)n;
+        memcpy(d->attn + kv->k_off[l], s->attn + kv->k_off[l], rows * (size_t)kv->kw[l] * kv->esk);
+        memcpy(d->attn + kv->v_off[l], s->attn + kv->v_off[l], rows * (size_t)kv->vw[l] * kv->esv);
     }
+    if (kv->n_cell_pos) memcpy(d->cell_pos, s->cell_pos, kv->n_cell_pos * sizeof(int32_t));
     if (kv->rec_size) memcpy(d->rec, rec_base(kv, src, slot), (size_t)kv->rec_size * sizeof(float));
     d->len = n;
     d->snap_n = 0;

@@ -4,6 +4,11 @@
  * Attention: for every sequence and every attention layer a row of K (k_width values) and of V
  * (v_width values) per position 0..n_ctx-1, stored F32 or F16 (rounded to nearest even). A
  * sequence holds the positions [0, len); a decode appends at len (or restarts at 0).
+ * Sliding-window layers may instead keep a ring of `cells` rows (slot = pos mod cells), so their
+ * memory does not grow with the context: a query at p sees the window positions p-window+1..p,
+ * which the ring holds as long as cells >= window - 1 + (rows of one sequence per forward
+ * chunk). The ring remembers which position each cell holds, so removing a tail is refused
+ * (nothing changed) when the window before the new end has already been overwritten.
  * Recurrent: for every sequence and recurrent layer a conv state and an SSM state (F32, layout
  * owned by the architecture). A decode marked "snapshot" keeps the state after every token of
  * a sequence: token t of the batch (t = pos - pos0) writes slot t, the last token writes the
@@ -33,6 +38,11 @@ typedef struct nx_kv_config {
     int n_rec;                  /* recurrent layers */
     const int64_t *conv_size;   /* floats per sequence, per recurrent layer */
     const int64_t *ssm_size;
+    /* Optional (NULL: every attention layer keeps n_ctx rows). Per attention layer: 0 = n_ctx
+     * rows, else a ring of ring_cells[l] rows for a sliding-window layer whose queries see the
+     * last window[l] positions (self included); a ring as large as n_ctx is a plain cache. */
+    const int *ring_cells;
+    const int *window;
 } nx_kv_config;
 
 typedef struct nx_kv nx_kv;
@@ -57,8 +67,14 @@ void nx_kv_put_v(nx_kv *kv, int seq, int layer, int pos, const float *src);
 const float *nx_kv_get_k(const nx_kv *kv, int seq, int layer, int pos, float *tmp);
 const float *nx_kv_get_v(const nx_kv *kv, int seq, int layer, int pos, float *tmp);
 
-/* Raw row of position 0 of a sequence's K / V block (rows follow at k_width / v_width values
- * of the cache type each), for kernels that read many positions. */
+/* Rows of a layer's K / V block: n_ctx, or the ring size of a sliding-window layer. Position
+ * pos lives in row nx_kv_slot(kv, layer, pos) = pos mod cells. */
+int nx_kv_cells(const nx_kv *kv, int layer);
+static inline int nx_kv_slot_of(int cells, int pos) { return pos < cells ? pos : pos % cells; }
+int nx_kv_slot(const nx_kv *kv, int layer, int pos);
+
+/* Raw row 0 of a sequence's K / V block (rows follow at k_width / v_width values of the cache
+ * type each; position pos is row nx_kv_slot(pos)), for kernels that read many positions. */
 const void *nx_kv_k_base(const nx_kv *kv, int seq, int layer);
 const void *nx_kv_v_base(const nx_kv *kv, int seq, int layer);
 
@@ -84,14 +100,16 @@ void nx_kv_snap_set(nx_kv *kv, int seq, int pos0, int n);
 void nx_kv_seq_reset(nx_kv *kv, int seq);
 
 /* Remove positions [p0, p1) (p0 < 0: 0; p1 < 0: to the end). Removing everything resets the
- * sequence. Otherwise only a tail can go (p1 >= len), and with recurrent layers only back to
- * a position whose state a snapshot holds (p0 - 1 in the last snapshot batch). Errors:
- * NX_ERR_INVALID_ARG (bad seq), NX_ERR_UNSUPPORTED (a hole, or no snapshot for p0). */
+ * sequence. Otherwise only a tail can go (p1 >= len), with recurrent layers only back to a
+ * position whose state a snapshot holds (p0 - 1 in the last snapshot batch), and with ring
+ * layers only while the rings still hold the window before p0. Errors: NX_ERR_INVALID_ARG
+ * (bad seq), NX_ERR_UNSUPPORTED (a hole, no snapshot for p0, window overwritten). */
 nx_status nx_kv_seq_rm(nx_kv *kv, int seq, int p0, int p1, nx_error *err);
 
 /* Make dst a copy of the first n positions of src, n = p1 (p1 < 0 or p1 > len(src): len(src));
  * p0 must be <= 0 (prefix copies only). With recurrent layers the state after position n-1
- * must be live or in a snapshot. dst's snapshots are dropped. */
+ * must be live or in a snapshot; with ring layers the rings must hold the window before n.
+ * dst's snapshots are dropped. */
 nx_status nx_kv_seq_cp(nx_kv *kv, int src, int dst, int p0, int p1, nx_error *err);
 
 #endif

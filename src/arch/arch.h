@@ -48,6 +48,7 @@ typedef struct nx_arch {
 
 extern const nx_arch nx_arch_qwen35;
 extern const nx_arch nx_arch_qwen35moe;
+extern const nx_arch nx_arch_gemma4, nx_arch_gemma4_assistant, nx_arch_gemma4_mtp;  /* gemma4.c */
 
 /* The implementation for general.architecture, or NULL. */
 const nx_arch *nx_arch_find(const char *name);
