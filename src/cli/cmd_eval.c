@@ -4,29 +4,51 @@
  *   nextn eval -m FILE.gguf --prompt-ids 1,2,3 | --prompt-ids-file F [--logits-out FILE.f32]
  *              [--hidden-out FILE.f32] [--greedy N] [--greedy-logits-out FILE.f32] [--batch B]
  *              [-ub N] [-t N] [-c N] [-ctk f32|f16] [-ctv f32|f16]
+ *              [--drafts K [--draft-model A] [--mtp-logits-out F] [--mtp-hidden-out F]
+ *               [--draft-logits-out F] [--draft-hidden-out F]]
+ *              [--spec N [--spec-slack S] [speculative flags, spec_params.h]]
  *
  * Decodes the prompt (one batch, or chunks of B rows; --batch 1 = token by token) at positions
  * 0..n-1 of sequence 0, writes the full-vocab logits of every prompt row ([n][n_vocab] float32
  * little-endian) and the post-norm hidden of every row ([n][n_embd]), then continues greedily
  * for N tokens (one decode per token) and prints them as a JSON array on stdout. Weights stay
  * as stored; the KV cache is F32 unless -ctk / -ctv say otherwise.
+ *
+ * --drafts K (issue 5 item 5): the drafter golden interface. The MTP head is warmed over the
+ * prompt (row q = token q + hidden q-1, zeros for q = 0), id_last = the greedy token after the
+ * prompt, then K chained greedy draft steps; prints the layout of golden drafts.json (id_last,
+ * draft ids, per step the input, position, argmax, margin, softmax probability, top-10 ids and
+ * logits) instead of the greedy array. --mtp-*-out write the prompt rows' MTP logits / hidden,
+ * --draft-*-out the steps'. --draft-model (a separate drafter GGUF) is for the gemma4 assistant.
+ * --spec N: a greedy speculative run of N tokens in a fresh context (default --spec-type mtp,
+ * --draft-max 3, fixed k, p_min 0; --spec-slack 2 = the golden trace's budget rule) printed in the
+ * layout of golden spec_trace.json (rounds with drafts, committed ids, accepted counts;
+ * plain_decode rounds for k = 0).
  */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <cjson/cJSON.h>
 #include "cli/cli.h"
 #include "core/io.h"
 #include "kernels/ops.h"
 #include "nextn.h"
+#include "spec/engine.h"
+#include "spec/mtp.h"
 
 static void eval_usage(FILE *f) {
     fprintf(f,
             "usage: nextn eval -m FILE.gguf (--prompt-ids 1,2,3 | --prompt-ids-file F) [--logits-out FILE.f32]\n"
             "                  [--hidden-out FILE.f32] [--greedy N] [--greedy-logits-out FILE.f32] [--batch B]\n"
             "                  [-ub N] [-t N] [-c N] [-ctk f32|f16] [-ctv f32|f16]\n"
+            "                  [--drafts K [--mtp-logits-out F] [--mtp-hidden-out F] [--draft-logits-out F]\n"
+            "                   [--draft-hidden-out F] [--draft-model A]]\n"
+            "                  [--spec N [--spec-slack S] [--spec-type T --draft-max N ...]]\n"
             "Prompt logits [n][n_vocab] and post-norm hidden [n][n_embd] as float32 LE; the greedy continuation\n"
-            "is printed as a JSON array of ids. --batch B decodes the prompt in chunks of B (1 = token by token).\n");
+            "is printed as a JSON array of ids. --batch B decodes the prompt in chunks of B (1 = token by token).\n"
+            "--drafts K prints K chained MTP drafts after the prompt (layout of golden drafts.json); --spec N runs\n"
+            "N greedy speculative tokens and prints the rounds (layout of golden spec_trace.json).\n");
 }
 
 /* Ids separated by commas / whitespace (a JSON array's brackets are accepted too). */
@@ -71,14 +93,194 @@ static int write_f32(const char *path, const float *x, size_t n) {
     return 0;
 }
 
+/* ===== --drafts K: the drafter golden interface ===== */
+
+static cJSON *json_ints(const int *x, int n) {
+    cJSON *a = cJSON_CreateArray();
+    for (int i = 0; a && i < n; i++) cJSON_AddItemToArray(a, cJSON_CreateNumber(x[i]));
+    return a;
+}
+
+/* MTP rows over the prompt, then K chained greedy steps from id_last = argmax(last prompt row). */
+static int eval_drafts(const nx_model *m, nx_ctx *ctx, const int *ids, int n, const float *hidden_all, const float *last, int K,
+                       const char *mtp_logits_out, const char *mtp_hidden_out, const char *draft_logits_out,
+                       const char *draft_hidden_out) {
+    const int V = nx_model_n_vocab(m), E = nx_model_n_embd(m);
+    nx_error e = {0};
+    nx_mtp_head *h = NULL;
+    if (nx_mtp_head_create(ctx, &h, &e) != NX_OK) {
+        fprintf(stderr, "nextn eval: --drafts: %s\n", e.msg);
+        return 1;
+    }
+    int rc = 1;
+    float *hs = calloc((size_t)n, (size_t)E * sizeof(float));
+    float *hm = malloc((size_t)n * E * sizeof(float));
+    float *lg = mtp_logits_out ? malloc((size_t)n * V * sizeof(float)) : NULL;
+    float *dl = malloc((size_t)(K > 0 ? K : 1) * V * sizeof(float)), *dh = malloc((size_t)(K > 0 ? K : 1) * E * sizeof(float));
+    int *pos = malloc((size_t)n * sizeof(int)), *seq = calloc((size_t)n, sizeof(int)), *dt = malloc((size_t)(K + 1) * sizeof(int));
+    cJSON *root = NULL;
+    if (!hs || !hm || (mtp_logits_out && !lg) || !dl || !dh || !pos || !seq || !dt) {
+        fprintf(stderr, "nextn eval: out of memory\n");
+        goto done;
+    }
+    for (int i = 0; i < n; i++) pos[i] = i;
+    memcpy(hs + E, hidden_all, (size_t)(n - 1) * E * sizeof(float));   /* row q: hidden q-1, zeros for q = 0 */
+    if (nx_mtp_head_forward(h, n, ids, pos, seq, hs, hm, lg, &e) != NX_OK) {
+        fprintf(stderr, "nextn eval: --drafts: %s\n", e.msg);
+        goto done;
+    }
+    if (mtp_logits_out && write_f32(mtp_logits_out, lg, (size_t)n * V)) goto done;
+    if (mtp_hidden_out && write_f32(mtp_hidden_out, hm, (size_t)n * E)) goto done;
+    const int id_last = nx_argmax(last, V);
+    root = cJSON_CreateObject();
+    cJSON *steps = cJSON_CreateArray();
+    cJSON_AddNumberToObject(root, "id_last", id_last);
+    cJSON_AddNumberToObject(root, "id_last_position", n);
+    int tok = id_last;
+    const float *cond = hidden_all + (size_t)(n - 1) * E;
+    for (int s = 0; s < K; s++) {
+        int p = n + s, sq = 0;
+        float *row = dl + (size_t)s * V, *hrow = dh + (size_t)s * E;
+        if (nx_mtp_head_forward(h, 1, &tok, &p, &sq, cond, hrow, row, &e) != NX_OK) {
+            fprintf(stderr, "nextn eval: --drafts: step %d: %s\n", s + 1, e.msg);
+            goto done;
+        }
+        int top[10] = {0}, got = 0;
+        float topv[10] = {0};
+        if (nx_topk(row, V, V < 10 ? V : 10, top, topv, &got, &e) != NX_OK) {
+            fprintf(stderr, "nextn eval: %s\n", e.msg);
+            goto done;
+        }
+        float prob = 0;
+        const int am = nx_argmax_prob(row, V, &prob);
+        cJSON *st = cJSON_CreateObject(), *t10 = cJSON_CreateObject(), *tl = cJSON_CreateArray();
+        cJSON_AddNumberToObject(st, "step", s + 1);
+        cJSON_AddNumberToObject(st, "input_token", tok);
+        cJSON_AddNumberToObject(st, "position", p);
+        cJSON_AddNumberToObject(st, "argmax", am);
+        cJSON_AddNumberToObject(st, "top1_top2_margin", got > 1 ? (double)topv[0] - (double)topv[1] : 0.0);
+        cJSON_AddNumberToObject(st, "argmax_softmax_prob", prob);
+        for (int i = 0; i < got; i++) cJSON_AddItemToArray(tl, cJSON_CreateNumber(topv[i]));
+        cJSON_AddItemToObject(t10, "ids", json_ints(top, got));
+        cJSON_AddItemToObject(t10, "logits", tl);
+        cJSON_AddItemToObject(st, "top10", t10);
+        cJSON_AddItemToArray(steps, st);
+        dt[s] = am;
+        tok = am;
+        cond = hrow;
+    }
+    cJSON_AddItemToObject(root, "draft_tokens", json_ints(dt, K));
+    cJSON_AddItemToObject(root, "steps", steps);
+    if (draft_logits_out && write_f32(draft_logits_out, dl, (size_t)K * V)) goto done;
+    if (draft_hidden_out && write_f32(draft_hidden_out, dh, (size_t)K * E)) goto done;
+    char *txt = cJSON_Print(root);
+    if (!txt) { fprintf(stderr, "nextn eval: out of memory\n"); goto done; }
+    printf("%s\n", txt);
+    cJSON_free(txt);
+    rc = 0;
+done:
+    cJSON_Delete(root);
+    free(hs); free(hm); free(lg); free(dl); free(dh); free(pos); free(seq); free(dt);
+    nx_mtp_head_free(h);
+    return rc;
+}
+
+/* ===== --spec N: a speculative greedy run in the layout of spec_trace.json ===== */
+
+typedef struct spec_rec {
+    cJSON *rounds;
+    int n_rounds;
+} spec_rec;
+
+static void spec_round(void *user, const nx_spec_round_info *r) {
+    spec_rec *sr = user;
+    cJSON *o = cJSON_CreateObject();
+    if (!o) return;
+    if (r->k == 0) {
+        cJSON_AddNumberToObject(o, "round", sr->n_rounds);
+        cJSON_AddTrueToObject(o, "plain_decode");
+        cJSON_AddNumberToObject(o, "token", r->ids[0]);
+        cJSON_AddNumberToObject(o, "n_past", r->pos + 1);
+    } else {
+        cJSON_AddNumberToObject(o, "n_past", r->pos);
+        cJSON_AddNumberToObject(o, "id_last", r->id_last);
+        cJSON_AddBoolToObject(o, "id_last_from_carry", sr->n_rounds > 0);
+        cJSON_AddItemToObject(o, "drafts", json_ints(r->drafts, r->n_drafted));
+        cJSON_AddNumberToObject(o, "n_max_used", r->k);
+        cJSON_AddItemToObject(o, "ids", json_ints(r->ids, r->n_ids));
+        cJSON_AddNumberToObject(o, "n_accepted", r->n_accepted);
+        cJSON_AddNumberToObject(o, "round", sr->n_rounds);
+    }
+    cJSON_AddItemToArray(sr->rounds, o);
+    sr->n_rounds++;
+}
+
+static int eval_spec(const nx_model *m, nx_ctx_params cp, const int *ids, int n, int N, const nx_spec_params *spec,
+                     int slack) {
+    nx_error e = {0};
+    cp.n_ctx = cp.n_ctx > n + N ? cp.n_ctx : n + N;
+    cp.n_seq_max = 1;
+    nx_ctx *ctx = NULL;
+    if (nx_ctx_create(m, &cp, &ctx) != NX_OK) { fprintf(stderr, "nextn eval: %s\n", nx_last_error()); return 1; }
+    spec_rec sr = {.rounds = cJSON_CreateArray()};
+    nx_spec_engine_params p = nx_spec_engine_default_params();
+    p.spec = *spec;
+    p.budget_slack = slack;
+    p.on_round = spec_round;
+    p.user = &sr;
+    nx_spec_engine *en = NULL;
+    int rc = 1;
+    cJSON *root = NULL;
+    nx_seq_id s = -1;
+    nx_spec_request rq = {.prompt = ids, .n_prompt = n, .n_predict = N};
+    if (nx_spec_engine_create(ctx, &p, &en, &e) != NX_OK || nx_spec_engine_add(en, &rq, &s, &e) != NX_OK) {
+        fprintf(stderr, "nextn eval: --spec: %s\n", e.msg);
+        goto done;
+    }
+    while (nx_spec_engine_n_active(en))
+        if (nx_spec_engine_step(en, &e) != NX_OK) { fprintf(stderr, "nextn eval: --spec: %s\n", e.msg); goto done; }
+    int n_out = 0;
+    const nx_token *out = nx_spec_engine_output(en, s, &n_out);
+    const nx_spec_stats *st = nx_spec_engine_stats_total(en);
+    root = cJSON_CreateObject();
+    cJSON_AddNumberToObject(root, "n_prompt", n);
+    cJSON_AddNumberToObject(root, "n_predict", N);
+    cJSON_AddItemToObject(root, "tokens", json_ints(out, n_out));
+    cJSON_AddNumberToObject(root, "n_drafted", (double)st->n_drafted);
+    cJSON_AddNumberToObject(root, "n_accepted", (double)st->n_accepted);
+    cJSON_AddItemToObject(root, "rounds", sr.rounds);
+    sr.rounds = NULL;
+    char *txt = cJSON_Print(root);
+    if (txt) printf("%s\n", txt);
+    cJSON_free(txt);
+    rc = txt ? 0 : 1;
+done:
+    cJSON_Delete(sr.rounds);
+    cJSON_Delete(root);
+    nx_spec_engine_free(en);
+    nx_ctx_free(ctx);
+    return rc;
+}
+
 int nx_cmd_eval(int argc, char **argv) {
     const char *model_path = NULL, *ids_arg = NULL, *ids_file = NULL, *logits_out = NULL, *hidden_out = NULL,
                *greedy_logits_out = NULL;
-    int greedy = 0, batch = 0, threads = 0, n_ctx = 0, n_ubatch = 0;
+    const char *mtp_logits_out = NULL, *mtp_hidden_out = NULL, *draft_logits_out = NULL, *draft_hidden_out = NULL;
+    int greedy = 0, batch = 0, threads = 0, n_ctx = 0, n_ubatch = 0, drafts = -1, spec_n = 0, spec_slack = 2;
     nx_ctx_params cp = nx_ctx_default_params();
+    nx_spec_params spec = nx_spec_params_default();
+    spec.draft_max = 3;
+    spec.adaptive = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) { eval_usage(stdout); return 0; }
+        bool used = false;
+        nx_error se = {0};
+        if (nx_spec_params_parse_arg(&spec, argc, argv, &i, &used, &se) != NX_OK) {
+            fprintf(stderr, "nextn eval: %s\n", se.msg);
+            return 2;
+        }
+        if (used) { i--; continue; }
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!v) { fprintf(stderr, "nextn eval: %s needs a value\n", a); return 2; }
         char *end = NULL;
@@ -92,6 +294,13 @@ int nx_cmd_eval(int argc, char **argv) {
         else if (!strcmp(a, "--greedy-logits-out")) greedy_logits_out = v;
         else if (!strcmp(a, "--greedy") && is_num) greedy = (int)num;
         else if (!strcmp(a, "--batch") && is_num) batch = (int)num;
+        else if (!strcmp(a, "--drafts") && is_num && num <= NX_SPEC_DRAFT_CAP) drafts = (int)num;
+        else if (!strcmp(a, "--spec") && is_num && num > 0) spec_n = (int)num;
+        else if (!strcmp(a, "--spec-slack") && is_num && num >= 1 && num <= 64) spec_slack = (int)num;
+        else if (!strcmp(a, "--mtp-logits-out")) mtp_logits_out = v;
+        else if (!strcmp(a, "--mtp-hidden-out")) mtp_hidden_out = v;
+        else if (!strcmp(a, "--draft-logits-out")) draft_logits_out = v;
+        else if (!strcmp(a, "--draft-hidden-out")) draft_hidden_out = v;
         else if ((!strcmp(a, "-t") || !strcmp(a, "--threads")) && is_num) threads = (int)num;
         else if ((!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) && is_num) n_ctx = (int)num;
         else if ((!strcmp(a, "-ub") || !strcmp(a, "--ubatch-size")) && is_num && num > 0) n_ubatch = (int)num;
@@ -101,6 +310,19 @@ int nx_cmd_eval(int argc, char **argv) {
         i++;
     }
     if (!model_path || (!ids_arg == !ids_file)) { eval_usage(stderr); return 2; }
+    if (drafts >= 0 && spec_n > 0) {
+        fprintf(stderr, "nextn eval: --drafts and --spec print different JSON; use one of them\n");
+        return 2;
+    }
+    if (spec.draft_model) {
+        fprintf(stderr, "nextn eval: --draft-model %s: separate drafter models (the gemma4 assistant) are not available "
+                "yet; qwen35 drafts with the MTP head inside the model\n", spec.draft_model);
+        return 2;
+    }
+    if (spec_n > 0 && spec.n_types == 0) {
+        spec.types[0] = NX_SPEC_MTP;
+        spec.n_types = 1;
+    }
     int *ids = NULL, n = 0;
     char *text = NULL;
     if (ids_file) {
@@ -127,7 +349,8 @@ int nx_cmd_eval(int argc, char **argv) {
     nx_model_params mp = nx_model_default_params();
     mp.n_threads = threads;
     if (nx_model_load(model_path, &mp, &m) != NX_OK) { fprintf(stderr, "nextn eval: %s\n", nx_last_error()); goto done; }
-    const int need = n + (greedy > 1 ? greedy - 1 : 0);
+    int need = n + (greedy > 1 ? greedy - 1 : 0);
+    if (drafts > 0 && need < n + drafts) need = n + drafts;   /* the MTP head's positions n..n+K-1 */
     cp.n_ctx = n_ctx > 0 ? n_ctx : need;
     cp.n_threads = threads;
     cp.n_ubatch = n_ubatch;
@@ -165,6 +388,11 @@ int nx_cmd_eval(int argc, char **argv) {
             if (lg && i0 + r == n - 1) memcpy(last, lg, (size_t)V * sizeof(float));
         }
     }
+    if (drafts >= 0 && eval_drafts(m, ctx, ids, n, hidden_all, last, drafts, mtp_logits_out, mtp_hidden_out,
+                                   draft_logits_out, draft_hidden_out) != 0) {
+        free(last);
+        goto done;
+    }
     for (int k = 0; k < greedy; k++) {
         memcpy(greedy_rows + (size_t)k * V, last, (size_t)V * sizeof(float));
         gen[k] = nx_argmax(last, V);
@@ -178,9 +406,15 @@ int nx_cmd_eval(int argc, char **argv) {
     if (logits_out && write_f32(logits_out, logits_all, (size_t)n * V)) goto done;
     if (hidden_out && write_f32(hidden_out, hidden_all, (size_t)n * E)) goto done;
     if (greedy_logits_out && greedy > 0 && write_f32(greedy_logits_out, greedy_rows, (size_t)greedy * V)) goto done;
-    printf("[");
-    for (int k = 0; k < greedy; k++) printf("%s%d", k ? ", " : "", gen[k]);
-    printf("]\n");
+    if (spec_n > 0) {
+        rc = eval_spec(m, cp, ids, n, spec_n, &spec, spec_slack);
+        goto done;
+    }
+    if (drafts < 0) {
+        printf("[");
+        for (int k = 0; k < greedy; k++) printf("%s%d", k ? ", " : "", gen[k]);
+        printf("]\n");
+    }
     rc = 0;
 done:
     free(ids);
