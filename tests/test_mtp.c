@@ -6,6 +6,7 @@
 #include <cjson/cJSON.h>
 #include <unistd.h>
 #include "test.h"
+#include "golden_util.h"
 #include "core/io.h"
 #include "genmodel.h"
 #include "spec/engine.h"
@@ -14,54 +15,8 @@
 
 #define GOLDEN NX_SHARED_DIR "/golden/"
 
-static float *read_f32(const char *path, size_t *n) {
-    char *buf = NULL;
-    size_t len = 0;
-    nx_error e = {0};
-    if (nx_read_file(path, 1u << 28, &buf, &len, &e) != NX_OK) return NULL;
-    float *x = malloc(len ? len : 1);
-    memcpy(x, buf, len);
-    free(buf);
-    *n = len / sizeof(float);
-    return x;
-}
-
-static cJSON *read_json(const char *path) {
-    char *buf = NULL;
-    nx_error e = {0};
-    if (nx_read_file(path, 1u << 24, &buf, NULL, &e) != NX_OK) return NULL;
-    cJSON *j = cJSON_Parse(buf);
-    free(buf);
-    return j;
-}
-
-static int json_ints(const cJSON *arr, int *out, int cap) {
-    int n = 0;
-    const cJSON *it;
-    cJSON_ArrayForEach(it, arr) if (n < cap) out[n++] = (int)it->valuedouble;
-    return n;
-}
-
-static double max_diff(const float *a, const float *b, size_t n) {
-    double m = 0;
-    for (size_t i = 0; i < n; i++) {
-        double d = fabs((double)a[i] - (double)b[i]);
-        if (!(d <= m)) m = d;
-    }
-    return m;
-}
-
 static nx_ctx *make_ctx(nx_model *m, int n_ctx, int n_seq, int ub, nx_cache_type tv) {
-    nx_ctx_params p = nx_ctx_default_params();
-    p.n_ctx = n_ctx;
-    p.n_seq_max = n_seq;
-    p.n_ubatch = ub;
-    p.n_threads = 1;
-    p.type_k = NX_CACHE_F32;
-    p.type_v = tv;
-    nx_ctx *c = NULL;
-    if (nx_ctx_create(m, &p, &c) != NX_OK) fprintf(stderr, "  ctx: %s\n", nx_last_error());
-    return c;
+    return test_ctx(m, n_ctx, n_seq, ub, 1, NX_CACHE_F32, tv);
 }
 
 /* Decode a prompt in one batch on seq 0; copy the hidden rows into H ([n][E]). */
