@@ -14,6 +14,9 @@ if command -v pkg-config >/dev/null 2>&1; then
 else
   need+=(libpcre2-dev libmicrohttpd-dev libcjson-dev)
 fi
+# curl and jq drive the HTTP script tests.
+command -v curl >/dev/null 2>&1 || need+=(curl)
+command -v jq >/dev/null 2>&1 || need+=(jq)
 # numpy (Debian's, for /usr/bin/python3) runs the independent references under tests/ref/.
 /usr/bin/python3 -c 'import numpy' >/dev/null 2>&1 || need+=(python3-numpy)
 [ ${#need[@]} -eq 0 ] && exit 0

@@ -5,8 +5,9 @@
  *               [--api-key K] [--max-body BYTES] [--queue-max N] [--chat-format chatml|gemma]
  *               [--shutdown-grace S] [speculation flags: --spec-type ... (spec_params.h)]
  *
- * Until the model scheduler is wired in, only the hidden `--fake-backend` runs (the deterministic
- * byte-echo backend the tests use; `--fake-step-us N` sets its per-step sleep). SIGINT / SIGTERM
+ * The model backend (src/server/backend_model.h) loads FILE and runs every slot through one
+ * speculative engine; the hidden `--fake-backend` runs the deterministic byte-echo backend the
+ * tests use instead (`--fake-step-us N` sets its per-step sleep). SIGINT / SIGTERM
  * stop it gracefully: no new connections, streams get --shutdown-grace seconds (default 5) to
  * finish, the rest are cancelled, exit 0. The listening address is printed as one line on stdout:
  * "nextn serve: listening on http://HOST:PORT" (with --port 0 the port is the one chosen).
@@ -18,6 +19,7 @@
 #include <pthread.h>
 #include "cli/cli.h"
 #include "core/log.h"
+#include "server/backend_model.h"
 #include "server/server.h"
 
 static void usage(FILE *f) {
@@ -34,6 +36,8 @@ static void usage(FILE *f) {
             "  --chat-format F        chatml | gemma (default: from the GGUF)\n"
             "  --shutdown-grace S     seconds streams get to finish on SIGINT/SIGTERM (default 5)\n"
             "  --timeout S            close idle connections after S seconds (default 60)\n"
+            "  -t, --threads N        compute threads (default: physical cores)\n"
+            "  -ub, --ubatch-size N   prompt rows per forward chunk (default 512)\n"
             "%s",
             nx_spec_params_usage());
 }
@@ -51,7 +55,7 @@ int nx_cmd_serve(int argc, char **argv) {
     nx_spec_params spec = nx_spec_params_default();
     const char *model = NULL, *alias = NULL, *chat = NULL;
     const char *api_key = getenv("NEXTN_API_KEY");
-    long n_slots = 4, n_ctx = 4096, queue_max = 64, step_us = 1000, timeout_s = 60;
+    long n_slots = 4, n_ctx = 4096, queue_max = 64, step_us = 1000, timeout_s = 60, n_threads = 0, n_ubatch = 0;
     double grace = 5.0;
     bool fake = false;
     for (int i = 1; i < argc; i++) {
@@ -80,6 +84,8 @@ int nx_cmd_serve(int argc, char **argv) {
         else if (!strcmp(a, "--chat-format")) chat = v;
         else if (!strcmp(a, "--timeout")) { if (!parse_int(v, 1, 86400, &timeout_s)) goto bad; }
         else if (!strcmp(a, "--shutdown-grace")) { char *e; grace = strtod(v, &e); if (*e || grace < 0 || grace > 3600) goto bad; }
+        else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) { if (!parse_int(v, 1, 1024, &n_threads)) goto bad; }
+        else if (!strcmp(a, "-ub") || !strcmp(a, "--ubatch-size")) { if (!parse_int(v, 1, 1 << 16, &n_ubatch)) goto bad; }
         else if (!strcmp(a, "--fake-step-us")) { if (!parse_int(v, 0, 10000000, &step_us)) goto bad; }
         else { fprintf(stderr, "nextn serve: unknown option '%s'\n", a); usage(stderr); return 2; }
         i++;
@@ -98,11 +104,7 @@ int nx_cmd_serve(int argc, char **argv) {
         fprintf(stderr, "nextn serve: unknown chat format '%s' (known: chatml, gemma)\n", chat);
         return 2;
     }
-    if (!fake) {
-        if (!model) { fprintf(stderr, "nextn serve: -m FILE is required\n"); usage(stderr); return 2; }
-        fprintf(stderr, "nextn serve: the model scheduler is not wired in yet; only --fake-backend runs\n");
-        return 1;
-    }
+    if (!fake && !model) { fprintf(stderr, "nextn serve: -m FILE is required\n"); usage(stderr); return 2; }
     if (n_ctx / n_slots < 8) {
         fprintf(stderr, "nextn serve: -c %ld over %ld slots leaves fewer than 8 positions per slot\n", n_ctx, n_slots);
         return 2;
@@ -134,8 +136,20 @@ int nx_cmd_serve(int argc, char **argv) {
     pthread_sigmask(SIG_BLOCK, &set, NULL);
     signal(SIGPIPE, SIG_IGN);
 
+    nx_gen_model_params mp = nx_gen_model_default_params();
+    mp.model_path = model;
+    mp.alias = alias;
+    mp.n_slots = (int)n_slots;
+    mp.n_ctx = (int)n_ctx;
+    mp.n_ubatch = (int)n_ubatch;
+    mp.n_threads = (int)n_threads;
+    mp.queue_max = (int)queue_max;
+    mp.has_chat_format = chat != NULL;
+    mp.chat_format = cf;
+    mp.spec = spec;
+
     nx_gen_backend *be = NULL;
-    if (nx_gen_fake_create(&fp, &be, &err) != NX_OK) {
+    if ((fake ? nx_gen_fake_create(&fp, &be, &err) : nx_gen_model_create(&mp, &be, &err)) != NX_OK) {
         fprintf(stderr, "nextn serve: %s\n", err.msg);
         return 1;
     }

@@ -13,19 +13,17 @@
 #include <string.h>
 #include <time.h>
 #include "server/backend.h"
+#include "server/slots.h"
 
 #define FAKE_EOS 256
 #define FAKE_BOS 257
 #define FAKE_VOCAB 258
 
 typedef struct fake_slot {
-    int id;
-    bool busy;
+    nx_slot_base b;             /* id, busy, prompt cache, LRU tick (slots.h); first member */
     bool prompt_done;
     nx_gen_stream *s;
     const nx_gen_request *req;
-    nx_token *cache;            /* the slot's sequence: prompt + generated */
-    int n_cache, cap_cache;
     nx_token *src;              /* echo source: the prompt's bytes, rot13'd */
     int n_src;
     int gen_i;
@@ -38,7 +36,7 @@ typedef struct fake_slot {
     size_t n_txt, cap_txt;
     nx_gen_timings t;
     double t_admit, t_first;
-    uint64_t last_used, n_requests, request_id;
+    uint64_t n_requests, request_id;
     uint64_t draft_n, draft_acc;
     int n_prompt;
 } fake_slot;
@@ -137,7 +135,7 @@ static nx_status fake_detokenize(nx_gen_backend *b, const nx_token *ids, size_t 
 
 static int idle_slots(const fake_be *be) {
     int n = 0;
-    for (int i = 0; i < be->p.n_slots; i++) n += !be->slots[i].busy;
+    for (int i = 0; i < be->p.n_slots; i++) n += !be->slots[i].b.busy;
     return n;
 }
 
@@ -173,16 +171,16 @@ static int fake_slots(nx_gen_backend *b, nx_gen_slot_info *out, int cap, nx_gen_
     int busy = 0;
     for (int i = 0; i < be->p.n_slots; i++) {
         const fake_slot *sl = &be->slots[i];
-        cached += sl->n_cache;
-        busy += sl->busy;
+        cached += sl->b.n_cache;
+        busy += sl->b.busy;
         if (i >= cap || !out) continue;
         nx_gen_slot_info *o = &out[i];
         memset(o, 0, sizeof *o);
         o->id = i;
-        o->busy = sl->busy;
+        o->busy = sl->b.busy;
         o->request_id = sl->request_id;
         o->n_ctx = be->p.n_ctx_slot;
-        o->n_cached = sl->n_cache;
+        o->n_cached = sl->b.n_cache;
         o->n_prompt = sl->n_prompt;
         o->n_decoded = sl->gen_i;
         o->n_requests = sl->n_requests;
@@ -220,25 +218,7 @@ static void slot_end(fake_slot *sl, nx_gen_finish f, int stop_index) {
     sl->src = NULL;
     sl->s = NULL;
     sl->req = NULL;
-    sl->busy = false;
-}
-
-static bool cache_push(fake_slot *sl, nx_token t) {
-    if (sl->n_cache == sl->cap_cache) {
-        int cap = sl->cap_cache ? sl->cap_cache * 2 : 64;
-        nx_token *c = realloc(sl->cache, (size_t)cap * sizeof *c);
-        if (!c) return false;
-        sl->cache = c;
-        sl->cap_cache = cap;
-    }
-    sl->cache[sl->n_cache++] = t;
-    return true;
-}
-
-static int common_prefix(const fake_slot *sl, const nx_gen_request *r) {
-    int n = 0;
-    while (n < sl->n_cache && n < r->n_prompt && sl->cache[n] == r->prompt[n]) n++;
-    return n;
+    sl->b.busy = false;
 }
 
 static nx_token rot13(nx_token t) {
@@ -250,25 +230,25 @@ static nx_token rot13(nx_token t) {
 static void slot_admit(fake_be *be, fake_slot *sl, nx_gen_stream *s) {
     const nx_gen_request *r = nx_gen_stream_request(s);
     nx_gen_timings_init(&sl->t);
-    sl->busy = true;
+    sl->b.busy = true;
     sl->prompt_done = false;
     sl->s = s;
     sl->req = r;
     sl->request_id = nx_gen_stream_id(s);
-    sl->last_used = ++be->tick;
+    sl->b.last_used = ++be->tick;
     sl->gen_i = 0;
     sl->round = 0;
     sl->t_admit = nx_gen_now();
     sl->t_first = 0;
     sl->n_prompt = r->n_prompt;
-    sl->t.id_slot = sl->id;
+    sl->t.id_slot = sl->b.id;
     sl->t.n_prompt = r->n_prompt;
     sl->t.queue_ms = (sl->t_admit - nx_gen_stream_t_submit(s)) * 1000.0;
-    int reuse = r->cache_prompt ? common_prefix(sl, r) : 0;
+    int reuse = r->cache_prompt ? nx_slot_common_prefix(&sl->b, r->prompt, r->n_prompt) : 0;
     if (reuse >= r->n_prompt) reuse = r->n_prompt - 1;   /* the last prompt token is always evaluated */
     sl->t.cache_n = reuse;
     sl->t.prompt_n = r->n_prompt - reuse;
-    sl->n_cache = reuse;
+    sl->b.n_cache = reuse;
     /* Speculation of this request: its own type, else every drafter loaded. */
     sl->n_stages = 0;
     if (r->spec.has_type) {
@@ -294,7 +274,7 @@ static bool slot_emit(fake_be *be, fake_slot *sl, nx_token tok) {
     if (sl->t_first == 0) sl->t_first = nx_gen_now();
     sl->gen_i++;
     sl->t.predicted_n++;
-    cache_push(sl, tok);
+    nx_slot_cache_push(&sl->b, tok);
     if (tok == FAKE_EOS && !r->ignore_eos) {
         slot_end(sl, NX_GEN_FINISH_EOS, -1);
         return false;
@@ -318,12 +298,12 @@ static bool slot_emit(fake_be *be, fake_slot *sl, nx_token tok) {
         nx_gen_textout_free(&sl->out);
         free(sl->src);
         sl->src = NULL;
-        sl->busy = false;
+        sl->b.busy = false;
         return false;
     }
     if (stop >= 0) { slot_end(sl, NX_GEN_FINISH_STOP, stop); return false; }
     if (r->n_predict >= 0 && sl->gen_i >= r->n_predict) { slot_end(sl, NX_GEN_FINISH_LENGTH, -1); return false; }
-    if (sl->n_cache >= be->p.n_ctx_slot) { slot_end(sl, NX_GEN_FINISH_CONTEXT, -1); return false; }
+    if (sl->b.n_cache >= be->p.n_ctx_slot) { slot_end(sl, NX_GEN_FINISH_CONTEXT, -1); return false; }
     return true;
 }
 
@@ -336,7 +316,7 @@ static nx_token next_token(const fake_slot *sl) {
 static void slot_step(fake_be *be, fake_slot *sl) {
     const nx_gen_request *r = sl->req;
     if (!sl->prompt_done) {
-        for (int i = sl->n_cache; i < r->n_prompt; i++) cache_push(sl, r->prompt[i]);
+        for (int i = sl->b.n_cache; i < r->n_prompt; i++) nx_slot_cache_push(&sl->b, r->prompt[i]);
         sl->t.prompt_ms = (nx_gen_now() - sl->t_admit) * 1000.0 + (double)be->p.prompt_us_per_token * sl->t.prompt_n / 1000.0;
         sl->prompt_done = true;
         if (r->n_predict == 0) { slot_end(sl, NX_GEN_FINISH_LENGTH, -1); return; }
@@ -347,7 +327,7 @@ static void slot_step(fake_be *be, fake_slot *sl) {
         /* Tokens left before the echo's natural end or the limits: drafts never cross them. */
         int left = r->ignore_eos ? 1 << 30 : sl->n_src - sl->gen_i + 1;
         if (r->n_predict >= 0 && r->n_predict - sl->gen_i < left) left = r->n_predict - sl->gen_i;
-        if (be->p.n_ctx_slot - sl->n_cache < left) left = be->p.n_ctx_slot - sl->n_cache;
+        if (be->p.n_ctx_slot - sl->b.n_cache < left) left = be->p.n_ctx_slot - sl->b.n_cache;
         k = left - 1 < sl->n_max ? left - 1 : sl->n_max;
         if (k < 0) k = 0;
     }
@@ -358,37 +338,15 @@ static void slot_step(fake_be *be, fake_slot *sl) {
         if (!slot_emit(be, sl, next_token(sl))) return;
 }
 
-static fake_slot *choose_slot(fake_be *be, const nx_gen_request *r) {
-    if (r->id_slot >= 0) return be->slots[r->id_slot].busy ? NULL : &be->slots[r->id_slot];
-    fake_slot *best = NULL;
-    int best_common = 0;
-    for (int i = 0; i < be->p.n_slots; i++) {
-        fake_slot *sl = &be->slots[i];
-        if (sl->busy) continue;
-        int c = common_prefix(sl, r);
-        if (c > best_common) { best = sl; best_common = c; }
-    }
-    if (best) return best;
-    for (int i = 0; i < be->p.n_slots; i++) {
-        fake_slot *sl = &be->slots[i];
-        if (!sl->busy && (!best || sl->last_used < best->last_used)) best = sl;
-    }
-    return best;
-}
-
 static void admit_waiting(fake_be *be) {
     int o = 0;
     for (int i = 0; i < be->n_wait; i++) {
         nx_gen_stream *s = be->wait[i];
         if (nx_gen_stream_cancelled(s)) {
-            nx_gen_timings t;
-            nx_gen_timings_init(&t);
-            t.n_prompt = nx_gen_stream_request(s)->n_prompt;
-            t.queue_ms = (nx_gen_now() - nx_gen_stream_t_submit(s)) * 1000.0;
-            nx_gen_stream_finish(s, NX_GEN_FINISH_CANCELLED, -1, NULL, 0, &t);
+            nx_slot_finish_unadmitted(s);
             continue;
         }
-        fake_slot *sl = choose_slot(be, nx_gen_stream_request(s));
+        fake_slot *sl = (fake_slot *)nx_slot_choose(be->slots, sizeof *be->slots, be->p.n_slots, nx_gen_stream_request(s));
         if (sl) slot_admit(be, sl, s);
         else be->wait[o++] = s;
     }
@@ -403,10 +361,10 @@ static void *scheduler(void *arg) {
         int busy = 0;
         for (int i = 0; i < be->p.n_slots; i++) {
             fake_slot *sl = &be->slots[i];
-            if (!sl->busy) continue;
+            if (!sl->b.busy) continue;
             if (nx_gen_stream_cancelled(sl->s)) { slot_end(sl, NX_GEN_FINISH_CANCELLED, -1); continue; }
             slot_step(be, sl);
-            busy += sl->busy;
+            busy += sl->b.busy;
         }
         if (!busy && be->n_wait == 0) {
             pthread_cond_wait(&be->cv, &be->mu);
@@ -434,7 +392,7 @@ static void cancel_locked(fake_be *be) {
     }
     be->n_wait = 0;
     for (int i = 0; i < be->p.n_slots; i++)
-        if (be->slots[i].busy) slot_end(&be->slots[i], NX_GEN_FINISH_CANCELLED, -1);
+        if (be->slots[i].b.busy) slot_end(&be->slots[i], NX_GEN_FINISH_CANCELLED, -1);
 }
 
 static void fake_cancel_all(nx_gen_backend *b) {
@@ -458,7 +416,7 @@ static void fake_free(nx_gen_backend *b) {
     if (be->slots) {
         cancel_locked(be);
         for (int i = 0; i < be->p.n_slots; i++) {
-            free(be->slots[i].cache);
+            free(be->slots[i].b.cache);
             free(be->slots[i].txt);
         }
     }
@@ -499,7 +457,7 @@ nx_status nx_gen_fake_create(const nx_gen_fake_params *p, nx_gen_backend **out, 
         fake_free(&be->base);
         return nx_fail(err, NX_ERR_NOMEM, "out of memory creating %d slots", p->n_slots);
     }
-    for (int i = 0; i < p->n_slots; i++) be->slots[i].id = i;
+    for (int i = 0; i < p->n_slots; i++) be->slots[i].b.id = i;
     if (pthread_create(&be->th, NULL, scheduler, be) != 0) {
         fake_free(&be->base);
         return nx_fail(err, NX_ERR_INTERNAL, "cannot start the fake scheduler thread");

@@ -1,0 +1,541 @@
+/*
+ * backend_model.c — the model backend of `nextn serve` (see backend_model.h, backend.h).
+ * One scheduler thread owns the context and the speculative engine: each iteration it ends
+ * cancelled requests, admits waiting ones into idle slots (slots.h choice rule), decodes the new
+ * prompts (nx_spec_engine_add), runs ONE engine round for every busy slot (nx_spec_engine_step)
+ * and streams the committed tokens through each request's text filter. HTTP threads only queue
+ * requests, read slot state and wake the scheduler.
+ * Lock: be->mu guards the wait list, the slots' visible state and the flags; the scheduler drops
+ * it while the engine runs (add / step), so submit / slots never wait on the model.
+ * Never: touch the engine or context off the scheduler thread; hold be->mu while calling a
+ * stream's cancel (which calls back into wake); print.
+ */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include "model.h"
+#include "server/backend_model.h"
+#include "server/slots.h"
+#include "spec/engine.h"
+
+typedef enum { SLOT_IDLE = 0, SLOT_ADMITTED, SLOT_RUNNING } slot_state;
+
+typedef struct model_slot {
+    nx_slot_base b;             /* first member (slots.h) */
+    slot_state state;
+    nx_gen_stream *s;
+    const nx_gen_request *req;
+    nx_seq_id seq;              /* engine sequence (-1: none) */
+    nx_gen_textout out;
+    char *txt;
+    size_t n_txt, cap_txt;
+    nx_gen_timings t;
+    double t_admit, t_first;
+    int n_prompt, n_decoded;
+    uint64_t n_requests, request_id, draft_n, draft_acc;
+    /* set by the unlocked engine phase, read back under the lock */
+    nx_status add_st;
+    char add_msg[NX_ERROR_MSG_MAX];
+} model_slot;
+
+typedef struct model_be {
+    nx_gen_backend base;
+    nx_gen_model_params p;
+    char alias[128], path[512], arch[64];
+    nx_model *model;
+    nx_tokenizer *tok;
+    nx_ctx *ctx;
+    nx_spec_engine *eng;
+    nx_chat_format chat_format;
+    int n_ctx_slot, n_drafters;
+    nx_spec_type drafters[NX_SPEC_MAX_STAGES];
+    const char *stage_names[NX_SPEC_MAX_STAGES];
+    int n_stages;
+    const int32_t *eog;
+    int n_eog;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    pthread_t th;
+    bool th_started, stop, refusing, cancel_running;
+    model_slot *slots;
+    int *seq_slot;              /* engine sequence -> slot index (-1) */
+    nx_gen_stream **wait;
+    int n_wait, cap_wait;
+    uint64_t tick;
+} model_be;
+
+nx_gen_model_params nx_gen_model_default_params(void) {
+    nx_gen_model_params p;
+    memset(&p, 0, sizeof p);
+    p.n_slots = 4;
+    p.n_ctx = 4096;
+    p.queue_max = 64;
+    p.spec = nx_spec_params_default();
+    return p;
+}
+
+/* ===== Hooks (any thread) ===== */
+
+static void model_info(nx_gen_backend *b, nx_gen_info *o) {
+    model_be *be = (model_be *)b;
+    memset(o, 0, sizeof *o);
+    snprintf(o->alias, sizeof o->alias, "%s", be->alias);
+    snprintf(o->model_path, sizeof o->model_path, "%s", be->path);
+    snprintf(o->arch, sizeof o->arch, "%s", be->arch);
+    o->ready = true;
+    o->n_slots = be->p.n_slots;
+    o->n_ctx_slot = be->n_ctx_slot;
+    o->n_ctx_train = nx_model_n_ctx_train(be->model);
+    o->n_vocab = nx_model_n_vocab(be->model);
+    o->queue_max = be->p.queue_max;
+    o->chat_format = be->chat_format;
+    o->add_bos = nx_tokenizer_specials(be->tok)->add_bos;
+    o->n_drafters = be->n_drafters;
+    for (int i = 0; i < be->n_drafters; i++) o->drafters[i] = be->drafters[i];
+    o->spec = be->p.spec;
+}
+
+static nx_status model_tokenize(nx_gen_backend *b, const char *text, size_t n, bool add_special, bool parse_special,
+                                nx_token_vec *out, nx_error *err) {
+    model_be *be = (model_be *)b;
+    unsigned f = (add_special ? NX_TOK_ADD_SPECIAL : 0u) | (parse_special ? NX_TOK_PARSE_SPECIAL : 0u);
+    return nx_tokenize(be->tok, text, n, f, out, err);
+}
+
+static nx_status model_detokenize(nx_gen_backend *b, const nx_token *ids, size_t n, bool special, char **out,
+                                  size_t *out_len, nx_error *err) {
+    model_be *be = (model_be *)b;
+    return nx_detokenize(be->tok, ids, n, special ? NX_DETOK_SPECIAL : 0u, out, out_len, err);
+}
+
+static int idle_slots(const model_be *be) {
+    int n = 0;
+    for (int i = 0; i < be->p.n_slots; i++) n += !be->slots[i].b.busy;
+    return n;
+}
+
+static nx_status model_submit(nx_gen_backend *b, nx_gen_stream *s, nx_error *err) {
+    model_be *be = (model_be *)b;
+    pthread_mutex_lock(&be->mu);
+    nx_status st = NX_OK;
+    int n_prompt = nx_gen_stream_request(s)->n_prompt;
+    if (be->refusing) st = nx_fail(err, NX_ERR_UNSUPPORTED, "the server is shutting down");
+    else if (n_prompt >= be->n_ctx_slot)   /* the first generated token needs a position too */
+        st = nx_fail(err, NX_ERR_RANGE, "the prompt (%d tokens) leaves no room to generate in a slot's context (%d positions)",
+                     n_prompt, be->n_ctx_slot);
+    else if (be->n_wait >= be->p.queue_max + idle_slots(be))
+        st = nx_fail(err, NX_ERR_NOMEM, "all %d slots are busy and %d requests are queued (--queue-max %d)",
+                     be->p.n_slots, be->n_wait, be->p.queue_max);
+    else if (be->n_wait == be->cap_wait) {
+        int cap = be->cap_wait ? be->cap_wait * 2 : 16;
+        nx_gen_stream **w = realloc(be->wait, (size_t)cap * sizeof *w);
+        if (!w) st = nx_fail(err, NX_ERR_NOMEM, "out of memory queueing a request");
+        else {
+            be->wait = w;
+            be->cap_wait = cap;
+        }
+    }
+    if (st == NX_OK) {
+        be->wait[be->n_wait++] = s;
+        pthread_cond_broadcast(&be->cv);
+    }
+    pthread_mutex_unlock(&be->mu);
+    return st;
+}
+
+static int model_slots(nx_gen_backend *b, nx_gen_slot_info *out, int cap, nx_gen_load *load) {
+    model_be *be = (model_be *)b;
+    pthread_mutex_lock(&be->mu);
+    long cached = 0;
+    int busy = 0;
+    for (int i = 0; i < be->p.n_slots; i++) {
+        const model_slot *sl = &be->slots[i];
+        cached += sl->b.n_cache;
+        busy += sl->b.busy;
+        if (i >= cap || !out) continue;
+        nx_gen_slot_info *o = &out[i];
+        memset(o, 0, sizeof *o);
+        o->id = i;
+        o->busy = sl->b.busy;
+        o->request_id = sl->request_id;
+        o->n_ctx = be->n_ctx_slot;
+        o->n_cached = sl->b.n_cache;
+        o->n_prompt = sl->n_prompt;
+        o->n_decoded = sl->n_decoded;
+        o->n_requests = sl->n_requests;
+        o->draft_n = sl->draft_n;
+        o->draft_n_accepted = sl->draft_acc;
+    }
+    if (load) {
+        load->n_busy = busy;
+        load->n_waiting = be->n_wait;
+        load->kv_usage = (double)cached / ((double)be->n_ctx_slot * be->p.n_slots);
+    }
+    pthread_mutex_unlock(&be->mu);
+    return be->p.n_slots;
+}
+
+static void model_wake(nx_gen_backend *b) {
+    model_be *be = (model_be *)b;
+    pthread_mutex_lock(&be->mu);
+    pthread_cond_broadcast(&be->cv);
+    pthread_mutex_unlock(&be->mu);
+}
+
+/* ===== The scheduler (its thread only; be->mu held unless said otherwise) ===== */
+
+/* Free the slot's engine sequence and the request's scratch; the slot keeps its token cache. */
+static void slot_clear(model_be *be, model_slot *sl) {
+    if (sl->seq >= 0) {
+        nx_spec_engine_release(be->eng, sl->seq);
+        be->seq_slot[sl->seq] = -1;
+        sl->seq = -1;
+    }
+    nx_gen_textout_free(&sl->out);
+    sl->s = NULL;
+    sl->req = NULL;
+    sl->state = SLOT_IDLE;
+    sl->b.busy = false;
+}
+
+static void slot_end(model_be *be, model_slot *sl, nx_gen_finish f, int stop_index) {
+    sl->n_txt = 0;
+    if (f != NX_GEN_FINISH_STOP && f != NX_GEN_FINISH_CANCELLED) nx_gen_textout_flush(&sl->out, &sl->txt, &sl->n_txt, &sl->cap_txt);
+    if (sl->t_first > 0 && sl->t.predicted_n > 0) sl->t.predicted_ms = (nx_gen_now() - sl->t_first) * 1000.0;
+    nx_gen_stream_finish(sl->s, f, stop_index, sl->txt, sl->n_txt, &sl->t);
+    sl->n_txt = 0;
+    sl->draft_n += sl->t.draft_n;
+    sl->draft_acc += sl->t.draft_n_accepted;
+    sl->n_requests++;
+    slot_clear(be, sl);
+}
+
+static void slot_fail(model_be *be, model_slot *sl, nx_status st, const char *msg) {
+    nx_gen_stream_fail(sl->s, st, msg);
+    sl->n_requests++;
+    slot_clear(be, sl);
+}
+
+static void slot_admit(model_be *be, model_slot *sl, nx_gen_stream *s) {
+    const nx_gen_request *r = nx_gen_stream_request(s);
+    nx_gen_timings_init(&sl->t);
+    sl->b.busy = true;
+    sl->b.last_used = ++be->tick;
+    sl->b.n_cache = 0;          /* no prefix reuse yet: the engine restarts the sequence at 0 */
+    sl->state = SLOT_ADMITTED;
+    sl->s = s;
+    sl->req = r;
+    sl->seq = -1;
+    sl->request_id = nx_gen_stream_id(s);
+    sl->t_admit = nx_gen_now();
+    sl->t_first = 0;
+    sl->n_prompt = r->n_prompt;
+    sl->n_decoded = 0;
+    sl->t.id_slot = sl->b.id;
+    sl->t.n_prompt = r->n_prompt;
+    sl->t.cache_n = 0;
+    sl->t.prompt_n = r->n_prompt;
+    sl->t.queue_ms = (sl->t_admit - nx_gen_stream_t_submit(s)) * 1000.0;
+    nx_gen_timings_set_stages(&sl->t, be->stage_names, be->n_stages);
+    nx_gen_textout_init(&sl->out, r->stop, r->stop_len, r->n_stop);
+    for (int i = 0; i < r->n_prompt; i++) nx_slot_cache_push(&sl->b, r->prompt[i]);
+}
+
+/* One committed token; returns false when the request ended (the slot is idle again). */
+static bool slot_emit(model_be *be, model_slot *sl, nx_token tok) {
+    const nx_gen_request *r = sl->req;
+    if (sl->t_first == 0) sl->t_first = nx_gen_now();
+    sl->n_decoded++;
+    sl->t.predicted_n++;
+    nx_slot_cache_push(&sl->b, tok);
+    if (!r->ignore_eos && nx_token_is_eog(be->tok, tok)) {
+        slot_end(be, sl, NX_GEN_FINISH_EOS, -1);
+        return false;
+    }
+    size_t np = 0;
+    const char *piece = nx_token_piece(be->tok, tok, false, &np);
+    sl->n_txt = 0;
+    int stop = nx_gen_textout_feed(&sl->out, piece, np, &sl->txt, &sl->n_txt, &sl->cap_txt);
+    nx_status st = nx_gen_stream_push(sl->s, tok, sl->txt ? sl->txt : "", sl->n_txt, 0.0f, NULL, 0, NULL);
+    sl->n_txt = 0;
+    if (st != NX_OK) { slot_fail(be, sl, st, "out of memory streaming a token"); return false; }
+    if (stop >= 0) { slot_end(be, sl, NX_GEN_FINISH_STOP, stop); return false; }
+    if (r->n_predict >= 0 && sl->n_decoded >= r->n_predict) { slot_end(be, sl, NX_GEN_FINISH_LENGTH, -1); return false; }
+    return true;
+}
+
+/* Stream what the engine committed for the slot since the last take; end the request when the
+ * engine finished its sequence (a stop token, the budget or a full context). */
+static void slot_take(model_be *be, model_slot *sl) {
+    const nx_token *toks = NULL;
+    int n = nx_spec_engine_take(be->eng, sl->seq, &toks);
+    for (int i = 0; i < n; i++)
+        if (!slot_emit(be, sl, toks[i])) return;
+    if (!nx_spec_engine_active(be->eng, sl->seq)) {
+        /* EOS and n_predict were caught per token; what is left is the context end. */
+        slot_end(be, sl, NX_GEN_FINISH_CONTEXT, -1);
+    }
+}
+
+static void on_round(void *user, const nx_spec_round_info *info) {
+    model_be *be = user;
+    if (info->seq < 0 || info->seq >= be->p.n_slots) return;
+    int si = be->seq_slot[info->seq];
+    if (si < 0) return;
+    if (info->n_drafted > 0) nx_gen_timings_round(&be->slots[si].t, info->stage < 0 ? 0 : info->stage, info->n_drafted, info->n_accepted);
+}
+
+static void admit_waiting(model_be *be) {
+    int o = 0;
+    for (int i = 0; i < be->n_wait; i++) {
+        nx_gen_stream *s = be->wait[i];
+        if (nx_gen_stream_cancelled(s)) { nx_slot_finish_unadmitted(s); continue; }
+        model_slot *sl = (model_slot *)nx_slot_choose(be->slots, sizeof *be->slots, be->p.n_slots, nx_gen_stream_request(s));
+        if (sl) slot_admit(be, sl, s);
+        else be->wait[o++] = s;
+    }
+    be->n_wait = o;
+}
+
+/* Prompt decoding of an admitted slot (be->mu NOT held: touches only the slot's private fields
+ * and the engine). */
+static void slot_add_unlocked(model_be *be, model_slot *sl) {
+    const nx_gen_request *r = sl->req;
+    sl->add_st = NX_OK;
+    sl->add_msg[0] = 0;
+    if (r->n_predict == 0) return;
+    nx_spec_request q;
+    memset(&q, 0, sizeof q);
+    q.prompt = r->prompt;
+    q.n_prompt = r->n_prompt;
+    q.n_predict = r->n_predict;
+    q.sampler = &r->sampling;
+    if (!r->ignore_eos) {
+        q.stop = be->eog;
+        q.n_stop = be->n_eog;
+    }
+    nx_error err = {0};
+    nx_seq_id seq = -1;
+    double t0 = nx_gen_now();
+    sl->add_st = nx_spec_engine_add(be->eng, &q, &seq, &err);
+    sl->t.prompt_ms = (nx_gen_now() - t0) * 1000.0;
+    if (sl->add_st != NX_OK) {
+        snprintf(sl->add_msg, sizeof sl->add_msg, "%s", err.msg);
+        return;
+    }
+    sl->seq = seq;
+    be->seq_slot[seq] = sl->b.id;
+}
+
+static void end_all(model_be *be, nx_status st, const char *msg) {
+    for (int i = 0; i < be->p.n_slots; i++) {
+        model_slot *sl = &be->slots[i];
+        if (!sl->b.busy) continue;
+        if (st == NX_OK) slot_end(be, sl, NX_GEN_FINISH_CANCELLED, -1);
+        else slot_fail(be, sl, st, msg);
+    }
+}
+
+static void *scheduler(void *arg) {
+    model_be *be = arg;
+    pthread_mutex_lock(&be->mu);
+    while (!be->stop) {
+        if (be->cancel_running) {
+            end_all(be, NX_OK, NULL);
+            be->cancel_running = false;
+        }
+        for (int i = 0; i < be->p.n_slots; i++) {
+            model_slot *sl = &be->slots[i];
+            if (sl->b.busy && nx_gen_stream_cancelled(sl->s)) slot_end(be, sl, NX_GEN_FINISH_CANCELLED, -1);
+        }
+        admit_waiting(be);
+        int busy = 0;
+        for (int i = 0; i < be->p.n_slots; i++) busy += be->slots[i].b.busy;
+        if (!busy) {
+            pthread_cond_wait(&be->cv, &be->mu);
+            continue;
+        }
+        pthread_mutex_unlock(&be->mu);
+        /* ---- the model, without the lock ---- */
+        for (int i = 0; i < be->p.n_slots; i++)
+            if (be->slots[i].state == SLOT_ADMITTED) slot_add_unlocked(be, &be->slots[i]);
+        int n_running = 0;
+        for (int i = 0; i < be->p.n_slots; i++) n_running += be->slots[i].state == SLOT_RUNNING;
+        nx_error err = {0};
+        nx_status st = n_running > 0 ? nx_spec_engine_step(be->eng, &err) : NX_OK;
+        pthread_mutex_lock(&be->mu);
+        if (st != NX_OK) {
+            /* The engine stopped every running sequence: fail those requests, keep the new ones. */
+            for (int i = 0; i < be->p.n_slots; i++)
+                if (be->slots[i].state == SLOT_RUNNING) slot_fail(be, &be->slots[i], st, err.msg);
+        }
+        for (int i = 0; i < be->p.n_slots; i++) {
+            model_slot *sl = &be->slots[i];
+            if (sl->state == SLOT_RUNNING) slot_take(be, sl);
+            else if (sl->state == SLOT_ADMITTED) {
+                if (sl->add_st != NX_OK) { slot_fail(be, sl, sl->add_st, sl->add_msg); continue; }
+                if (sl->req->n_predict == 0) { slot_end(be, sl, NX_GEN_FINISH_LENGTH, -1); continue; }
+                sl->state = SLOT_RUNNING;
+                slot_take(be, sl);   /* the first token, sampled by add */
+            }
+        }
+    }
+    pthread_mutex_unlock(&be->mu);
+    return NULL;
+}
+
+/* ===== Life cycle ===== */
+
+static void cancel_waiting_locked(model_be *be) {
+    for (int i = 0; i < be->n_wait; i++) nx_slot_finish_unadmitted(be->wait[i]);
+    be->n_wait = 0;
+}
+
+static void model_cancel_all(nx_gen_backend *b) {
+    model_be *be = (model_be *)b;
+    pthread_mutex_lock(&be->mu);
+    be->refusing = true;
+    cancel_waiting_locked(be);
+    /* Running requests belong to the scheduler thread (the engine is not thread-safe): it ends
+     * them at its next iteration. */
+    be->cancel_running = true;
+    pthread_cond_broadcast(&be->cv);
+    pthread_mutex_unlock(&be->mu);
+}
+
+static void model_free(nx_gen_backend *b) {
+    model_be *be = (model_be *)b;
+    if (be->th_started) {
+        pthread_mutex_lock(&be->mu);
+        be->stop = true;
+        be->refusing = true;
+        pthread_cond_broadcast(&be->cv);
+        pthread_mutex_unlock(&be->mu);
+        pthread_join(be->th, NULL);
+    }
+    if (be->slots) {
+        cancel_waiting_locked(be);
+        if (be->eng) end_all(be, NX_OK, NULL);
+        for (int i = 0; i < be->p.n_slots; i++) {
+            free(be->slots[i].b.cache);
+            free(be->slots[i].txt);
+        }
+    }
+    nx_spec_engine_free(be->eng);
+    nx_ctx_free(be->ctx);
+    nx_tokenizer_free(be->tok);
+    nx_model_free(be->model);
+    free(be->slots);
+    free(be->seq_slot);
+    free(be->wait);
+    pthread_cond_destroy(&be->cv);
+    pthread_mutex_destroy(&be->mu);
+    free(be);
+}
+
+static const nx_gen_backend_ops model_ops = {
+    .name = "model",
+    .info = model_info,
+    .tokenize = model_tokenize,
+    .detokenize = model_detokenize,
+    .submit = model_submit,
+    .slots = model_slots,
+    .wake = model_wake,
+    .cancel_all = model_cancel_all,
+    .free = model_free,
+};
+
+static nx_status load(model_be *be, nx_error *err) {
+    const nx_gen_model_params *p = &be->p;
+    nx_model_params mp = nx_model_default_params();
+    mp.n_threads = p->n_threads;
+    if (nx_model_load(p->model_path, &mp, &be->model) != NX_OK)
+        return nx_fail(err, NX_ERR_IO, "%s: %s", p->model_path, nx_last_error());
+    if (!nx_model_can_run(be->model))
+        return nx_fail(err, NX_ERR_UNSUPPORTED, "%s: architecture '%s' has no forward pass", p->model_path,
+                       nx_model_arch(be->model));
+    nx_status st = nx_tokenizer_from_gguf(be->model->gguf, &be->tok, err);
+    if (st != NX_OK) return st;
+    be->n_eog = nx_tokenizer_eog_ids(be->tok, &be->eog);
+    snprintf(be->arch, sizeof be->arch, "%s", nx_model_arch(be->model));
+    if (p->has_chat_format) be->chat_format = p->chat_format;
+    else {
+        uint64_t len = 0;
+        const char *tmpl = nx_gguf_get_str(be->model->gguf, "tokenizer.chat_template", &len);
+        char *z = NULL;
+        if (tmpl && (z = malloc(len + 1))) {
+            memcpy(z, tmpl, len);
+            z[len] = 0;
+        }
+        be->chat_format = nx_chat_format_detect(z, be->arch);
+        free(z);
+    }
+    nx_ctx_params cp = nx_ctx_default_params();
+    cp.n_ctx = p->n_ctx / p->n_slots;
+    cp.n_seq_max = p->n_slots;
+    cp.n_ubatch = p->n_ubatch;
+    cp.n_threads = p->n_threads;
+    if (nx_ctx_create(be->model, &cp, &be->ctx) != NX_OK) return nx_fail(err, NX_ERR_UNSUPPORTED, "%s", nx_last_error());
+    be->n_ctx_slot = nx_ctx_n_ctx(be->ctx);
+    nx_spec_engine_params ep = nx_spec_engine_default_params();
+    ep.spec = p->spec;
+    ep.sampler = nx_sampler_default_params(nx_model_n_vocab(be->model));
+    ep.on_round = on_round;
+    ep.user = be;
+    st = nx_spec_engine_create(be->ctx, &ep, &be->eng, err);
+    if (st != NX_OK) return st;
+    const char *const *names = nx_spec_engine_stage_names(be->eng, &be->n_stages);
+    if (be->n_stages > NX_SPEC_MAX_STAGES) be->n_stages = NX_SPEC_MAX_STAGES;
+    for (int i = 0; i < be->n_stages; i++) {
+        be->stage_names[i] = names[i];
+        nx_spec_type t;
+        if (nx_spec_type_parse(names[i], &t, NULL) == NX_OK && t != NX_SPEC_NONE) be->drafters[be->n_drafters++] = t;
+    }
+    return NX_OK;
+}
+
+nx_status nx_gen_model_create(const nx_gen_model_params *p, nx_gen_backend **out, nx_error *err) {
+    *out = NULL;
+    if (!p->model_path) return nx_fail(err, NX_ERR_INVALID_ARG, "no model file given");
+    if (p->n_slots < 1 || p->n_slots > 256) return nx_fail(err, NX_ERR_INVALID_ARG, "slots must be in 1..256 (got %d)", p->n_slots);
+    if (p->n_ctx / p->n_slots < 8)
+        return nx_fail(err, NX_ERR_INVALID_ARG, "-c %d over %d slots leaves fewer than 8 positions per slot", p->n_ctx, p->n_slots);
+    if (p->queue_max < 0) return nx_fail(err, NX_ERR_INVALID_ARG, "queue-max must be >= 0 (got %d)", p->queue_max);
+    model_be *be = calloc(1, sizeof *be);
+    if (!be) return nx_fail(err, NX_ERR_NOMEM, "out of memory creating the model backend");
+    be->base.ops = &model_ops;
+    be->p = *p;
+    pthread_mutex_init(&be->mu, NULL);
+    pthread_cond_init(&be->cv, NULL);
+    snprintf(be->path, sizeof be->path, "%s", p->model_path);
+    if (p->alias) snprintf(be->alias, sizeof be->alias, "%s", p->alias);
+    else {
+        const char *base = strrchr(p->model_path, '/');
+        snprintf(be->alias, sizeof be->alias, "%s", base ? base + 1 : p->model_path);
+        char *dot = strstr(be->alias, ".gguf");
+        if (dot) *dot = 0;
+    }
+    be->slots = calloc((size_t)p->n_slots, sizeof *be->slots);
+    be->seq_slot = malloc((size_t)p->n_slots * sizeof *be->seq_slot);
+    if (!be->slots || !be->seq_slot) {
+        model_free(&be->base);
+        return nx_fail(err, NX_ERR_NOMEM, "out of memory creating %d slots", p->n_slots);
+    }
+    for (int i = 0; i < p->n_slots; i++) {
+        be->slots[i].b.id = i;
+        be->slots[i].seq = -1;
+        be->seq_slot[i] = -1;
+    }
+    nx_status st = load(be, err);
+    if (st != NX_OK) {
+        model_free(&be->base);
+        return st;
+    }
+    if (pthread_create(&be->th, NULL, scheduler, be) != 0) {
+        model_free(&be->base);
+        return nx_fail(err, NX_ERR_INTERNAL, "cannot start the scheduler thread");
+    }
+    be->th_started = true;
+    *out = &be->base;
+    return NX_OK;
+}

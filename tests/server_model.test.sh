@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# server_model.test.sh — `nextn serve` on the real model (the bundled tiny qwen35 MTP GGUF):
+# 4 concurrent greedy clients with speculation on (-np 4 --spec-type mtp) must get exactly what
+# `nextn run --temp 0` prints for the same prompts; /health answers; startup errors (no -m, a
+# missing file) exit non-zero with a message; SIGTERM stops the server with exit status 0.
+# Needs curl and jq (skipped without them). Bounded: every request has a timeout.
+set -u
+NEXTN=${NEXTN:-build/nextn}
+NX_BINARY_DIR=${NX_BINARY_DIR:-build}
+here="$(cd "$(dirname "$0")" && pwd)"
+model="$here/../models/tiny-qwen35-mtp-q8_0.gguf"
+[ -f "$model" ] || model="${NX_SHARED_DIR:-/work/shared}/models/tiny-qwen35-mtp-q8_0.gguf"
+work="$NX_BINARY_DIR/server-model"
+mkdir -p "$work"
+passed=0
+failed=0
+ok() { echo "ok   $1"; passed=$((passed + 1)); }
+fail() { echo "FAIL $1"; failed=$((failed + 1)); }
+skip() { echo "skipped: $*"; echo "0 passed, 0 failed"; exit 0; }
+
+command -v curl >/dev/null && command -v jq >/dev/null || skip "curl or jq not installed"
+[ -f "$model" ] || skip "model not found"
+
+# ---- startup errors ----
+if "$NEXTN" serve --port 0 >/dev/null 2>"$work/e1"; then fail "serve without -m"; else
+    grep -q -- "-m FILE is required" "$work/e1" && ok "serve without -m is refused" || fail "serve without -m: $(cat "$work/e1")"; fi
+if timeout 20 "$NEXTN" serve -m /nonexistent.gguf --port 0 >/dev/null 2>"$work/e2"; then fail "missing model"; else
+    grep -q "nonexistent.gguf" "$work/e2" && ok "a missing model file is refused" || fail "missing model: $(cat "$work/e2")"; fi
+
+# ---- the real server ----
+"$NEXTN" serve -m "$model" --port 0 -np 4 -c 2048 -t 1 --spec-type mtp --draft-max 4 \
+    >"$work/serve.out" 2>"$work/serve.err" &
+pid=$!
+trap 'kill -9 $pid 2>/dev/null' EXIT
+url=""
+for _ in $(seq 1 200); do
+    url=$(sed -n 's/^nextn serve: listening on \(http:.*\)$/\1/p' "$work/serve.out")
+    [ -n "$url" ] && break
+    kill -0 $pid 2>/dev/null || break
+    sleep 0.1
+done
+if [ -z "$url" ]; then
+    echo "FAIL server did not start"; cat "$work/serve.err"
+    echo "$passed passed, $((failed + 1)) failed"; exit 1
+fi
+[ "$(curl -s -m 10 -o /dev/null -w '%{http_code}' "$url/health")" = 200 ] && ok "/health" || fail "/health"
+
+prompts=("def fib(n):" "import os" "class Stack:" "# print the numbers 1 to 10")
+for i in 0 1 2 3; do
+    body=$(jq -cn --arg p "${prompts[$i]}" '{prompt: $p, max_tokens: 24, temperature: 0}')
+    curl -s -m 60 "$url/v1/completions" -H 'Content-Type: application/json' -d "$body" >"$work/resp$i.json" &
+done
+wait_ok=true
+for j in $(jobs -p); do [ "$j" = "$pid" ] || wait "$j" || wait_ok=false; done
+$wait_ok && ok "4 concurrent requests answered" || fail "a concurrent request failed"
+drafted=0
+for i in 0 1 2 3; do
+    "$NEXTN" run -m "$model" -p "${prompts[$i]}" -n 24 --temp 0 -t 1 >"$work/run$i.txt" 2>/dev/null
+    jq -j '.choices[0].text' "$work/resp$i.json" >"$work/serve$i.txt" 2>/dev/null
+    if cmp -s "$work/run$i.txt" "$work/serve$i.txt"; then ok "client $i: serve == run"; else
+        fail "client $i: serve != run"; echo "  run:   $(od -c "$work/run$i.txt" | head -2)"; echo "  serve: $(head -c 300 "$work/resp$i.json")"; fi
+    drafted=$((drafted + $(jq '.timings.draft_n // 0' "$work/resp$i.json" 2>/dev/null || echo 0)))
+done
+[ "$drafted" -gt 0 ] && ok "speculation ran ($drafted drafted)" || fail "no draft tokens in the timings"
+m=$(curl -s -m 10 "$url/metrics" | sed -n 's/^nextn_spec_drafted_total{drafter="mtp"} //p')
+[ "$m" = "$drafted" ] && ok "/metrics drafted = sum of timings ($m)" || fail "/metrics drafted '$m' != $drafted"
+
+kill -TERM $pid
+rc=0
+for _ in $(seq 1 100); do kill -0 $pid 2>/dev/null || break; sleep 0.1; done
+wait $pid; rc=$?
+trap - EXIT
+[ $rc = 0 ] && ok "SIGTERM: exit 0" || fail "SIGTERM: exit $rc"
+echo "$passed passed, $failed failed"
+[ $failed = 0 ]
