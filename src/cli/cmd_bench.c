@@ -1,9 +1,379 @@
-/* cmd_bench.c — placeholder until its module lands. */
+/*
+ * cmd_bench.c — `nextn bench`: prompt-processing and decode throughput of a model, in a
+ * llama-bench style table, against the machine's read bandwidth measured in the same run.
+ *
+ *   nextn bench -m FILE.gguf [-p 512] [-n 128] [-r 5] [-t N] [-ub 512] [-c N] [-ctk/-ctv f32|f16]
+ *               [--bw-mib 1024]
+ *
+ * Tests (each repetition starts sequence 0 afresh at position 0, with random valid token ids
+ * from a fixed seed, after one warm-up run):
+ *   ppN  decode an N-token prompt in ubatches, logits for the last row only -> N / time
+ *   tgN  decode N tokens one at a time, logits every step                   -> N / time
+ * t/s is the median over the repetitions (± sample standard deviation). For tg, "GB/s" is the
+ * weight bytes a decode step streams (every tensor the target pass reads: the MTP layer is
+ * left out, a tied embedding counts as the output matrix, expert tensors count
+ * n_expert_used / n_expert) times tok/s, and "% BW" its share of the read bandwidth measured
+ * with the same threads just before. Resident memory (VmRSS / VmHWM of this process) is then
+ * compared with the file size + the KV / recurrent state. The load average is printed
+ * with the figures, and "cpu" (process CPU time / (wall x threads) during the timed runs) says
+ * how much of its cores the benchmark actually got, since other work on the machine moves them.
+ *
+ * Structure for later columns: a test is a bench_test, its figures a bench_result, and the
+ * table is a list of columns (k_cols) filled per row by row_cells(); speculative decoding
+ * (issue 5) adds a spec field to bench_test, its figures (speedup, acceptance) to
+ * bench_result, columns to k_cols, and a branch in bench_once().
+ */
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include "cli/args.h"
+#include "cli/bandwidth.h"
 #include "cli/cli.h"
+#include "ctx.h"
+#include "kernels/cpu.h"
+#include "kv.h"
+#include "model.h"
+#include "sample.h"
+
+#define BENCH_FLAGS (NX_ARGS_MODEL | NX_ARGS_RUNTIME | NX_ARGS_BENCH)
+#define BENCH_SEED 1234u
+#define BW_BYTES ((size_t)1 << 30)   /* well beyond any last-level cache here (300 MiB L3) */
+
+static void bench_usage(FILE *f) {
+    fprintf(f,
+            "usage: nextn bench -m FILE.gguf [-p N] [-n N] [-r N] [-t N] [-ub N] [-c N] [-ctk/-ctv f32|f16] [--bw-mib N]\n"
+            "  -p, --n-prompt N      prompt-processing test of N tokens (default 512, 0 = skip)\n"
+            "  -n, --n-gen N         decode test of N tokens (default 128, 0 = skip)\n"
+            "  -r, --repetitions N   timed repetitions per test, median reported (default 5)\n"
+            "  -t, --threads N       threads (default: physical cores)\n"
+            "  -ub, --ubatch-size N  prompt rows per forward chunk (default 512)\n"
+            "  -c, --ctx-size N      context (default: what the tests need)\n"
+            "  --bw-mib N            buffer for the read-bandwidth measurement (default 1024; keep it > the L3)\n"
+            "Prints tok/s, effective weight GB/s and %% of the read bandwidth measured with the same\n"
+            "threads, then resident memory vs the file size + KV.\n");
+}
+
+/* ===== Tests and results ===== */
+
+typedef enum { BENCH_PP, BENCH_TG } bench_kind;
+
+typedef struct bench_test {
+    bench_kind kind;
+    int n;                      /* tokens */
+} bench_test;
+
+typedef struct bench_result {
+    double tps_med, tps_sd;     /* tokens per second over the repetitions */
+    double gbps, pct_bw;        /* tg only (< 0: not applicable) */
+    double cpu_pct;             /* process CPU time / (wall time x threads) over the timed runs:
+                                   well under 100% means other work took the cores */
+} bench_result;
+
+typedef struct bench_env {
+    nx_model *m;
+    nx_ctx *ctx;
+    nx_batch *b;
+    int n_ubatch, n_vocab, n_threads;
+    nx_rng rng;
+    double bw_gbps;             /* measured read bandwidth, same threads */
+    size_t bytes_per_token;     /* weights streamed by one decode step */
+} bench_env;
+
+/* One repetition of a test: seconds, or < 0 on a decode error (message in nx_last_error). */
+static double bench_once(bench_env *e, const bench_test *t) {
+    double t0 = nx_cli_now();
+    if (t->kind == BENCH_PP) {
+        for (int i0 = 0; i0 < t->n; i0 += e->n_ubatch) {
+            const int nb = t->n - i0 < e->n_ubatch ? t->n - i0 : e->n_ubatch;
+            nx_batch_clear(e->b);
+            for (int r = 0; r < nb; r++)
+                nx_batch_add(e->b, (nx_token)(nx_rng_next(&e->rng) % (uint64_t)e->n_vocab), i0 + r, 0, i0 + r == t->n - 1);
+            if (nx_decode(e->ctx, e->b) != NX_OK) return -1;
+        }
+    } else {
+        for (int i = 0; i < t->n; i++) {
+            nx_batch_clear(e->b);
+            nx_batch_add(e->b, (nx_token)(nx_rng_next(&e->rng) % (uint64_t)e->n_vocab), i, 0, true);
+            if (nx_decode(e->ctx, e->b) != NX_OK) return -1;
+        }
+    }
+    return nx_cli_now() - t0;
+}
+
+static double cpu_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Warm-up, then `reps` timed runs; median and standard deviation of tok/s. */
+static int bench_run(bench_env *e, const bench_test *t, int reps, bench_result *out) {
+    double *tps = malloc(sizeof(double) * (size_t)reps);
+    if (!tps) return -1;
+    if (bench_once(e, t) < 0) { free(tps); return -1; }
+    double sum = 0, wall = 0, cpu0 = cpu_seconds();
+    for (int r = 0; r < reps; r++) {
+        double s = bench_once(e, t);
+        if (s < 0) { free(tps); return -1; }
+        tps[r] = s > 0 ? t->n / s : 0;
+        sum += tps[r];
+        wall += s;
+    }
+    out->cpu_pct = wall > 0 ? 100.0 * (cpu_seconds() - cpu0) / (wall * e->n_threads) : 0;
+    const double mean = sum / reps;
+    double var = 0;
+    for (int r = 0; r < reps; r++) var += (tps[r] - mean) * (tps[r] - mean);
+    qsort(tps, (size_t)reps, sizeof *tps, cmp_double);
+    out->tps_med = reps % 2 ? tps[reps / 2] : 0.5 * (tps[reps / 2 - 1] + tps[reps / 2]);
+    out->tps_sd = reps > 1 ? sqrt(var / (reps - 1)) : 0;
+    out->gbps = out->pct_bw = -1;
+    if (t->kind == BENCH_TG) {
+        out->gbps = (double)e->bytes_per_token * out->tps_med / 1e9;
+        out->pct_bw = e->bw_gbps > 0 ? 100.0 * out->gbps / e->bw_gbps : -1;
+    }
+    free(tps);
+    return 0;
+}
+
+/* ===== Model facts ===== */
+
+/* Weight bytes one decode step streams (see the file comment). */
+static size_t bytes_per_token(const nx_model *m) {
+    int64_t n_block = 0, n_nextn = 0, n_exp = 0, n_exp_used = 0;
+    nx_model_key_int(m, "block_count", -1, &n_block);
+    nx_model_key_int(m, "nextn_predict_layers", -1, &n_nextn);
+    nx_model_key_int(m, "expert_count", -1, &n_exp);
+    nx_model_key_int(m, "expert_used_count", -1, &n_exp_used);
+    const bool tied = nx_gguf_find_tensor(m->gguf, "output.weight") < 0;
+    size_t total = 0;
+    const int64_t n = nx_gguf_n_tensors(m->gguf);
+    for (int64_t i = 0; i < n; i++) {
+        const nx_tensor *t = nx_gguf_tensor(m->gguf, i);
+        long layer = -1;
+        if (sscanf(t->name, "blk.%ld.", &layer) == 1 && n_nextn > 0 && layer >= n_block - n_nextn) continue;
+        if (!strcmp(t->name, "token_embd.weight") && !tied) { total += t->nb[1]; continue; }   /* one row */
+        if (strstr(t->name, "_exps") && n_exp > 0 && n_exp_used > 0) {
+            total += (size_t)((double)t->nbytes * (double)n_exp_used / (double)n_exp);
+            continue;
+        }
+        total += t->nbytes;
+    }
+    return total;
+}
+
+static int64_t n_params(const nx_model *m) {
+    int64_t p = 0;
+    for (int64_t i = 0; i < nx_gguf_n_tensors(m->gguf); i++) p += nx_tensor_nelements(nx_gguf_tensor(m->gguf, i));
+    return p;
+}
+
+/* The weight type holding the most bytes among matrices (what a model is "in"). */
+static const char *main_type(const nx_model *m) {
+    size_t bytes[NX_TYPE_COUNT] = {0};
+    for (int64_t i = 0; i < nx_gguf_n_tensors(m->gguf); i++) {
+        const nx_tensor *t = nx_gguf_tensor(m->gguf, i);
+        if (t->n_dims >= 2 && (int)t->type >= 0 && (int)t->type < NX_TYPE_COUNT) bytes[t->type] += t->nbytes;
+    }
+    int best = 0;
+    for (int k = 1; k < NX_TYPE_COUNT; k++) if (bytes[k] > bytes[best]) best = k;
+    return nx_type_name((nx_type)best);
+}
+
+/* ===== Process facts ===== */
+
+/* VmRSS and VmHWM of this process, bytes (0 if unavailable). */
+static void read_mem(size_t *rss, size_t *hwm) {
+    *rss = *hwm = 0;
+    FILE *f = fopen("/proc/self/status", "r");
+    if (!f) return;
+    char line[256];
+    unsigned long long kb;
+    while (fgets(line, sizeof line, f)) {
+        if (sscanf(line, "VmRSS: %llu kB", &kb) == 1) *rss = (size_t)kb * 1024;
+        else if (sscanf(line, "VmHWM: %llu kB", &kb) == 1) *hwm = (size_t)kb * 1024;
+    }
+    fclose(f);
+}
+
+/* Reset VmHWM to the current RSS (Linux clear_refs "5"), so the bandwidth buffer does not count. */
+static bool reset_hwm(void) {
+    FILE *f = fopen("/proc/self/clear_refs", "w");
+    if (!f) return false;
+    bool ok = fputs("5", f) >= 0;
+    return fclose(f) == 0 && ok;
+}
+
+static void load_avg(char *buf, size_t n) {
+    snprintf(buf, n, "?");
+    FILE *f = fopen("/proc/loadavg", "r");
+    if (!f) return;
+    double a, b, c;
+    if (fscanf(f, "%lf %lf %lf", &a, &b, &c) == 3) snprintf(buf, n, "%.2f %.2f %.2f", a, b, c);
+    fclose(f);
+}
+
+/* ===== Table ===== */
+
+typedef struct bench_col {
+    const char *name;
+    int width;
+    bool left;
+} bench_col;
+
+enum { COL_MODEL, COL_SIZE, COL_PARAMS, COL_TYPE, COL_THREADS, COL_TEST, COL_TPS, COL_GBPS, COL_PCT, COL_CPU, N_COLS };
+
+static const bench_col k_cols[N_COLS] = {
+    [COL_MODEL] = {"model", 24, true},   [COL_SIZE] = {"size", 10, false},   [COL_PARAMS] = {"params", 8, false},
+    [COL_TYPE] = {"type", 6, true},      [COL_THREADS] = {"threads", 7, false}, [COL_TEST] = {"test", 6, false},
+    [COL_TPS] = {"t/s", 17, false},      [COL_GBPS] = {"GB/s", 6, false},    [COL_PCT] = {"% BW", 5, false},
+    [COL_CPU] = {"cpu", 5, false},
+};
+
+typedef char bench_cell[48];
+
+static void print_cells(bench_cell *cells) {
+    for (int c = 0; c < N_COLS; c++)
+        printf(k_cols[c].left ? "| %-*s " : "| %*s ", k_cols[c].width, cells[c]);
+    printf("|\n");
+}
+
+static void table_header(void) {
+    bench_cell cells[N_COLS];
+    for (int c = 0; c < N_COLS; c++) snprintf(cells[c], sizeof cells[c], "%s", k_cols[c].name);
+    print_cells(cells);
+    for (int c = 0; c < N_COLS; c++) {
+        printf("| ");
+        for (int k = 0; k < k_cols[c].width - 1; k++) putchar('-');
+        printf("%c ", k_cols[c].left ? '-' : ':');
+    }
+    printf("|\n");
+}
+
+static void row_cells(const bench_env *e, const bench_test *t, const bench_result *r, bench_cell *cells) {
+    const nx_model *m = e->m;
+    const size_t wb = nx_cli_model_weight_bytes(m);
+    const int64_t np = n_params(m);
+    snprintf(cells[COL_MODEL], sizeof cells[0], "%.24s", m->name);
+    if (wb >= ((size_t)1 << 30)) snprintf(cells[COL_SIZE], sizeof cells[0], "%.2f GiB", (double)wb / (1 << 30));
+    else snprintf(cells[COL_SIZE], sizeof cells[0], "%.2f MiB", (double)wb / (1 << 20));
+    if (np >= 1000000000) snprintf(cells[COL_PARAMS], sizeof cells[0], "%.2f B", (double)np / 1e9);
+    else snprintf(cells[COL_PARAMS], sizeof cells[0], "%.2f M", (double)np / 1e6);
+    snprintf(cells[COL_TYPE], sizeof cells[0], "%s", main_type(m));
+    snprintf(cells[COL_THREADS], sizeof cells[0], "%d", e->n_threads);
+    snprintf(cells[COL_TEST], sizeof cells[0], "%s%d", t->kind == BENCH_PP ? "pp" : "tg", t->n);
+    snprintf(cells[COL_TPS], sizeof cells[0], "%.2f ± %.2f", r->tps_med, r->tps_sd);
+    if (r->gbps >= 0) snprintf(cells[COL_GBPS], sizeof cells[0], "%.1f", r->gbps);
+    else snprintf(cells[COL_GBPS], sizeof cells[0], "-");
+    if (r->pct_bw >= 0) snprintf(cells[COL_PCT], sizeof cells[0], "%.0f%%", r->pct_bw);
+    else snprintf(cells[COL_PCT], sizeof cells[0], "-");
+    snprintf(cells[COL_CPU], sizeof cells[0], "%.0f%%", r->cpu_pct);
+}
+
+/* ===== Command ===== */
 
 int nx_cmd_bench(int argc, char **argv) {
-    (void)argc;
-    fprintf(stderr, "nextn %s: not implemented yet\n", argv[0]);
-    return 1;
+    nx_cli_args a;
+    nx_cli_args_init(&a);
+    nx_error err = {0};
+    long bw_mib = (long)(BW_BYTES >> 20);
+    for (int i = 1; i < argc;) {
+        int r = nx_cli_args_parse_one(&a, BENCH_FLAGS, argc, argv, &i, &err);
+        if (r == 0 && !strcmp(argv[i], "--bw-mib")) {
+            char *end = NULL;
+            bw_mib = i + 1 < argc ? strtol(argv[i + 1], &end, 10) : 0;
+            if (!end || end == argv[i + 1] || *end || bw_mib < 16 || bw_mib > (1L << 20)) {
+                nx_fail(&err, NX_ERR_INVALID_ARG, "--bw-mib: expected a size in MiB >= 16, got '%s'",
+                        i + 1 < argc ? argv[i + 1] : "");
+                r = -1;
+            } else {
+                i += 2;
+                continue;
+            }
+        } else if (r == 0) {
+            nx_fail(&err, NX_ERR_INVALID_ARG, "unknown flag '%s'", argv[i]);
+            r = -1;
+        }
+        if (r < 0) {
+            fprintf(stderr, "nextn bench: %s (see nextn bench --help)\n", err.msg);
+            return 2;
+        }
+    }
+    if (a.help) { bench_usage(stdout); return 0; }
+    if (!a.model) { fprintf(stderr, "nextn bench: no model: give -m FILE.gguf (see nextn bench --help)\n"); return 2; }
+    if (a.bench_n_prompt == 0 && a.bench_n_gen == 0) { fprintf(stderr, "nextn bench: -p and -n are both 0: nothing to measure\n"); return 2; }
+    const int need = a.bench_n_prompt > a.bench_n_gen ? a.bench_n_prompt : a.bench_n_gen;
+    if (a.n_ctx > 0 && a.n_ctx < need) {
+        fprintf(stderr, "nextn bench: -c %d is smaller than the longest test (%d tokens)\n", a.n_ctx, need);
+        return 2;
+    }
+
+    int rc = 1;
+    bench_env e = {0};
+    double t0 = nx_cli_now();
+    if (nx_cli_load_model(&a, &e.m, &err) != NX_OK) { fprintf(stderr, "nextn bench: %s\n", err.msg); goto done; }
+    const double t_load = nx_cli_now() - t0;
+    nx_ctx_params cp = nx_cli_ctx_params(&a);
+    if (!cp.n_ctx) cp.n_ctx = need;
+    if (nx_ctx_create(e.m, &cp, &e.ctx) != NX_OK) { fprintf(stderr, "nextn bench: %s\n", nx_last_error()); goto done; }
+    e.n_ubatch = a.n_ubatch;
+    e.n_vocab = nx_model_n_vocab(e.m);
+    e.n_threads = nx_threadpool_size(e.ctx->tp);
+    e.b = nx_batch_create(e.n_ubatch);
+    if (!e.b) { fprintf(stderr, "nextn bench: out of memory\n"); goto done; }
+    nx_rng_seed(&e.rng, BENCH_SEED);
+    e.bytes_per_token = bytes_per_token(e.m);
+
+    char la[64];
+    load_avg(la, sizeof la);
+    e.bw_gbps = nx_cli_read_bandwidth(e.n_threads, (size_t)bw_mib << 20, 8);
+    const bool hwm_reset = reset_hwm();
+    printf("model: %s (%s, %.2f MiB, loaded in %.2f s)\n", a.model, nx_model_arch(e.m),
+           (double)nx_cli_model_weight_bytes(e.m) / (1 << 20), t_load);
+    printf("cpu: %s kernels, %d threads; read bandwidth %.1f GB/s (%ld MiB buffer, %d threads side by side, fastest of 8 passes per 32 MiB chunk)\n",
+           nx_cpu_level_name(nx_cpu_level_get()), e.n_threads, e.bw_gbps, bw_mib, e.n_threads);
+    printf("decode streams %.2f MiB of weights per token -> speed of light %.1f tok/s\n",
+           (double)e.bytes_per_token / (1 << 20), e.bw_gbps > 0 ? e.bw_gbps * 1e9 / (double)e.bytes_per_token : 0.0);
+    printf("load average before: %s\n\n", la);
+    fflush(stdout);
+
+    bench_test tests[2];
+    int n_tests = 0;
+    if (a.bench_n_prompt > 0) tests[n_tests++] = (bench_test){.kind = BENCH_PP, .n = a.bench_n_prompt};
+    if (a.bench_n_gen > 0) tests[n_tests++] = (bench_test){.kind = BENCH_TG, .n = a.bench_n_gen};
+    table_header();
+    for (int i = 0; i < n_tests; i++) {
+        bench_result r;
+        if (bench_run(&e, &tests[i], a.bench_reps, &r) != 0) {
+            fprintf(stderr, "nextn bench: %s\n", nx_last_error()[0] ? nx_last_error() : "out of memory");
+            goto done;
+        }
+        bench_cell cells[N_COLS];
+        row_cells(&e, &tests[i], &r, cells);
+        print_cells(cells);
+        fflush(stdout);
+    }
+
+    size_t rss, hwm;
+    read_mem(&rss, &hwm);
+    const size_t file = nx_gguf_file_size(e.m->gguf), kv = nx_kv_bytes(e.ctx->kv), base = file + kv;
+    load_avg(la, sizeof la);
+    printf("\nmemory: VmRSS %.1f MiB, VmHWM %.1f MiB%s | file %.1f MiB + KV/state %.1f MiB (n_ctx %d) = %.1f MiB"
+           " | RSS %.1f%%, HWM %.1f%% of that\n",
+           (double)rss / (1 << 20), (double)hwm / (1 << 20), hwm_reset ? "" : " (peak includes the bandwidth buffer)",
+           (double)file / (1 << 20), (double)kv / (1 << 20), nx_ctx_n_ctx(e.ctx), (double)base / (1 << 20),
+           100.0 * (double)rss / (double)base, 100.0 * (double)hwm / (double)base);
+    printf("load average after: %s\n", la);
+    rc = 0;
+done:
+    nx_batch_free(e.b);
+    nx_ctx_free(e.ctx);
+    nx_model_free(e.m);
+    return rc;
 }

@@ -1,9 +1,210 @@
-/* cmd_run.c — placeholder until its module lands. */
+/*
+ * cmd_run.c — `nextn run`: generate text from a prompt, streamed to stdout.
+ *
+ *   nextn run -m FILE.gguf (-p PROMPT | -f FILE) [-n N] [-t N] [-c N] [-ub N] [-ctk/-ctv f32|f16]
+ *             [--temp T] [--top-k K] [--top-p P] [--min-p M] [-s/--seed S] [--repeat-penalty R]
+ *             [--repeat-last-n N] [--presence-penalty P] [--frequency-penalty F] [--chat]
+ *
+ * Tokenizes the prompt (BOS if the vocabulary asks for it, special-token text parsed as
+ * llama.cpp does), refuses a prompt longer than the context, decodes it in ubatches, then
+ * samples one token at a time until an end-of-generation token, -n tokens or a full context.
+ * stdout carries only the generated text, whole UTF-8 characters, flushed after every token
+ * (plus a final newline when stdout is a terminal); stderr gets one summary line with the
+ * prompt and generation speeds. --chat wraps the prompt as one ChatML user turn.
+ * Exit codes: 0 ok, 1 runtime error (model, prompt too long, decode), 2 bad flags.
+ */
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "cli/args.h"
 #include "cli/cli.h"
+#include "model.h"
+#include "sample.h"
+#include "tokenizer.h"
+
+#define RUN_FLAGS (NX_ARGS_MODEL | NX_ARGS_PROMPT | NX_ARGS_PREDICT | NX_ARGS_RUNTIME | NX_ARGS_SAMPLING)
+
+static void run_usage(FILE *f) {
+    fprintf(f,
+            "usage: nextn run -m FILE.gguf (-p PROMPT | -f FILE) [options]\n"
+            "  -m, --model FILE         model GGUF\n"
+            "  -p, --prompt TEXT        prompt (special-token text such as <|im_start|> is parsed)\n"
+            "  -f, --file FILE          read the prompt from FILE ('-' = stdin)\n"
+            "  --chat                   wrap the prompt in ChatML: <|im_start|>user ... <|im_start|>assistant\n"
+            "  -n, --n-predict N        tokens to generate (default -1: until end of generation / full context)\n"
+            "  -t, --threads N          threads (default: physical cores)\n"
+            "  -c, --ctx-size N         context positions (default 0: the model's, at most 4096)\n"
+            "  -ub, --ubatch-size N     prompt rows per forward chunk (default 512)\n"
+            "  -ctk, -ctv f32|f16       KV cache type (default f32)\n"
+            "sampling (llama.cpp defaults; --temp 0 = greedy):\n"
+            "  --temp 0.8  --top-k 40  --top-p 0.95  --min-p 0.05  -s, --seed -1 (random)\n"
+            "  --repeat-penalty 1.0  --repeat-last-n 64  --presence-penalty 0  --frequency-penalty 0\n"
+            "stdout: the generated text only; stderr: a summary line (prompt and generation tok/s).\n");
+}
+
+/* Prompt text -> tokens; --chat wraps it as one ChatML user turn. */
+static nx_status run_tokenize(const nx_tokenizer *tok, const char *text, size_t len, bool chat, nx_token_vec *out,
+                              nx_error *err) {
+    const unsigned flags = NX_TOK_ADD_SPECIAL | NX_TOK_PARSE_SPECIAL;
+    if (!chat) return nx_tokenize(tok, text, len, flags, out, err);
+    static const char head[] = "<|im_start|>user\n", tail[] = "<|im_end|>\n<|im_start|>assistant\n";
+    if (nx_token_find(tok, "<|im_start|>", 12) < 0 || nx_token_find(tok, "<|im_end|>", 10) < 0)
+        return nx_fail(err, NX_ERR_UNSUPPORTED, "--chat needs ChatML, but the vocabulary has no <|im_start|> / <|im_end|> token");
+    size_t n = sizeof head - 1 + len + sizeof tail - 1;
+    char *s = malloc(n + 1);
+    if (!s) return nx_fail(err, NX_ERR_NOMEM, "out of memory");
+    memcpy(s, head, sizeof head - 1);
+    memcpy(s + sizeof head - 1, text, len);
+    memcpy(s + sizeof head - 1 + len, tail, sizeof tail);
+    nx_status st = nx_tokenize(tok, s, n, flags, out, err);
+    free(s);
+    return st;
+}
+
+/* Write a token's bytes through the UTF-8 assembler (only whole characters), then flush. */
+static void emit_piece(nx_utf8_asm *as, const char *p, size_t n) {
+    char buf[256 + 4];
+    while (n > 0) {
+        size_t k = n < 256 ? n : 256;
+        size_t w = nx_utf8_asm_feed(as, p, k, buf);
+        if (w) fwrite(buf, 1, w, stdout);
+        p += k;
+        n -= k;
+    }
+    fflush(stdout);
+}
+
+typedef struct run_stats {
+    int n_prompt, n_gen, n_gen_decodes;
+    double t_load, t_prompt, t_gen;
+    const char *stop;
+} run_stats;
+
+static void print_summary(const run_stats *s, const nx_sampler *smp) {
+    char gen_rate[32];
+    if (s->n_gen_decodes > 0 && s->t_gen > 0) snprintf(gen_rate, sizeof gen_rate, "%.2f tok/s", s->n_gen_decodes / s->t_gen);
+    else snprintf(gen_rate, sizeof gen_rate, "- tok/s");
+    char seed[40] = "";
+    if (!nx_sampler_is_greedy(smp)) snprintf(seed, sizeof seed, " | seed %u", nx_sampler_seed(smp));
+    fprintf(stderr,
+            "nextn run: prompt %d tokens, %.2f tok/s | generated %d tokens (%d decodes), %s | stop: %s | load %.2f s%s\n",
+            s->n_prompt, s->t_prompt > 0 ? s->n_prompt / s->t_prompt : 0.0, s->n_gen, s->n_gen_decodes, gen_rate,
+            s->stop, s->t_load, seed);
+}
 
 int nx_cmd_run(int argc, char **argv) {
-    (void)argc;
-    fprintf(stderr, "nextn %s: not implemented yet\n", argv[0]);
-    return 1;
+    nx_cli_args a;
+    nx_cli_args_init(&a);
+    nx_error err = {0};
+    if (nx_cli_args_parse(&a, RUN_FLAGS, argc, argv, &err) != NX_OK) {
+        fprintf(stderr, "nextn run: %s (see nextn run --help)\n", err.msg);
+        return 2;
+    }
+    if (a.help) { run_usage(stdout); return 0; }
+    if (!a.model) { fprintf(stderr, "nextn run: no model: give -m FILE.gguf (see nextn run --help)\n"); return 2; }
+
+    char *text = NULL;
+    size_t text_len = 0;
+    nx_status st = nx_cli_read_prompt(&a, &text, &text_len, &err);
+    if (st != NX_OK) {
+        fprintf(stderr, "nextn run: %s\n", err.msg);
+        return st == NX_ERR_INVALID_ARG ? 2 : 1;
+    }
+
+    int rc = 1;
+    nx_model *m = NULL;
+    nx_tokenizer *tok = NULL;
+    nx_ctx *ctx = NULL;
+    nx_sampler *smp = NULL;
+    nx_batch *b = NULL;
+    nx_token_vec ids = {0};
+    run_stats s = {.stop = "end of generation"};
+
+    double t0 = nx_cli_now();
+    if (nx_cli_load_model(&a, &m, &err) != NX_OK) { fprintf(stderr, "nextn run: %s\n", err.msg); goto done; }
+    s.t_load = nx_cli_now() - t0;
+    if (nx_tokenizer_from_gguf(m->gguf, &tok, &err) != NX_OK) { fprintf(stderr, "nextn run: %s: %s\n", a.model, err.msg); goto done; }
+    if (run_tokenize(tok, text, text_len, a.chat, &ids, &err) != NX_OK) { fprintf(stderr, "nextn run: %s\n", err.msg); goto done; }
+    if (ids.n == 0) { fprintf(stderr, "nextn run: the prompt is empty (0 tokens)\n"); goto done; }
+
+    nx_ctx_params cp = nx_cli_ctx_params(&a);
+    if (nx_ctx_create(m, &cp, &ctx) != NX_OK) { fprintf(stderr, "nextn run: %s\n", nx_last_error()); goto done; }
+    const int n_ctx = nx_ctx_n_ctx(ctx), V = nx_model_n_vocab(m);
+    if ((long)ids.n > (long)n_ctx) {
+        fprintf(stderr, "nextn run: the prompt is %zu tokens but the context holds %d (raise -c or shorten the prompt)\n",
+                ids.n, n_ctx);
+        goto done;
+    }
+    for (size_t i = 0; i < ids.n; i++)
+        if (ids.ids[i] < 0 || ids.ids[i] >= V) {
+            fprintf(stderr, "nextn run: prompt token %d is outside the model's vocabulary (%d)\n", ids.ids[i], V);
+            goto done;
+        }
+    nx_sampler_params sp = nx_cli_sampler_params(&a, V);
+    if (nx_sampler_create(&sp, &smp, &err) != NX_OK) { fprintf(stderr, "nextn run: %s\n", err.msg); goto done; }
+    for (size_t i = 0; i < ids.n; i++) nx_sampler_accept(smp, ids.ids[i], NULL);   /* penalties see the prompt */
+
+    /* ---- prompt, in ubatches; logits only for the last row ---- */
+    const int U = a.n_ubatch;
+    b = nx_batch_create(U);
+    if (!b) { fprintf(stderr, "nextn run: out of memory\n"); goto done; }
+    s.n_prompt = (int)ids.n;
+    t0 = nx_cli_now();
+    int last_row = 0;
+    for (int i0 = 0; i0 < s.n_prompt; i0 += U) {
+        const int nb = s.n_prompt - i0 < U ? s.n_prompt - i0 : U;
+        nx_batch_clear(b);
+        for (int r = 0; r < nb; r++) nx_batch_add(b, ids.ids[i0 + r], i0 + r, 0, i0 + r == s.n_prompt - 1);
+        if (nx_decode(ctx, b) != NX_OK) { fprintf(stderr, "nextn run: prompt decode failed: %s\n", nx_last_error()); goto done; }
+        last_row = nb - 1;
+    }
+    s.t_prompt = nx_cli_now() - t0;
+
+    /* ---- generation ---- */
+    nx_utf8_asm as = {0};
+    int pos = s.n_prompt;
+    t0 = nx_cli_now();
+    for (;;) {
+        if (a.n_predict >= 0 && s.n_gen >= a.n_predict) { s.stop = "-n limit"; break; }
+        nx_token t;
+        if (nx_sampler_sample(smp, nx_ctx_logits(ctx, last_row), &t, &err) != NX_OK) {
+            fprintf(stderr, "\nnextn run: sampling failed: %s\n", err.msg);
+            goto done;
+        }
+        if (nx_token_is_eog(tok, t)) { s.stop = "end of generation"; break; }
+        nx_sampler_accept(smp, t, NULL);
+        size_t plen = 0;
+        const char *piece = nx_token_piece(tok, t, false, &plen);
+        emit_piece(&as, piece, plen);
+        s.n_gen++;
+        if (a.n_predict >= 0 && s.n_gen >= a.n_predict) { s.stop = "-n limit"; break; }
+        if (pos >= n_ctx) { s.stop = "context full"; break; }
+        nx_batch_clear(b);
+        nx_batch_add(b, t, pos, 0, true);
+        if (nx_decode(ctx, b) != NX_OK) {
+            fprintf(stderr, "\nnextn run: decode failed at position %d: %s\n", pos, nx_last_error());
+            goto done;
+        }
+        pos++;
+        last_row = 0;
+        s.n_gen_decodes++;
+    }
+    s.t_gen = nx_cli_now() - t0;
+    char tail[4];
+    size_t nt = nx_utf8_asm_flush(&as, tail);
+    if (nt) fwrite(tail, 1, nt, stdout);
+    if (isatty(STDOUT_FILENO) && s.n_gen > 0) fputc('\n', stdout);
+    fflush(stdout);
+    print_summary(&s, smp);
+    rc = 0;
+done:
+    free(text);
+    nx_token_vec_free(&ids);
+    nx_batch_free(b);
+    nx_sampler_free(smp);
+    nx_ctx_free(ctx);
+    nx_tokenizer_free(tok);
+    nx_model_free(m);
+    return rc;
 }
