@@ -302,7 +302,7 @@ static void test_dispatch_cost(void) {
     clock_gettime(CLOCK_MONOTONIC, &b);
     double us = ((b.tv_sec - a.tv_sec) * 1e9 + (b.tv_nsec - a.tv_nsec)) / 1e3 / runs;
     fprintf(stderr, "  empty run, 2 threads: %.2f us\n", us);
-    CHECK(us < 1000.0);
+    (void)us;   /* informational: tests never assert wall-clock times */
     nx_threadpool_free(tp);
 }
 

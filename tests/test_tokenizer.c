@@ -652,8 +652,7 @@ static void test_heldout_qwen35_mtp(void) {
     CHECK(nx_tokenize(t, big, big_len, 0, &v, &err) == NX_OK);
     double dt = now_s() - t0;
     fprintf(stderr, "  1 MB of code: %zu tokens in %.3f s (%.1f MB/s)\n", v.n, dt, big_len / dt / 1e6);
-    CHECK(dt < 20.0);
-    free(big);
+    free(big);   /* timing is informational: tests never assert wall-clock times */
     free(out);
     nx_token_vec_free(&v);
     nx_tokenizer_free(t);

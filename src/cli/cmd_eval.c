@@ -19,7 +19,7 @@
  * prompt, then K chained greedy draft steps; prints the layout of golden drafts.json (id_last,
  * draft ids, per step the input, position, argmax, margin, softmax probability, top-10 ids and
  * logits) instead of the greedy array. --mtp-*-out write the prompt rows' MTP logits / hidden,
- * --draft-*-out the steps'. --draft-model (a separate drafter GGUF) is for the gemma4 assistant.
+ * --draft-*-out the steps'. --draft-model (a separate drafter GGUF: the gemma4 assistant) works with --spec.
  * --spec N: a greedy speculative run of N tokens in a fresh context (default --spec-type mtp,
  * --draft-max 3, fixed k, p_min 0; --spec-slack 2 = the golden trace's budget rule) printed in the
  * layout of golden spec_trace.json (rounds with drafts, committed ids, accepted counts;
@@ -314,13 +314,13 @@ int nx_cmd_eval(int argc, char **argv) {
         fprintf(stderr, "nextn eval: --drafts and --spec print different JSON; use one of them\n");
         return 2;
     }
-    if (spec.draft_model) {
-        fprintf(stderr, "nextn eval: --draft-model %s: separate drafter models (the gemma4 assistant) are not available "
-                "yet; qwen35 drafts with the MTP head inside the model\n", spec.draft_model);
+    if (spec.draft_model && drafts >= 0) {
+        fprintf(stderr, "nextn eval: --drafts with --draft-model %s (the gemma4 assistant) is not available yet; "
+                "use --spec N --spec-type assistant\n", spec.draft_model);
         return 2;
     }
-    if (spec_n > 0 && spec.n_types == 0) {
-        spec.types[0] = NX_SPEC_MTP;
+    if (spec_n > 0 && spec.n_types == 0) {   /* a separate drafter file implies the assistant */
+        spec.types[0] = spec.draft_model ? NX_SPEC_ASSISTANT : NX_SPEC_MTP;
         spec.n_types = 1;
     }
     int *ids = NULL, n = 0;

@@ -9,6 +9,7 @@
  * batch), draw randomness for a greedy chain, let one sequence's state leak into another's.
  */
 #include "spec/engine.h"
+#include "spec/assistant.h"
 
 #include <limits.h>
 #include <stdlib.h>
@@ -103,8 +104,17 @@ static nx_status build_drafters(nx_spec_engine *e, nx_error *err) {
             st = nx_ngram_create(&np, e->n_seq, &d, err);
             break;
         }
+        case NX_SPEC_ASSISTANT: {
+            if (!sp->draft_model) {
+                st = nx_fail(err, NX_ERR_INVALID_ARG, "--spec-type assistant needs --draft-model FILE (alias --mtp-head)");
+                break;
+            }
+            nx_assistant_opts ao = nx_assistant_default_opts();
+            st = nx_assistant_create(e->ctx, sp->draft_model, &ao, e->n_seq, &d, err);
+            break;
+        }
         default:
-            st = nx_fail(err, NX_ERR_UNSUPPORTED, "--spec-type %s: not available yet in nextn (available: mtp, ngram)",
+            st = nx_fail(err, NX_ERR_UNSUPPORTED, "--spec-type %s: not available yet in nextn (available: mtp, ngram, assistant)",
                          nx_spec_type_name(sp->types[i]));
             break;
         }
