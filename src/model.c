@@ -3,6 +3,7 @@
  * with shape validation, and batches. Architecture forward passes live in src/arch/.
  */
 #include "model.h"
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -256,3 +257,30 @@ nx_status nx_batch_add(nx_batch *b, nx_token tok, nx_pos pos, nx_seq_id seq, boo
 }
 
 int nx_batch_size(const nx_batch *b) { return b->n; }
+
+/* ===== Loader helpers shared by the architectures ===== */
+
+const nx_tensor *nx_loader_tensor(nx_loader *L, unsigned flags, int n_dims, int64_t ne0, int64_t ne1, int64_t ne2,
+                                  const char *fmt, ...) {
+    if (L->st != NX_OK) return NULL;
+    char name[128];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(name, sizeof name, fmt, ap);
+    va_end(ap);
+    int64_t ne[3] = {ne0, ne1, ne2};
+    const nx_tensor *t = NULL;
+    L->st = nx_model_tensor(L->m, name, n_dims, ne, flags, &t, L->err);
+    return t;
+}
+
+const float *nx_loader_vec(nx_loader *L, unsigned flags, int64_t n, const char *fmt, int il) {
+    if (L->st != NX_OK) return NULL;
+    char name[128];
+    snprintf(name, sizeof name, fmt, il);
+    const nx_tensor *t = nx_loader_tensor(L, flags & NX_T_OPTIONAL, 1, n, 1, 1, "%s", name);
+    if (!t) return NULL;
+    const float *p = NULL;
+    L->st = nx_model_f32(L->m, t, &p, L->err);
+    return p;
+}

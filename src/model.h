@@ -50,6 +50,20 @@ nx_status nx_model_tensor(const nx_model *m, const char *name, int n_dims, const
 /* The values of a (small) tensor as F32: a view for F32 data, else a dequantized copy owned by
  * the model. */
 nx_status nx_model_f32(nx_model *m, const nx_tensor *t, const float **out, nx_error *err);
+/* Loading state shared by the architectures' loaders: the first failure sticks in st, and every
+ * later call is a no-op returning NULL. */
+typedef struct nx_loader {
+    nx_model *m;
+    nx_error *err;
+    nx_status st;
+} nx_loader;
+
+/* nx_model_tensor with a printf-formatted name and the shape as ne0, ne1, ne2. */
+const nx_tensor *nx_loader_tensor(nx_loader *L, unsigned flags, int n_dims, int64_t ne0, int64_t ne1, int64_t ne2,
+                                  const char *fmt, ...) __attribute__((format(printf, 7, 8)));
+/* A 1-D weight of n values (name: fmt with the layer index) as F32; NULL if absent and optional. */
+const float *nx_loader_vec(nx_loader *L, unsigned flags, int64_t n, const char *fmt, int il);
+
 /* A zeroed buffer owned by the model. */
 void *nx_model_alloc(nx_model *m, size_t bytes, nx_error *err);
 

@@ -22,10 +22,8 @@
 #define G4_MAX_DIM (1 << 20)   /* sanity bound on every dimension read from metadata */
 
 typedef struct g4_loader {
-    nx_model *m;
+    nx_loader base;   /* model, error, sticky status */
     g4_model *gm;
-    nx_error *err;
-    nx_status st;
 } g4_loader;
 
 /* ===== metadata ===== */
@@ -40,33 +38,33 @@ static int64_t key_index(const nx_model *m, const char *suffix) {
  * element 0); a scalar applies to every layer. */
 static bool get_int(g4_loader *L, const char *suffix, int il, bool required, int64_t def, int64_t lo, int64_t hi,
                     int *out) {
-    if (L->st != NX_OK) return false;
-    const nx_gguf *g = L->m->gguf;
-    int64_t k = key_index(L->m, suffix), v = def;
+    if (L->base.st != NX_OK) return false;
+    const nx_gguf *g = L->base.m->gguf;
+    int64_t k = key_index(L->base.m, suffix), v = def;
     if (k < 0) {
         if (required) {
-            L->st = nx_fail(L->err, NX_ERR_FORMAT, "missing metadata key %s.%s", L->m->arch, suffix);
+            L->base.st = nx_fail(L->base.err, NX_ERR_FORMAT, "missing metadata key %s.%s", L->base.m->arch, suffix);
             return false;
         }
     } else if (nx_gguf_kv_type(g, k) == NX_GGUF_ARRAY) {
         uint64_t n = nx_gguf_arr_n(g, k);
         int n_layer = L->gm->hp.n_layer;
         if (n_layer > 0 && n != (uint64_t)n_layer) {
-            L->st = nx_fail(L->err, NX_ERR_FORMAT, "metadata %s.%s has %llu entries, expected %d (block_count)",
-                            L->m->arch, suffix, (unsigned long long)n, n_layer);
+            L->base.st = nx_fail(L->base.err, NX_ERR_FORMAT, "metadata %s.%s has %llu entries, expected %d (block_count)",
+                            L->base.m->arch, suffix, (unsigned long long)n, n_layer);
             return false;
         }
         if (!nx_gguf_arr_int(g, k, il < 0 ? 0 : (uint64_t)il, &v)) {
-            L->st = nx_fail(L->err, NX_ERR_FORMAT, "metadata %s.%s: element %d is not an integer", L->m->arch, suffix,
+            L->base.st = nx_fail(L->base.err, NX_ERR_FORMAT, "metadata %s.%s: element %d is not an integer", L->base.m->arch, suffix,
                             il < 0 ? 0 : il);
             return false;
         }
     } else if (!nx_gguf_kv_int(g, k, &v)) {
-        L->st = nx_fail(L->err, NX_ERR_FORMAT, "metadata %s.%s is not an integer", L->m->arch, suffix);
+        L->base.st = nx_fail(L->base.err, NX_ERR_FORMAT, "metadata %s.%s is not an integer", L->base.m->arch, suffix);
         return false;
     }
     if (v < lo || v > hi) {
-        L->st = nx_fail(L->err, NX_ERR_FORMAT, "metadata %s.%s%s = %lld is outside [%lld, %lld]", L->m->arch, suffix,
+        L->base.st = nx_fail(L->base.err, NX_ERR_FORMAT, "metadata %s.%s%s = %lld is outside [%lld, %lld]", L->base.m->arch, suffix,
                         il >= 0 && k >= 0 && nx_gguf_kv_type(g, k) == NX_GGUF_ARRAY ? "[layer]" : "", (long long)v,
                         (long long)lo, (long long)hi);
         return false;
@@ -76,46 +74,23 @@ static bool get_int(g4_loader *L, const char *suffix, int il, bool required, int
 }
 
 static float get_float(g4_loader *L, const char *suffix, bool required, double def) {
-    if (L->st != NX_OK) return 0.0f;
+    if (L->base.st != NX_OK) return 0.0f;
     double v = def;
-    int64_t k = key_index(L->m, suffix);
+    int64_t k = key_index(L->base.m, suffix);
     if (k < 0) {
-        if (required) L->st = nx_fail(L->err, NX_ERR_FORMAT, "missing metadata key %s.%s", L->m->arch, suffix);
-    } else if (!nx_gguf_kv_float(L->m->gguf, k, &v) || !isfinite(v)) {
-        L->st = nx_fail(L->err, NX_ERR_FORMAT, "metadata %s.%s is not a finite number", L->m->arch, suffix);
+        if (required) L->base.st = nx_fail(L->base.err, NX_ERR_FORMAT, "missing metadata key %s.%s", L->base.m->arch, suffix);
+    } else if (!nx_gguf_kv_float(L->base.m->gguf, k, &v) || !isfinite(v)) {
+        L->base.st = nx_fail(L->base.err, NX_ERR_FORMAT, "metadata %s.%s is not a finite number", L->base.m->arch, suffix);
     }
     return (float)v;
 }
 
 /* ===== tensors ===== */
 
-static const nx_tensor *tensor(g4_loader *L, unsigned flags, int n_dims, int64_t ne0, int64_t ne1, int64_t ne2,
-                               const char *fmt, ...) __attribute__((format(printf, 7, 8)));
-static const nx_tensor *tensor(g4_loader *L, unsigned flags, int n_dims, int64_t ne0, int64_t ne1, int64_t ne2,
-                               const char *fmt, ...) {
-    if (L->st != NX_OK) return NULL;
-    char name[128];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(name, sizeof name, fmt, ap);
-    va_end(ap);
-    int64_t ne[3] = {ne0, ne1, ne2};
-    const nx_tensor *t = NULL;
-    L->st = nx_model_tensor(L->m, name, n_dims, ne, flags, &t, L->err);
-    return t;
-}
 
-/* A 1-D weight as F32 values (NULL if absent and optional). */
-static const float *vec(g4_loader *L, unsigned flags, int64_t n, const char *fmt, int il) {
-    if (L->st != NX_OK) return NULL;
-    char name[128];
-    snprintf(name, sizeof name, fmt, il);
-    const nx_tensor *t = tensor(L, flags & NX_T_OPTIONAL, 1, n, 1, 1, "%s", name);
-    if (!t) return NULL;
-    const float *p = NULL;
-    L->st = nx_model_f32(L->m, t, &p, L->err);
-    return p;
-}
+/* The shared loader helpers (model.h), called with this file's loader. */
+#define tensor(L, ...) nx_loader_tensor(&(L)->base, __VA_ARGS__)
+#define vec(L, ...) nx_loader_vec(&(L)->base, __VA_ARGS__)
 
 static bool has_tensor(const nx_model *m, const char *fmt, int il) {
     char name[128];
@@ -124,29 +99,29 @@ static bool has_tensor(const nx_model *m, const char *fmt, int il) {
 }
 
 static void check_dequant(g4_loader *L, const nx_tensor *t) {
-    if (L->st == NX_OK && t && !nx_can_dequantize(t->type))
-        L->st = nx_fail(L->err, NX_ERR_UNSUPPORTED, "tensor %s has type %s, which cannot be dequantized", t->name,
+    if (L->base.st == NX_OK && t && !nx_can_dequantize(t->type))
+        L->base.st = nx_fail(L->base.err, NX_ERR_UNSUPPORTED, "tensor %s has type %s, which cannot be dequantized", t->name,
                         nx_type_name(t->type));
 }
 
 /* ===== hyper-parameters ===== */
 
 static void read_hparams(g4_loader *L) {
-    nx_model *m = L->m;
+    nx_model *m = L->base.m;
     g4_hparams *hp = &L->gm->hp;
     get_int(L, "block_count", -1, true, 0, 1, 4096, &hp->n_layer);
     get_int(L, "context_length", -1, true, 0, 1, INT32_MAX, &hp->n_ctx_train);
     get_int(L, "embedding_length", -1, true, 0, 1, G4_MAX_DIM, &hp->n_embd);
     hp->eps = get_float(L, "attention.layer_norm_rms_epsilon", true, 0.0);
-    if (L->st == NX_OK && !(hp->eps >= 0.0f && hp->eps < 1.0f))
-        L->st = nx_fail(L->err, NX_ERR_FORMAT, "metadata %s.attention.layer_norm_rms_epsilon = %g is not in [0, 1)",
+    if (L->base.st == NX_OK && !(hp->eps >= 0.0f && hp->eps < 1.0f))
+        L->base.st = nx_fail(L->base.err, NX_ERR_FORMAT, "metadata %s.attention.layer_norm_rms_epsilon = %g is not in [0, 1)",
                         m->arch, (double)hp->eps);
     const nx_tensor *te = tensor(L, NX_T_OPTIONAL, 2, hp->n_embd, -1, 1, "token_embd.weight");
-    if (L->st == NX_OK && !te)
-        L->st = nx_fail(L->err, NX_ERR_FORMAT, "missing tensor token_embd.weight (expected shape [%d, n_vocab])", hp->n_embd);
-    if (L->st != NX_OK) return;
+    if (L->base.st == NX_OK && !te)
+        L->base.st = nx_fail(L->base.err, NX_ERR_FORMAT, "missing tensor token_embd.weight (expected shape [%d, n_vocab])", hp->n_embd);
+    if (L->base.st != NX_OK) return;
     if (te->ne[1] < 1 || te->ne[1] > INT32_MAX) {
-        L->st = nx_fail(L->err, NX_ERR_FORMAT, "tensor token_embd.weight has %lld rows", (long long)te->ne[1]);
+        L->base.st = nx_fail(L->base.err, NX_ERR_FORMAT, "tensor token_embd.weight has %lld rows", (long long)te->ne[1]);
         return;
     }
     hp->n_vocab = (int)te->ne[1];
@@ -157,8 +132,8 @@ static void read_hparams(g4_loader *L) {
     get_int(L, "attention.value_length", -1, false, hp->hd_full, 1, G4_MAX_DIM, &vf);
     get_int(L, "attention.key_length_swa", -1, true, 0, 1, G4_MAX_DIM, &hp->hd_swa);
     get_int(L, "attention.value_length_swa", -1, false, hp->hd_swa, 1, G4_MAX_DIM, &vs);
-    if (L->st == NX_OK && (vf != hp->hd_full || vs != hp->hd_swa))
-        L->st = nx_fail(L->err, NX_ERR_UNSUPPORTED, "key_length %d / %d != value_length %d / %d (full / swa); they must "
+    if (L->base.st == NX_OK && (vf != hp->hd_full || vs != hp->hd_swa))
+        L->base.st = nx_fail(L->base.err, NX_ERR_UNSUPPORTED, "key_length %d / %d != value_length %d / %d (full / swa); they must "
                         "be equal", hp->hd_full, hp->hd_swa, vf, vs);
     get_int(L, "attention.sliding_window", -1, true, 0, 1, INT32_MAX / 2, &hp->n_swa);
     get_int(L, "attention.shared_kv_layers", -1, false, 0, 0, hp->n_layer - 1, &hp->n_shared);
@@ -166,16 +141,16 @@ static void read_hparams(g4_loader *L) {
     get_int(L, "rope.dimension_count", -1, false, hp->hd_full, 2, hp->hd_full, &hp->n_rot_full);
     get_int(L, "rope.dimension_count_swa", -1, false, hp->n_rot_full < hp->hd_swa ? hp->n_rot_full : hp->hd_swa, 2,
             hp->hd_swa, &hp->n_rot_swa);
-    if (L->st == NX_OK && (hp->n_rot_full % 2 || hp->n_rot_swa % 2))
-        L->st = nx_fail(L->err, NX_ERR_FORMAT, "rope dimension counts %d / %d (full / swa) must be even", hp->n_rot_full,
+    if (L->base.st == NX_OK && (hp->n_rot_full % 2 || hp->n_rot_swa % 2))
+        L->base.st = nx_fail(L->base.err, NX_ERR_FORMAT, "rope dimension counts %d / %d (full / swa) must be even", hp->n_rot_full,
                         hp->n_rot_swa);
     hp->base_full = get_float(L, "rope.freq_base", false, 10000.0);
     hp->base_swa = get_float(L, "rope.freq_base_swa", false, hp->base_full);
     double factor = get_float(L, "rope.scaling.factor", false, 0.0);
     hp->freq_scale = factor > 0.0 ? (float)(1.0 / factor) : 1.0f;
     get_int(L, "embedding_length_per_layer_input", -1, true, 0, 0, G4_MAX_DIM, &hp->P);
-    if (L->st == NX_OK && (int64_t)hp->P * hp->n_layer > G4_MAX_DIM * 4)
-        L->st = nx_fail(L->err, NX_ERR_FORMAT, "per-layer input width %d x %d layers is too large", hp->P, hp->n_layer);
+    if (L->base.st == NX_OK && (int64_t)hp->P * hp->n_layer > G4_MAX_DIM * 4)
+        L->base.st = nx_fail(L->base.err, NX_ERR_FORMAT, "per-layer input width %d x %d layers is too large", hp->P, hp->n_layer);
     get_int(L, "expert_count", -1, false, 0, 0, 512, &hp->n_expert);
     get_int(L, "expert_used_count", -1, false, 0, 0, NX_TOPK_MAX, &hp->n_expert_used);
     get_int(L, "expert_feed_forward_length", -1, false, 0, 0, G4_MAX_DIM, &hp->n_ff_exp);
@@ -198,7 +173,7 @@ static void load_attn(g4_loader *L, g4_layer *ly) {
     ly->wk = tensor(L, NX_T_MATMUL, 2, E, Hkv * D, 1, "blk.%d.attn_k.weight", il);
     ly->k_norm = vec(L, 0, D, "blk.%d.attn_k_norm.weight", il);
     ly->wv = tensor(L, NX_T_MATMUL | NX_T_OPTIONAL, 2, E, Hkv * D, 1, "blk.%d.attn_v.weight", il);
-    ly->k_eq_v = L->st == NX_OK && !ly->wv;
+    ly->k_eq_v = L->base.st == NX_OK && !ly->wv;
 }
 
 static void load_ffn(g4_loader *L, g4_layer *ly) {
@@ -210,18 +185,18 @@ static void load_ffn(g4_loader *L, g4_layer *ly) {
     ly->gate = tensor(L, NX_T_MATMUL, 2, E, ly->n_ff, 1, "blk.%d.ffn_gate.weight", il);
     ly->up = tensor(L, NX_T_MATMUL, 2, E, ly->n_ff, 1, "blk.%d.ffn_up.weight", il);
     ly->down = tensor(L, NX_T_MATMUL, 2, ly->n_ff, E, 1, "blk.%d.ffn_down.weight", il);
-    if (!ly->moe || L->st != NX_OK) return;
+    if (!ly->moe || L->base.st != NX_OK) return;
     const int64_t X = hp->n_expert, F = hp->n_ff_exp;
     ly->gate_inp = tensor(L, NX_T_MATMUL, 2, E, X, 1, "blk.%d.ffn_gate_inp.weight", il);
     const float *rs = vec(L, NX_T_OPTIONAL, E, "blk.%d.ffn_gate_inp.scale", il);
-    float *r = L->st == NX_OK ? nx_model_alloc(L->m, (size_t)E * sizeof(float), L->err) : NULL;
-    if (L->st == NX_OK && !r) { L->st = NX_ERR_NOMEM; return; }
+    float *r = L->base.st == NX_OK ? nx_model_alloc(L->base.m, (size_t)E * sizeof(float), L->base.err) : NULL;
+    if (L->base.st == NX_OK && !r) { L->base.st = NX_ERR_NOMEM; return; }
     /* HF router.scale with the 1/sqrt(n_embd) of the router input folded in (as float32) */
     const float inv = 1.0f / sqrtf((float)E);
     for (int64_t i = 0; r && i < E; i++) r[i] = rs ? rs[i] * inv : inv;
     ly->router_scale = r;
     ly->gate_up_exps = tensor(L, NX_T_MATMUL | NX_T_OPTIONAL, 3, E, 2 * F, X, "blk.%d.ffn_gate_up_exps.weight", il);
-    if (L->st == NX_OK && !ly->gate_up_exps) {
+    if (L->base.st == NX_OK && !ly->gate_up_exps) {
         ly->gate_exps = tensor(L, NX_T_MATMUL, 3, E, F, X, "blk.%d.ffn_gate_exps.weight", il);
         ly->up_exps = tensor(L, NX_T_MATMUL, 3, E, F, X, "blk.%d.ffn_up_exps.weight", il);
     }
@@ -249,11 +224,11 @@ static void load_layer(g4_loader *L, g4_layer *ly) {
 
 /* Geometry of every layer: type, heads, KV ownership and source, MoE, FFN width. */
 static void plan_layers(g4_loader *L) {
-    nx_model *m = L->m;
+    nx_model *m = L->base.m;
     g4_model *gm = L->gm;
     g4_hparams *hp = &gm->hp;
     gm->last_kv[0] = gm->last_kv[1] = -1;
-    for (int il = 0; il < hp->n_layer && L->st == NX_OK; il++) {
+    for (int il = 0; il < hp->n_layer && L->base.st == NX_OK; il++) {
         g4_layer *ly = &gm->layers[il];
         ly->il = il;
         int swa = 0;
@@ -263,14 +238,14 @@ static void plan_layers(g4_loader *L) {
         get_int(L, "attention.head_count", il, true, 0, 1, 4096, &ly->nh);
         get_int(L, "attention.head_count_kv", il, false, ly->nh, 1, 4096, &ly->nkv);
         get_int(L, "feed_forward_length", il, true, 0, 1, G4_MAX_DIM, &ly->n_ff);
-        if (L->st != NX_OK) return;
+        if (L->base.st != NX_OK) return;
         if (ly->nh % ly->nkv) {
-            L->st = nx_fail(L->err, NX_ERR_FORMAT, "layer %d: head_count %d is not a multiple of head_count_kv %d", il,
+            L->base.st = nx_fail(L->base.err, NX_ERR_FORMAT, "layer %d: head_count %d is not a multiple of head_count_kv %d", il,
                             ly->nh, ly->nkv);
             return;
         }
         if ((int64_t)ly->nh * ly->hd > G4_MAX_DIM) {
-            L->st = nx_fail(L->err, NX_ERR_FORMAT, "layer %d: attention width %d x %d is too large", il, ly->nh, ly->hd);
+            L->base.st = nx_fail(L->base.err, NX_ERR_FORMAT, "layer %d: attention width %d x %d is too large", il, ly->nh, ly->hd);
             return;
         }
         ly->has_kv = il < hp->n_kv_from_start;
@@ -280,13 +255,13 @@ static void plan_layers(g4_loader *L) {
         } else {
             const int src = gm->last_kv[ly->swa];
             if (src < 0) {
-                L->st = nx_fail(L->err, NX_ERR_FORMAT, "KV-shared layer %d (%s) has no KV-owning layer of its type before "
+                L->base.st = nx_fail(L->base.err, NX_ERR_FORMAT, "KV-shared layer %d (%s) has no KV-owning layer of its type before "
                                 "layer %d", il, ly->swa ? "sliding-window" : "full", hp->n_kv_from_start);
                 return;
             }
             const g4_layer *s = &gm->layers[src];
             if (s->nkv != ly->nkv) {
-                L->st = nx_fail(L->err, NX_ERR_FORMAT, "KV-shared layer %d has %d kv heads but its source layer %d has %d",
+                L->base.st = nx_fail(L->base.err, NX_ERR_FORMAT, "KV-shared layer %d has %d kv heads but its source layer %d has %d",
                                 il, ly->nkv, src, s->nkv);
                 return;
             }
@@ -295,7 +270,7 @@ static void plan_layers(g4_loader *L) {
         ly->moe = has_tensor(m, "blk.%d.ffn_gate_inp.weight", il);
         if (ly->moe && (hp->n_expert <= 0 || hp->n_expert_used <= 0 || hp->n_expert_used > hp->n_expert ||
                         hp->n_ff_exp <= 0)) {
-            L->st = nx_fail(L->err, NX_ERR_FORMAT, "layer %d is MoE (blk.%d.ffn_gate_inp.weight) but expert_count %d, "
+            L->base.st = nx_fail(L->base.err, NX_ERR_FORMAT, "layer %d is MoE (blk.%d.ffn_gate_inp.weight) but expert_count %d, "
                             "expert_used_count %d, expert_feed_forward_length %d are not a valid set", il, il,
                             hp->n_expert, hp->n_expert_used, hp->n_ff_exp);
             return;
@@ -309,25 +284,25 @@ static void plan_layers(g4_loader *L) {
 }
 
 static void setup_rope(g4_loader *L) {
-    if (L->st != NX_OK) return;
+    if (L->base.st != NX_OK) return;
     g4_model *gm = L->gm;
     const g4_hparams *hp = &gm->hp;
     gm->rope_full = (nx_rope_params){.n_rot = hp->n_rot_full, .mode = NX_ROPE_NEOX, .freq_base = hp->base_full,
                                      .freq_scale = hp->freq_scale, .freq_factors = gm->rope_freqs};
     gm->rope_swa = (nx_rope_params){.n_rot = hp->n_rot_swa, .mode = NX_ROPE_NEOX, .freq_base = hp->base_swa,
                                     .freq_scale = hp->freq_scale, .freq_factors = NULL};
-    L->st = nx_rope_check(&gm->rope_full, hp->hd_full, L->err);
-    if (L->st == NX_OK) L->st = nx_rope_check(&gm->rope_swa, hp->hd_swa, L->err);
-    if (L->st != NX_OK) nx_error_prefix(L->err, "gemma4 rope (full: n_rot %d base %g; swa: n_rot %d base %g)",
+    L->base.st = nx_rope_check(&gm->rope_full, hp->hd_full, L->base.err);
+    if (L->base.st == NX_OK) L->base.st = nx_rope_check(&gm->rope_swa, hp->hd_swa, L->base.err);
+    if (L->base.st != NX_OK) nx_error_prefix(L->base.err, "gemma4 rope (full: n_rot %d base %g; swa: n_rot %d base %g)",
                                         hp->n_rot_full, (double)hp->base_full, hp->n_rot_swa, (double)hp->base_swa);
 }
 
 static nx_status g4_load(nx_model *m, nx_error *err) {
     g4_model *gm = nx_model_alloc(m, sizeof *gm, err);
     if (!gm) return NX_ERR_NOMEM;
-    g4_loader L = {.m = m, .gm = gm, .err = err, .st = NX_OK};
+    g4_loader L = {.base = {.m = m, .err = err, .st = NX_OK}, .gm = gm};
     read_hparams(&L);
-    if (L.st != NX_OK) return L.st;
+    if (L.base.st != NX_OK) return L.base.st;
     g4_hparams *hp = &gm->hp;
     gm->layers = nx_model_alloc(m, (size_t)hp->n_layer * sizeof *gm->layers, err);
     if (!gm->layers) return NX_ERR_NOMEM;
@@ -337,9 +312,9 @@ static nx_status g4_load(nx_model *m, nx_error *err) {
     check_dequant(&L, gm->tok_embd);
     gm->output_norm = vec(&L, 0, E, "output_norm.weight", 0);
     gm->output = tensor(&L, NX_T_MATMUL | NX_T_OPTIONAL, 2, E, hp->n_vocab, 1, "output.weight");
-    if (L.st == NX_OK && !gm->output) {
+    if (L.base.st == NX_OK && !gm->output) {
         if (!nx_matmul_supports(gm->tok_embd->type))
-            L.st = nx_fail(err, NX_ERR_UNSUPPORTED, "tied output: token_embd.weight has type %s, which has no matmul kernel",
+            L.base.st = nx_fail(err, NX_ERR_UNSUPPORTED, "tied output: token_embd.weight has type %s, which has no matmul kernel",
                            nx_type_name(gm->tok_embd->type));
         gm->output = gm->tok_embd;
     }
@@ -351,9 +326,9 @@ static nx_status g4_load(nx_model *m, nx_error *err) {
         gm->ple_proj = tensor(&L, NX_T_MATMUL, 2, E, PL, 1, "per_layer_model_proj.weight");
         gm->ple_norm = vec(&L, 0, hp->P, "per_layer_proj_norm.weight", 0);
     }
-    for (int il = 0; il < hp->n_layer && L.st == NX_OK; il++) load_layer(&L, &gm->layers[il]);
+    for (int il = 0; il < hp->n_layer && L.base.st == NX_OK; il++) load_layer(&L, &gm->layers[il]);
     setup_rope(&L);
-    if (L.st != NX_OK) return L.st;
+    if (L.base.st != NX_OK) return L.base.st;
     m->arch_data = gm;
     m->n_vocab = hp->n_vocab;
     m->n_embd = hp->n_embd;

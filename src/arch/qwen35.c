@@ -19,25 +19,23 @@
 #define QW_MAX_DIM (1 << 20)   /* sanity bound on every dimension read from metadata */
 
 typedef struct qw_loader {
-    nx_model *m;
+    nx_loader base;   /* model, error, sticky status */
     qw_model *qm;
-    nx_error *err;
-    nx_status st;
 } qw_loader;
 
 static bool get_int(qw_loader *L, const char *suffix, int il, bool required, int64_t def, int64_t lo, int64_t hi,
                     int *out) {
-    if (L->st != NX_OK) return false;
+    if (L->base.st != NX_OK) return false;
     int64_t v;
-    if (!nx_model_key_int(L->m, suffix, il, &v)) {
+    if (!nx_model_key_int(L->base.m, suffix, il, &v)) {
         if (required) {
-            L->st = nx_fail(L->err, NX_ERR_FORMAT, "missing metadata key %s.%s", L->m->arch, suffix);
+            L->base.st = nx_fail(L->base.err, NX_ERR_FORMAT, "missing metadata key %s.%s", L->base.m->arch, suffix);
             return false;
         }
         v = def;
     }
     if (v < lo || v > hi) {
-        L->st = nx_fail(L->err, NX_ERR_FORMAT, "metadata %s.%s = %lld is outside [%lld, %lld]", L->m->arch, suffix,
+        L->base.st = nx_fail(L->base.err, NX_ERR_FORMAT, "metadata %s.%s = %lld is outside [%lld, %lld]", L->base.m->arch, suffix,
                         (long long)v, (long long)lo, (long long)hi);
         return false;
     }
@@ -47,7 +45,7 @@ static bool get_int(qw_loader *L, const char *suffix, int il, bool required, int
 
 /* Max over a per-layer array (or the scalar). */
 static void get_int_max(qw_loader *L, const char *suffix, int n_layer, int64_t def, int *out) {
-    if (L->st != NX_OK) return;
+    if (L->base.st != NX_OK) return;
     int best = -1;
     for (int il = 0; il < n_layer; il++) {
         int v;
@@ -57,33 +55,10 @@ static void get_int_max(qw_loader *L, const char *suffix, int n_layer, int64_t d
     *out = best < 0 ? (int)def : best;
 }
 
-static const nx_tensor *tensor(qw_loader *L, unsigned flags, int n_dims, int64_t ne0, int64_t ne1, int64_t ne2,
-                               const char *fmt, ...) __attribute__((format(printf, 7, 8)));
-static const nx_tensor *tensor(qw_loader *L, unsigned flags, int n_dims, int64_t ne0, int64_t ne1, int64_t ne2,
-                               const char *fmt, ...) {
-    if (L->st != NX_OK) return NULL;
-    char name[128];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(name, sizeof name, fmt, ap);
-    va_end(ap);
-    int64_t ne[3] = {ne0, ne1, ne2};
-    const nx_tensor *t = NULL;
-    L->st = nx_model_tensor(L->m, name, n_dims, ne, flags, &t, L->err);
-    return t;
-}
 
-/* A 1-D weight as F32 values (NULL if absent and optional). */
-static const float *vec(qw_loader *L, unsigned flags, int64_t n, const char *fmt, int il) {
-    if (L->st != NX_OK) return NULL;
-    char name[128];
-    snprintf(name, sizeof name, fmt, il);
-    const nx_tensor *t = tensor(L, flags & NX_T_OPTIONAL, 1, n, 1, 1, "%s", name);
-    if (!t) return NULL;
-    const float *p = NULL;
-    L->st = nx_model_f32(L->m, t, &p, L->err);
-    return p;
-}
+/* The shared loader helpers (model.h), called with this file's loader. */
+#define tensor(L, ...) nx_loader_tensor(&(L)->base, __VA_ARGS__)
+#define vec(L, ...) nx_loader_vec(&(L)->base, __VA_ARGS__)
 
 static void load_attn(qw_loader *L, qw_layer *ly, bool is_mtp) {
     const qw_hparams *hp = &L->qm->hp;
@@ -93,10 +68,10 @@ static void load_attn(qw_loader *L, qw_layer *ly, bool is_mtp) {
     /* Dense MTP: attn_q may be absent and is then borrowed from the last trunk layer. */
     unsigned qflags = NX_T_MATMUL | (is_mtp && !hp->moe ? NX_T_OPTIONAL : 0);
     ly->wq = tensor(L, qflags, 2, E, 2 * Hq * D, 1, "blk.%d.attn_q.weight", il);
-    if (L->st == NX_OK && !ly->wq) {
+    if (L->base.st == NX_OK && !ly->wq) {
         const qw_layer *last = &L->qm->layers[hp->n_main - 1];
         if (last->kind != QW_ATTN || !last->wq) {
-            L->st = nx_fail(L->err, NX_ERR_FORMAT,
+            L->base.st = nx_fail(L->base.err, NX_ERR_FORMAT,
                             "missing tensor blk.%d.attn_q.weight (expected shape [%lld, %lld]); the last trunk layer "
                             "has none to borrow", il, (long long)E, (long long)(2 * Hq * D));
             return;
@@ -128,10 +103,10 @@ static void load_deltanet(qw_loader *L, qw_layer *ly) {
     /* Any stored type: convert to F32 and transpose to [tap][channel] so the conv runs along
      * channels (contiguous) for every tap. */
     const float *src = NULL;
-    L->st = nx_model_f32(L->m, cw, &src, L->err);
-    if (L->st != NX_OK) return;
-    float *t = nx_model_alloc(L->m, (size_t)(K * C) * sizeof(float), L->err);
-    if (!t) { L->st = NX_ERR_NOMEM; return; }
+    L->base.st = nx_model_f32(L->base.m, cw, &src, L->base.err);
+    if (L->base.st != NX_OK) return;
+    float *t = nx_model_alloc(L->base.m, (size_t)(K * C) * sizeof(float), L->base.err);
+    if (!t) { L->base.st = NX_ERR_NOMEM; return; }
     for (int64_t c = 0; c < C; c++)
         for (int64_t j = 0; j < K; j++) t[j * C + c] = src[c * K + j];
     ly->conv_t = t;
@@ -145,7 +120,7 @@ static void load_ffn(qw_loader *L, qw_layer *ly, bool is_mtp) {
     if (!hp->moe) {
         unsigned fl = NX_T_MATMUL | (is_mtp ? NX_T_OPTIONAL : 0);
         f->gate = tensor(L, fl, 2, E, hp->n_ff, 1, "blk.%d.ffn_gate.weight", il);
-        if (L->st != NX_OK || !f->gate) return;   /* MTP without FFN: skipped */
+        if (L->base.st != NX_OK || !f->gate) return;   /* MTP without FFN: skipped */
         f->up = tensor(L, NX_T_MATMUL, 2, E, hp->n_ff, 1, "blk.%d.ffn_up.weight", il);
         f->down = tensor(L, NX_T_MATMUL, 2, hp->n_ff, E, 1, "blk.%d.ffn_down.weight", il);
         f->present = true;
@@ -170,7 +145,7 @@ static void load_ffn(qw_loader *L, qw_layer *ly, bool is_mtp) {
             nx_tensor_init(&f->gate_inp_shexp, g->name, g->type, 2, ne, g->data);
         }
     }
-    f->present = L->st == NX_OK;
+    f->present = L->base.st == NX_OK;
 }
 
 static void load_layer_common(qw_loader *L, qw_layer *ly) {
@@ -186,7 +161,7 @@ static bool has_tensor(const nx_model *m, const char *fmt, int il) {
 }
 
 static void read_hparams(qw_loader *L) {
-    nx_model *m = L->m;
+    nx_model *m = L->base.m;
     qw_hparams *hp = &L->qm->hp;
     hp->moe = !strcmp(m->arch, "qwen35moe");
     get_int(L, "block_count", -1, true, 0, 1, 4096, &hp->n_layer);
@@ -195,17 +170,17 @@ static void read_hparams(qw_loader *L) {
     get_int(L, "context_length", -1, true, 0, 1, INT32_MAX, &hp->n_ctx_train);
     get_int(L, "embedding_length", -1, true, 0, 1, QW_MAX_DIM, &hp->n_embd);
     double eps = 0;
-    if (L->st == NX_OK && !nx_model_key_float(m, "attention.layer_norm_rms_epsilon", &eps))
-        L->st = nx_fail(L->err, NX_ERR_FORMAT, "missing metadata key %s.attention.layer_norm_rms_epsilon", m->arch);
+    if (L->base.st == NX_OK && !nx_model_key_float(m, "attention.layer_norm_rms_epsilon", &eps))
+        L->base.st = nx_fail(L->base.err, NX_ERR_FORMAT, "missing metadata key %s.attention.layer_norm_rms_epsilon", m->arch);
     hp->eps = (float)eps;
-    if (L->st == NX_OK && !(hp->eps >= 0.0f && hp->eps < 1.0f))
-        L->st = nx_fail(L->err, NX_ERR_FORMAT, "metadata %s.attention.layer_norm_rms_epsilon = %g is not in [0, 1)",
+    if (L->base.st == NX_OK && !(hp->eps >= 0.0f && hp->eps < 1.0f))
+        L->base.st = nx_fail(L->base.err, NX_ERR_FORMAT, "metadata %s.attention.layer_norm_rms_epsilon = %g is not in [0, 1)",
                         m->arch, eps);
     /* vocabulary: key, else the embedding table */
     const nx_tensor *te = tensor(L, NX_T_OPTIONAL, 2, hp->n_embd, -1, 1, "token_embd.weight");
-    if (L->st == NX_OK && !te)
-        L->st = nx_fail(L->err, NX_ERR_FORMAT, "missing tensor token_embd.weight (expected shape [%d, n_vocab])", hp->n_embd);
-    if (L->st != NX_OK) return;
+    if (L->base.st == NX_OK && !te)
+        L->base.st = nx_fail(L->base.err, NX_ERR_FORMAT, "missing tensor token_embd.weight (expected shape [%d, n_vocab])", hp->n_embd);
+    if (L->base.st != NX_OK) return;
     get_int(L, "vocab_size", -1, false, te->ne[1], 1, INT32_MAX, &hp->n_vocab);
     /* attention */
     get_int_max(L, "attention.head_count", hp->n_layer, 0, &hp->n_head);
@@ -216,13 +191,13 @@ static void read_hparams(qw_loader *L) {
     get_int(L, "attention.value_length", -1, false, def_hd, 0, QW_MAX_DIM, &vlen);
     get_int(L, "rope.dimension_count", -1, false, hp->head_dim, 0, QW_MAX_DIM, &hp->n_rot);
     get_int(L, "full_attention_interval", -1, false, 4, 1, 4096, &hp->interval);
-    if (L->st != NX_OK) return;
+    if (L->base.st != NX_OK) return;
     {
         char key[128];
         snprintf(key, sizeof key, "%s.rope.dimension_sections", m->arch);
         int64_t k = nx_gguf_find_key(m->gguf, key);
         if (k < 0) {
-            L->st = nx_fail(L->err, NX_ERR_FORMAT, "missing metadata key %s", key);
+            L->base.st = nx_fail(L->base.err, NX_ERR_FORMAT, "missing metadata key %s", key);
             return;
         }
         for (int i = 0; i < 4; i++) {
@@ -233,7 +208,7 @@ static void read_hparams(qw_loader *L) {
                 v = -1;
             }
             if (v < 0 || v > QW_MAX_DIM) {
-                L->st = nx_fail(L->err, NX_ERR_FORMAT, "metadata %s: bad element %d", key, i);
+                L->base.st = nx_fail(L->base.err, NX_ERR_FORMAT, "metadata %s: bad element %d", key, i);
                 return;
             }
             hp->sections[i] = (int)v;
@@ -250,16 +225,16 @@ static void read_hparams(qw_loader *L) {
     get_int(L, "ssm.group_count", -1, true, 0, 1, QW_MAX_DIM, &hp->nk);
     get_int(L, "ssm.time_step_rank", -1, true, 0, 1, QW_MAX_DIM, &hp->nv);
     get_int(L, "ssm.inner_size", -1, true, 0, 1, QW_MAX_DIM, &hp->value_dim);
-    if (L->st != NX_OK) return;
+    if (L->base.st != NX_OK) return;
     if (hp->value_dim % hp->nv)
-        L->st = nx_fail(L->err, NX_ERR_FORMAT, "ssm.inner_size %d is not a multiple of ssm.time_step_rank %d",
+        L->base.st = nx_fail(L->base.err, NX_ERR_FORMAT, "ssm.inner_size %d is not a multiple of ssm.time_step_rank %d",
                         hp->value_dim, hp->nv);
     else if (hp->nv % hp->nk)
-        L->st = nx_fail(L->err, NX_ERR_FORMAT, "ssm.time_step_rank %d is not a multiple of ssm.group_count %d", hp->nv, hp->nk);
+        L->base.st = nx_fail(L->base.err, NX_ERR_FORMAT, "ssm.time_step_rank %d is not a multiple of ssm.group_count %d", hp->nv, hp->nk);
     else if (hp->value_dim / hp->nv != hp->dk)
-        L->st = nx_fail(L->err, NX_ERR_UNSUPPORTED, "DeltaNet head dims differ: key %d (ssm.state_size), value %d "
+        L->base.st = nx_fail(L->base.err, NX_ERR_UNSUPPORTED, "DeltaNet head dims differ: key %d (ssm.state_size), value %d "
                         "(ssm.inner_size / time_step_rank); they must be equal", hp->dk, hp->value_dim / hp->nv);
-    if (L->st != NX_OK) return;
+    if (L->base.st != NX_OK) return;
     hp->dv = hp->dk;
     hp->key_dim = hp->nk * hp->dk;
     hp->conv_dim = 2 * hp->key_dim + hp->value_dim;
@@ -268,39 +243,39 @@ static void read_hparams(qw_loader *L) {
     if (hp->moe) {
         get_int(L, "expert_count", -1, true, 0, 1, 512, &hp->n_expert);
         get_int(L, "expert_used_count", -1, true, 0, 1, NX_TOPK_MAX, &hp->n_expert_used);
-        if (L->st == NX_OK && hp->n_expert_used > hp->n_expert)
-            L->st = nx_fail(L->err, NX_ERR_FORMAT, "expert_used_count %d > expert_count %d", hp->n_expert_used, hp->n_expert);
+        if (L->base.st == NX_OK && hp->n_expert_used > hp->n_expert)
+            L->base.st = nx_fail(L->base.err, NX_ERR_FORMAT, "expert_used_count %d > expert_count %d", hp->n_expert_used, hp->n_expert);
         get_int(L, "expert_feed_forward_length", -1, false, hp->n_expert_used ? hp->n_ff / hp->n_expert_used : 0, 1,
                 QW_MAX_DIM, &hp->n_ff_exp);
         get_int(L, "expert_shared_feed_forward_length", -1, false, hp->n_ff > 0 ? hp->n_ff : hp->n_ff_exp, 1,
                 QW_MAX_DIM, &hp->n_ff_shexp);
     }
-    if (L->st == NX_OK && vlen != hp->head_dim)
-        L->st = nx_fail(L->err, NX_ERR_UNSUPPORTED, "attention key_length %d != value_length %d", hp->head_dim, vlen);
+    if (L->base.st == NX_OK && vlen != hp->head_dim)
+        L->base.st = nx_fail(L->base.err, NX_ERR_UNSUPPORTED, "attention key_length %d != value_length %d", hp->head_dim, vlen);
 }
 
 static void check_attn_hparams(qw_loader *L) {
     qw_hparams *hp = &L->qm->hp;
-    if (L->st != NX_OK) return;
+    if (L->base.st != NX_OK) return;
     if (hp->n_head <= 0 || hp->n_head_kv <= 0 || hp->head_dim <= 0 || hp->n_head % hp->n_head_kv)
-        L->st = nx_fail(L->err, NX_ERR_FORMAT, "attention layers need head_count %d > 0, a divisor head_count_kv %d and "
+        L->base.st = nx_fail(L->base.err, NX_ERR_FORMAT, "attention layers need head_count %d > 0, a divisor head_count_kv %d and "
                         "key_length %d > 0", hp->n_head, hp->n_head_kv, hp->head_dim);
     else if ((int64_t)hp->n_head * hp->head_dim > QW_MAX_DIM)
-        L->st = nx_fail(L->err, NX_ERR_FORMAT, "attention width %d x %d is too large", hp->n_head, hp->head_dim);
-    if (L->st != NX_OK) return;
+        L->base.st = nx_fail(L->base.err, NX_ERR_FORMAT, "attention width %d x %d is too large", hp->n_head, hp->head_dim);
+    if (L->base.st != NX_OK) return;
     qw_model *qm = L->qm;
     qm->rope.n_rot = hp->n_rot;
     qm->rope.mode = NX_ROPE_NEOX;
     qm->rope.freq_base = hp->freq_base;
     qm->rope.freq_scale = hp->freq_scale;
     qm->rope.freq_factors = NULL;
-    L->st = nx_rope_check(&qm->rope, hp->head_dim, L->err);
-    if (L->st != NX_OK) return;
+    L->base.st = nx_rope_check(&qm->rope, hp->head_dim, L->base.err);
+    if (L->base.st != NX_OK) return;
     /* IMROPE with text positions (p, p, p, 0): a pair whose sector falls in none of the t/h/w
      * sections takes position 0 (no rotation). */
     int half = hp->n_rot / 2, sum = hp->sections[0] + hp->sections[1] + hp->sections[2] + hp->sections[3];
-    unsigned char *z = nx_model_alloc(L->m, (size_t)(half > 0 ? half : 1), L->err);
-    if (!z) { L->st = NX_ERR_NOMEM; return; }
+    unsigned char *z = nx_model_alloc(L->base.m, (size_t)(half > 0 ? half : 1), L->base.err);
+    if (!z) { L->base.st = NX_ERR_NOMEM; return; }
     for (int i = 0; i < half && sum > 0; i++) {
         int sec = i % sum;
         bool p = (sec % 3 == 0 && sec < 3 * hp->sections[0]) || (sec % 3 == 1 && sec < 3 * hp->sections[1]) ||
@@ -313,9 +288,9 @@ static void check_attn_hparams(qw_loader *L) {
 static nx_status qw_load(nx_model *m, nx_error *err) {
     qw_model *qm = nx_model_alloc(m, sizeof *qm, err);
     if (!qm) return NX_ERR_NOMEM;
-    qw_loader L = {.m = m, .qm = qm, .err = err, .st = NX_OK};
+    qw_loader L = {.base = {.m = m, .err = err, .st = NX_OK}, .qm = qm};
     read_hparams(&L);
-    if (L.st != NX_OK) return L.st;
+    if (L.base.st != NX_OK) return L.base.st;
     qw_hparams *hp = &qm->hp;
     if (hp->n_main < 1) return nx_fail(err, NX_ERR_FORMAT, "no trunk layers (block_count %d, nextn_predict_layers %d)",
                                        hp->n_layer, hp->n_nextn);
@@ -333,24 +308,24 @@ static nx_status qw_load(nx_model *m, nx_error *err) {
         if (ly->kind == QW_ATTN) any_attn = true;
     }
     if (any_attn) check_attn_hparams(&L);
-    if (hp->moe && L.st == NX_OK && (hp->n_ff_exp <= 0 || hp->n_ff_shexp <= 0))
-        L.st = nx_fail(err, NX_ERR_FORMAT, "MoE widths: expert_feed_forward_length %d, shared %d", hp->n_ff_exp, hp->n_ff_shexp);
-    if (!hp->moe && L.st == NX_OK && hp->n_ff <= 0)
-        L.st = nx_fail(err, NX_ERR_FORMAT, "missing metadata key %s.feed_forward_length", m->arch);
+    if (hp->moe && L.base.st == NX_OK && (hp->n_ff_exp <= 0 || hp->n_ff_shexp <= 0))
+        L.base.st = nx_fail(err, NX_ERR_FORMAT, "MoE widths: expert_feed_forward_length %d, shared %d", hp->n_ff_exp, hp->n_ff_shexp);
+    if (!hp->moe && L.base.st == NX_OK && hp->n_ff <= 0)
+        L.base.st = nx_fail(err, NX_ERR_FORMAT, "missing metadata key %s.feed_forward_length", m->arch);
     int64_t E = hp->n_embd;
     qm->tok_embd = tensor(&L, 0, 2, E, hp->n_vocab, 1, "token_embd.weight");
-    if (L.st == NX_OK && !nx_can_dequantize(qm->tok_embd->type))
-        L.st = nx_fail(err, NX_ERR_UNSUPPORTED, "tensor token_embd.weight has type %s, which cannot be dequantized",
+    if (L.base.st == NX_OK && !nx_can_dequantize(qm->tok_embd->type))
+        L.base.st = nx_fail(err, NX_ERR_UNSUPPORTED, "tensor token_embd.weight has type %s, which cannot be dequantized",
                        nx_type_name(qm->tok_embd->type));
     qm->output_norm = vec(&L, 0, E, "output_norm.weight", 0);
     qm->output = tensor(&L, NX_T_MATMUL | NX_T_OPTIONAL, 2, E, hp->n_vocab, 1, "output.weight");
-    if (L.st == NX_OK && !qm->output) {
+    if (L.base.st == NX_OK && !qm->output) {
         if (!nx_matmul_supports(qm->tok_embd->type))
-            L.st = nx_fail(err, NX_ERR_UNSUPPORTED, "tied output: token_embd.weight has type %s, which has no matmul kernel",
+            L.base.st = nx_fail(err, NX_ERR_UNSUPPORTED, "tied output: token_embd.weight has type %s, which has no matmul kernel",
                            nx_type_name(qm->tok_embd->type));
         qm->output = qm->tok_embd;
     }
-    for (int il = 0; il < hp->n_main && L.st == NX_OK; il++) {
+    for (int il = 0; il < hp->n_main && L.base.st == NX_OK; il++) {
         qw_layer *ly = &qm->layers[il];
         load_layer_common(&L, ly);
         if (ly->kind == QW_ATTN) {
@@ -362,7 +337,7 @@ static nx_status qw_load(nx_model *m, nx_error *err) {
         }
         load_ffn(&L, ly, false);
     }
-    for (int k = 0; k < hp->n_nextn && L.st == NX_OK; k++) {
+    for (int k = 0; k < hp->n_nextn && L.base.st == NX_OK; k++) {
         qw_mtp *h = &qm->mtp[k];
         int il = hp->n_main + k;
         h->layer.il = il;
@@ -370,8 +345,8 @@ static nx_status qw_load(nx_model *m, nx_error *err) {
         load_layer_common(&L, &h->layer);
         load_attn(&L, &h->layer, true);
         load_ffn(&L, &h->layer, true);
-        if (hp->moe && L.st == NX_OK && !h->layer.ffn.present)
-            L.st = nx_fail(err, NX_ERR_FORMAT, "missing MoE FFN tensors of MTP layer %d", il);
+        if (hp->moe && L.base.st == NX_OK && !h->layer.ffn.present)
+            L.base.st = nx_fail(err, NX_ERR_FORMAT, "missing MoE FFN tensors of MTP layer %d", il);
         h->eh_proj = tensor(&L, NX_T_MATMUL | NX_T_OPTIONAL, 2, 2 * E, E, 1, "blk.%d.nextn.eh_proj.weight", il);
         h->enorm = vec(&L, 0, E, "blk.%d.nextn.enorm.weight", il);
         h->hnorm = vec(&L, 0, E, "blk.%d.nextn.hnorm.weight", il);
@@ -379,7 +354,7 @@ static nx_status qw_load(nx_model *m, nx_error *err) {
     }
     qm->output_mtp = tensor(&L, NX_T_MATMUL | NX_T_OPTIONAL, 2, E, hp->n_vocab, 1, "output_extra.weight");
     if (!qm->output_mtp) qm->output_mtp = qm->output;
-    if (L.st != NX_OK) return L.st;
+    if (L.base.st != NX_OK) return L.base.st;
     m->arch_data = qm;
     m->n_vocab = hp->n_vocab;
     m->n_embd = hp->n_embd;
