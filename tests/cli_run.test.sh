@@ -4,7 +4,10 @@
 # Checks: a greedy run prints text and a summary line, and is reproducible (so is a seeded
 # sampled run); -f gives what -p gives; --chat works; -n 0 prints nothing; a prompt longer than
 # the context is refused with the counts; bad flags, a missing prompt and a missing model file
-# each give exactly one line on stderr and the documented exit code. Runs in a few seconds.
+# each give exactly one line on stderr and the documented exit code. Speculative decoding: greedy
+# output identical with --spec-type off / mtp / ngram / ngram,mtp (fixed and adaptive k), the
+# acceptance summary, unknown types listed, `bench --spec-type mtp` table, `--verify-sweep` rows.
+# Runs in a few seconds.
 set -u
 NEXTN=${NEXTN:-build/nextn}
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -126,6 +129,45 @@ if [ "$rc" -eq 0 ] && grep -q "| *pp16 |" "$work/bench.out" && grep -q "| *tg8 |
 else bad "bench table" "rc $rc: $(cat "$work/bench.out" "$work/bench.err")"; fi
 expect_error bench_bad_p 2 "\-p: expected an integer, got 'hello'" bench -m "$MODEL" -p hello
 expect_error bench_bad_r 2 "\-r: 0 is out of range" bench -m "$MODEL" -r 0
+
+# ---- speculative decoding: greedy output identical whatever drafts ----
+run spec_off run -m "$MODEL" -p "$PROMPT" -n 48 --temp 0 -t 2
+for st in mtp ngram ngram,mtp none; do
+    run "spec_$st" run -m "$MODEL" -p "$PROMPT" -n 48 --temp 0 -t 2 --spec-type "$st"
+    if [ "$rc" -eq 0 ] && [ -s "$work/spec_off.out" ] && cmp -s "$work/spec_off.out" "$work/spec_$st.out"; then
+        ok "greedy output identical with --spec-type $st"
+    else bad "greedy output identical with --spec-type $st" "rc $rc: $(cat "$work/spec_$st.err")"; fi
+done
+run spec_fixed run -m "$MODEL" -p "$PROMPT" -n 48 --temp 0 -t 1 --spec-type mtp --draft-max 4 --draft-adaptive off
+if [ "$rc" -eq 0 ] && cmp -s "$work/spec_off.out" "$work/spec_fixed.out"; then ok "identical with mtp, fixed k = 4"
+else bad "identical with mtp, fixed k = 4" "$(cat "$work/spec_fixed.err")"; fi
+run spec_k1 run -m "$MODEL" -p "$PROMPT" -n 48 --temp 0 --spec-type=ngram,mtp --draft-max=1 -ub 4
+if [ "$rc" -eq 0 ] && cmp -s "$work/spec_off.out" "$work/spec_k1.out"; then ok "identical with ngram,mtp, draft-max 1"
+else bad "identical with ngram,mtp, draft-max 1" "$(cat "$work/spec_k1.err")"; fi
+if grep -q "^nextn run: prompt 9 tokens, .* | generated 48 tokens (.* decodes), .* | stop: -n limit" "$work/spec_mtp.err" &&
+   grep -q "acceptance" "$work/spec_mtp.err" && grep -q "^speculation: .* rounds" "$work/spec_mtp.err"; then
+    ok "summary with the acceptance: $(sed -n 2p "$work/spec_mtp.err")"
+else bad "summary with the acceptance" "$(cat "$work/spec_mtp.err")"; fi
+if [ "$(lines "$work/spec_none.err")" -eq 1 ]; then ok "--spec-type none: the plain one-line summary"
+else bad "--spec-type none: the plain one-line summary" "$(cat "$work/spec_none.err")"; fi
+run spec_s1 run -m "$MODEL" -p "$PROMPT" -n 24 --temp 0.9 -s 7 --spec-type mtp --draft-max 3
+run spec_s2 run -m "$MODEL" -p "$PROMPT" -n 24 --temp 0.9 -s 7 --spec-type mtp --draft-max 3
+if [ "$rc" -eq 0 ] && [ -s "$work/spec_s1.out" ] && cmp -s "$work/spec_s1.out" "$work/spec_s2.out" && grep -q "seed 7" "$work/spec_s1.err"
+then ok "seeded sampled run with mtp reproducible"; else bad "seeded sampled run with mtp" "$(cat "$work/spec_s1.err")"; fi
+expect_error spec_unknown 2 "unknown speculative type 'bogus' (known: mtp, assistant, draft, ngram, none)" run -m "$MODEL" -p x --spec-type bogus
+expect_error spec_bad_dmax 2 "\-\-draft-max" run -m "$MODEL" -p x --spec-type mtp --draft-max 0
+expect_error spec_min_gt_max 2 "draft" run -m "$MODEL" -p x --spec-type mtp --draft-max 2 --draft-min 3
+
+# ---- bench: speculation off vs on, verify sweep ----
+run bench_spec bench -m "$MODEL" --spec-type mtp --draft-max 3 -p 32 -n 32 -r 1 -t 2 --bw-mib 64 --verify-sweep
+if [ "$rc" -eq 0 ] && grep -q "^| spec off " "$work/bench_spec.out" && grep -q "^| mtp  *| *[0-9.]* | *[0-9.]* | *[0-9.]* | *[0-9.]* |" "$work/bench_spec.out" &&
+   grep -q "lossless" "$work/bench_spec.out" && grep -q "per-depth acceptance" "$work/bench_spec.out"; then ok "bench --spec-type mtp table"
+else bad "bench --spec-type mtp table" "rc $rc: $(cat "$work/bench_spec.out" "$work/bench_spec.err")"; fi
+nrows=$(grep -cE '^\| +[0-9]+ \| +[0-9.]+ \| +[0-9.]+ \|$' "$work/bench_spec.out")
+if [ "$nrows" -eq 16 ] && grep -qE '^\| +1 \| +[0-9.]+ \| +1\.000 \|$' "$work/bench_spec.out" && [ "$(grep -c '^  a = 0\.[689]: ' "$work/bench_spec.out")" -eq 3 ]
+then ok "--verify-sweep: 16 rows and projections at a = 0.6 / 0.8 / 0.9"
+else bad "--verify-sweep: 16 rows ($nrows)" "$(cat "$work/bench_spec.out")"; fi
+expect_error bench_spec_unknown 2 "known: mtp" bench -m "$MODEL" --spec-type mpt
 
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -44,6 +44,7 @@ void nx_cli_args_init(nx_cli_args *a) {
     a->bench_n_prompt = 512;
     a->bench_n_gen = 128;
     a->bench_reps = 5;
+    a->spec = nx_spec_params_default();
 }
 
 /* ===== Values ===== */
@@ -119,6 +120,11 @@ int nx_cli_args_parse_one(nx_cli_args *a, unsigned groups, int argc, char **argv
         a->help = true;
         (*i)++;
         return 1;
+    }
+    if (groups & NX_ARGS_SPEC) {
+        bool used = false;
+        if (nx_spec_params_parse_arg(&a->spec, argc, argv, i, &used, err) != NX_OK) return -1;
+        if (used) return 1;
     }
     /* "--flag=value" for long flags */
     char name[64];
@@ -209,6 +215,7 @@ nx_status nx_cli_args_parse(nx_cli_args *a, unsigned groups, int argc, char **ar
             return nx_fail(err, NX_ERR_INVALID_ARG, "unexpected argument '%s' (flags come as -x VALUE)", argv[i]);
         }
     }
+    if (groups & NX_ARGS_SPEC) return nx_spec_params_validate(&a->spec, err);
     return NX_OK;
 }
 

@@ -15,6 +15,7 @@
  *   --repeat-penalty 1.0  --repeat-last-n 64  --presence-penalty 0  --frequency-penalty 0
  *   --chat                    wrap the prompt in ChatML
  *   -r, --repetitions N       bench: repetitions per test (5)
+ *   --spec-type ... --spec-fallback   speculative decoding (spec/spec_params.h, group NX_ARGS_SPEC)
  * "--flag=value" is accepted for long flags. Every error names the flag and says why, in one
  * line (NX_ERR_INVALID_ARG in an nx_error, for the command to print as "nextn CMD: MSG").
  *
@@ -30,6 +31,7 @@
 #include "core/error.h"
 #include "nextn.h"
 #include "sample.h"
+#include "spec/spec_params.h"
 
 /* Flag groups a command accepts (bit mask). */
 enum {
@@ -39,6 +41,7 @@ enum {
     NX_ARGS_RUNTIME  = 1u << 3,   /* -t, -c, -ub, -ctk, -ctv */
     NX_ARGS_SAMPLING = 1u << 4,   /* --temp ... --frequency-penalty, -s/--seed */
     NX_ARGS_BENCH    = 1u << 5,   /* -p N, -n N, -r N (exclusive with PROMPT / PREDICT) */
+    NX_ARGS_SPEC     = 1u << 6,   /* --spec-type, --draft-max, ... (spec_params.h) */
 };
 
 typedef struct nx_cli_args {
@@ -66,6 +69,8 @@ typedef struct nx_cli_args {
     int bench_n_prompt;         /* -p N: 512 (0 = no prompt test) */
     int bench_n_gen;            /* -n N: 128 (0 = no decode test) */
     int bench_reps;             /* -r N: 5 */
+    /* speculative decoding (NX_ARGS_SPEC): speculation off unless --spec-type is given */
+    nx_spec_params spec;
     bool help;                  /* -h / --help was given */
 } nx_cli_args;
 
@@ -79,7 +84,8 @@ void nx_cli_args_init(nx_cli_args *a);
 int nx_cli_args_parse_one(nx_cli_args *a, unsigned groups, int argc, char **argv, int *i, nx_error *err);
 
 /* Parse argv[1..argc) (argv[0] = the subcommand) with only the flags of `groups`; anything
- * else is an error naming it. NX_OK or NX_ERR_INVALID_ARG. */
+ * else is an error naming it; with NX_ARGS_SPEC the speculative flags are cross-checked
+ * (nx_spec_params_validate) at the end. NX_OK or NX_ERR_INVALID_ARG. */
 nx_status nx_cli_args_parse(nx_cli_args *a, unsigned groups, int argc, char **argv, nx_error *err);
 
 /* Parameters for the library, from the parsed flags. */

@@ -3,7 +3,8 @@
  * llama-bench style table, against the machine's read bandwidth measured in the same run.
  *
  *   nextn bench -m FILE.gguf [-p 512] [-n 128] [-r 5] [-t N] [-ub 512] [-c N] [-ctk/-ctv f32|f16]
- *               [--bw-mib 1024]
+ *               [--bw-mib 1024] [--spec-type mtp --draft-max N ... (spec_params.h)] [--verify-sweep]
+ *               [-f SPEC_PROMPT_FILE]
  *
  * Tests (each repetition starts sequence 0 afresh at position 0, with random valid token ids
  * from a fixed seed, after one warm-up run):
@@ -18,10 +19,20 @@
  * with the figures, and "cpu" (process CPU time / (wall x threads) during the timed runs) says
  * how much of its cores the benchmark actually got, since other work on the machine moves them.
  *
- * Structure for later columns: a test is a bench_test, its figures a bench_result, and the
- * table is a list of columns (k_cols) filled per row by row_cells(); speculative decoding
- * (issue 5) adds a spec field to bench_test, its figures (speedup, acceptance) to
- * bench_result, columns to k_cols, and a branch in bench_once().
+ * Speculative decoding (--spec-type ...; issue 5): after the pp/tg table, the same greedy
+ * generation of -n tokens from the same prompt (the first -p tokens of a built-in piece of Python
+ * code, or of -f FILE; random ids when the model has no tokenizer), no stop tokens, runs through
+ * the engine (spec/engine.h) with speculation off and on, a warm-up and -r timed runs each
+ * (median): tokens/s off and on, measured speedup, acceptance, mean accepted length, tokens per
+ * round, per-depth acceptance, and the speedup speculative.md §5 predicts from this run's
+ * acceptance (the round-length histogram) with the verify costs of a sweep on this context and
+ * the measured draft cost per step (nx_spec_predicted_speedup_stats); the outputs must match.
+ * --verify-sweep: the cost of a verify batch of 1..16 rows relative to 1 row (nx_spec_verify_sweep,
+ * median of SWEEP_REPS), and the speedup projected at acceptance 0.6 / 0.8 / 0.9 (uniform per
+ * depth, best k) from the sweep and the measured draft cost.
+ *
+ * Structure: a test is a bench_test, its figures a bench_result, and the table is a list of
+ * columns (k_cols) filled per row by row_cells(); the speculative part is spec_bench().
  */
 #include <math.h>
 #include <stdio.h>
@@ -32,12 +43,15 @@
 #include "cli/bandwidth.h"
 #include "cli/cli.h"
 #include "ctx.h"
+#include "core/io.h"
 #include "kernels/cpu.h"
 #include "kv.h"
 #include "model.h"
 #include "sample.h"
+#include "spec/engine.h"
+#include "tokenizer.h"
 
-#define BENCH_FLAGS (NX_ARGS_MODEL | NX_ARGS_RUNTIME | NX_ARGS_BENCH)
+#define BENCH_FLAGS (NX_ARGS_MODEL | NX_ARGS_RUNTIME | NX_ARGS_BENCH | NX_ARGS_SPEC)
 #define BENCH_SEED 1234u
 #define BW_BYTES ((size_t)1 << 30)   /* well beyond any last-level cache here (300 MiB L3) */
 
@@ -51,8 +65,12 @@ static void bench_usage(FILE *f) {
             "  -ub, --ubatch-size N  prompt rows per forward chunk (default 512)\n"
             "  -c, --ctx-size N      context (default: what the tests need)\n"
             "  --bw-mib N            buffer for the read-bandwidth measurement (default 1024; keep it > the L3)\n"
+            "  --verify-sweep        cost of a verify batch of 1..16 rows relative to 1 (+ projected speedups)\n"
+            "  -f, --file FILE       prompt text of the speculative test (default: built-in Python code)\n"
+            "speculative decoding (greedy tg with speculation off and on, same prompt):\n%s"
             "Prints tok/s, effective weight GB/s and %% of the read bandwidth measured with the same\n"
-            "threads, then resident memory vs the file size + KV.\n");
+            "threads, then resident memory vs the file size + KV.\n",
+            nx_spec_params_usage());
 }
 
 /* ===== Tests and results ===== */
@@ -276,6 +294,240 @@ static void row_cells(const bench_env *e, const bench_test *t, const bench_resul
     snprintf(cells[COL_CPU], sizeof cells[0], "%.0f%%", r->cpu_pct);
 }
 
+/* ===== Speculative decoding: off vs on, verify sweep ===== */
+
+#define SWEEP_ROWS 16
+#define SWEEP_REPS 7
+
+/* Prompt of the speculative test when no -f is given: ordinary Python, written for this bench. */
+static const char k_spec_prompt[] =
+    "import json\n"
+    "import os\n"
+    "from dataclasses import dataclass, field\n"
+    "from typing import Dict, List, Optional\n"
+    "\n"
+    "\n"
+    "@dataclass\n"
+    "class Item:\n"
+    "    name: str\n"
+    "    price: float\n"
+    "    tags: List[str] = field(default_factory=list)\n"
+    "\n"
+    "\n"
+    "class Inventory:\n"
+    "    def __init__(self, path: str) -> None:\n"
+    "        self.path = path\n"
+    "        self.items: Dict[str, Item] = {}\n"
+    "\n"
+    "    def load(self) -> None:\n"
+    "        if not os.path.exists(self.path):\n"
+    "            return\n"
+    "        with open(self.path) as f:\n"
+    "            data = json.load(f)\n"
+    "        for entry in data:\n"
+    "            item = Item(entry[\"name\"], float(entry[\"price\"]), entry.get(\"tags\", []))\n"
+    "            self.items[item.name] = item\n"
+    "\n"
+    "    def find(self, name: str) -> Optional[Item]:\n"
+    "        return self.items.get(name)\n"
+    "\n"
+    "    def total(self) -> float:\n"
+    "        return sum(item.price for item in self.items.values())\n"
+    "\n"
+    "    def by_tag(self, tag: str) -> List[Item]:\n";
+
+typedef struct spec_run {
+    double tps;                 /* committed tokens / s of rounds (the engine's clock) */
+    nx_spec_stats st;
+    double c_d;                 /* seconds per draft step */
+    nx_token *out;
+    int n_out;
+} spec_run;
+
+static int cmp_spec_run(const void *a, const void *b) {
+    double x = ((const spec_run *)a)->tps, y = ((const spec_run *)b)->tps;
+    return (x > y) - (x < y);
+}
+
+/* One greedy generation of n tokens through a fresh engine on sequence 0 (cleared before and after). */
+static nx_status spec_generate(nx_ctx *ctx, const nx_spec_params *sp, const nx_token *prompt, int n_prompt, int n,
+                               spec_run *r, nx_error *err) {
+    nx_spec_engine_params p = nx_spec_engine_default_params();
+    p.spec = *sp;
+    p.spec.trace_path = NULL;
+    nx_spec_engine *en = NULL;
+    nx_seq_id s = -1;
+    nx_spec_request rq = {.prompt = prompt, .n_prompt = n_prompt, .n_predict = n};
+    nx_seq_rm(ctx, 0, -1, -1);
+    nx_status st = nx_spec_engine_create(ctx, &p, &en, err);
+    if (st == NX_OK) st = nx_spec_engine_add(en, &rq, &s, err);
+    while (st == NX_OK && nx_spec_engine_n_active(en)) st = nx_spec_engine_step(en, err);
+    if (st == NX_OK) {
+        int n_out = 0;
+        const nx_token *o = nx_spec_engine_output(en, s, &n_out);
+        nx_token *cp = malloc((size_t)(n_out > 0 ? n_out : 1) * sizeof *cp);
+        if (!cp) st = nx_fail(err, NX_ERR_NOMEM, "out of memory");
+        else {
+            memcpy(cp, o, (size_t)n_out * sizeof *cp);
+            free(r->out);
+            r->out = cp;
+            r->n_out = n_out;
+            r->st = *nx_spec_engine_stats_total(en);
+            r->tps = nx_spec_stats_tokens_per_s(&r->st);
+            r->c_d = nx_spec_engine_draft_cost(en);
+        }
+    }
+    nx_spec_engine_free(en);
+    nx_seq_rm(ctx, 0, -1, -1);
+    return st;
+}
+
+/* The prompt of the speculative test: -f FILE or the built-in text, tokenized with the model's
+ * tokenizer, first n_want tokens (all of them when shorter); random ids without a tokenizer. */
+static nx_status spec_prompt(bench_env *e, const char *file, int n_want, nx_token_vec *out, char *what, size_t wsize,
+                             nx_error *err) {
+    nx_tokenizer *tok = NULL;
+    char *text = NULL;
+    size_t len = 0;
+    nx_status st = nx_tokenizer_from_gguf(e->m->gguf, &tok, err);
+    if (st != NX_OK) {
+        if (file) return nx_error_prefix(err, "-f needs the model's tokenizer");
+        nx_token_vec_free(out);
+        out->ids = malloc((size_t)n_want * sizeof *out->ids);
+        if (!out->ids) return nx_fail(err, NX_ERR_NOMEM, "out of memory");
+        out->cap = out->n = (size_t)n_want;
+        for (int i = 0; i < n_want; i++) out->ids[i] = (nx_token)(nx_rng_next(&e->rng) % (uint64_t)e->n_vocab);
+        snprintf(what, wsize, "%d random ids (no tokenizer)", n_want);
+        return NX_OK;
+    }
+    if (file) st = nx_read_file(file, (size_t)64 << 20, &text, &len, err);
+    if (st == NX_OK)
+        st = nx_tokenize(tok, file ? text : k_spec_prompt, file ? len : sizeof k_spec_prompt - 1, NX_TOK_ADD_SPECIAL, out, err);
+    if (st == NX_OK && out->n == 0) st = nx_fail(err, NX_ERR_INVALID_ARG, "the speculative test's prompt is empty");
+    if (st == NX_OK && (int)out->n > n_want) out->n = (size_t)n_want;
+    if (st == NX_OK) snprintf(what, wsize, "%zu tokens of %s", out->n, file ? file : "built-in Python code");
+    free(text);
+    nx_tokenizer_free(tok);
+    return st;
+}
+
+/* Sweep verify batches of 1..rows rows on sequence 0 (one position of prompt). */
+static nx_status spec_sweep(bench_env *e, int rows, double *sec, nx_spec_costs *costs, nx_error *err) {
+    nx_seq_rm(e->ctx, 0, -1, -1);
+    nx_batch_clear(e->b);
+    nx_batch_add(e->b, 1 % e->n_vocab, 0, 0, false);
+    nx_status st = nx_decode(e->ctx, e->b) == NX_OK ? NX_OK : nx_fail(err, NX_ERR_INTERNAL, "%s", nx_last_error());
+    if (st == NX_OK) st = nx_spec_verify_sweep(e->ctx, 0, rows, SWEEP_REPS, sec, costs, err);
+    nx_seq_rm(e->ctx, 0, -1, -1);
+    return st;
+}
+
+/* Positions the speculative test and the sweep need. */
+static int spec_ctx_need(const nx_cli_args *a, bool sweep) {
+    int need = 0;
+    if (a->spec.n_types > 0) need = (a->bench_n_prompt > 0 ? a->bench_n_prompt : 1) + a->bench_n_gen + 1;
+    const int sw = 1 + (sweep ? SWEEP_ROWS : a->spec.draft_max + 1) * (SWEEP_REPS + 1);
+    return need > sw ? need : sw;
+}
+
+static int spec_bench(bench_env *e, const nx_cli_args *a, const char *file, bool sweep) {
+    const bool on = a->spec.n_types > 0;
+    nx_error err = {0};
+    int rc = 1;
+    nx_token_vec pr = {0};
+    spec_run *runs = calloc((size_t)2 * (size_t)(a->bench_reps + 1), sizeof *runs);
+    double sec[NX_SPEC_VERIFY_ROWS_MAX + 1] = {0};
+    nx_spec_costs costs;
+    if (!runs) { fprintf(stderr, "nextn bench: out of memory\n"); return 1; }
+    spec_run *off_r = runs, *on_r = runs + a->bench_reps + 1;
+    const spec_run *med[2] = {NULL, NULL};
+    double c_d = 0;
+    bool same = true;
+    if (on) {
+        char what[320];
+        const int n_want = a->bench_n_prompt > 0 ? a->bench_n_prompt : 1;
+        if (spec_prompt(e, file, n_want, &pr, what, sizeof what, &err) != NX_OK) {
+            fprintf(stderr, "nextn bench: %s\n", err.msg);
+            goto done;
+        }
+        char desc[256];
+        nx_spec_params_describe(&a->spec, desc, sizeof desc);
+        printf("\nspeculative decoding: greedy tg%d from a prompt of %s; speculation %s; median of %d runs\n",
+               a->bench_n_gen, what, desc, a->bench_reps);
+        fflush(stdout);
+        const nx_spec_params off = nx_spec_params_default();
+        /* a warm-up of each mode, then the modes in turn */
+        for (int r = 0; r <= a->bench_reps; r++) {
+            if (spec_generate(e->ctx, &off, pr.ids, (int)pr.n, a->bench_n_gen, &off_r[r], &err) != NX_OK ||
+                spec_generate(e->ctx, &a->spec, pr.ids, (int)pr.n, a->bench_n_gen, &on_r[r], &err) != NX_OK) {
+                fprintf(stderr, "nextn bench: %s\n", err.msg);
+                goto done;
+            }
+            same = same && on_r[r].n_out == off_r[r].n_out &&
+                   !memcmp(on_r[r].out, off_r[r].out, (size_t)off_r[r].n_out * sizeof(nx_token));
+        }
+        qsort(off_r + 1, (size_t)a->bench_reps, sizeof *runs, cmp_spec_run);
+        qsort(on_r + 1, (size_t)a->bench_reps, sizeof *runs, cmp_spec_run);
+        med[0] = &off_r[1 + a->bench_reps / 2];
+        med[1] = &on_r[1 + a->bench_reps / 2];
+        c_d = med[1]->c_d;
+    }
+    const int rows = sweep ? SWEEP_ROWS : a->spec.draft_max + 1;
+    if (spec_sweep(e, rows, sec, &costs, &err) != NX_OK) {
+        fprintf(stderr, "nextn bench: verify sweep: %s\n", err.msg);
+        goto done;
+    }
+    if (on) {
+        const nx_spec_stats *st = &med[1]->st;
+        const double pred = nx_spec_predicted_speedup_stats(st, c_d, &costs);
+        const double speed = med[0]->tps > 0 ? med[1]->tps / med[0]->tps : 0;
+        char depth[160] = "-";
+        size_t dl = 0;
+        for (int d = 1; d <= a->spec.draft_max && d <= NX_SPEC_DRAFT_CAP && dl < sizeof depth - 8; d++) {
+            double ad = nx_spec_stats_depth_rate(st, d);
+            if (ad != ad) continue;
+            dl += (size_t)snprintf(depth + dl, sizeof depth - dl, "%s%.2f", dl ? " " : "", ad);
+        }
+        printf("| %-10s | %12s | %8s | %9s | %9s | %10s | %-24s | %9s |\n", "mode", "t/s", "speedup", "predicted",
+               "accept", "mean acc", "per-depth acceptance", "tok/round");
+        printf("| ---------- | -----------: | -------: | --------: | --------: | ---------: | ------------------------ | --------: |\n");
+        printf("| %-10s | %12.2f | %8.3f | %9.3f | %9s | %10s | %-24s | %9.2f |\n", "spec off", med[0]->tps, 1.0, 1.0, "-",
+               "-", "-", nx_spec_stats_tokens_per_round(&med[0]->st));
+        char name[16];
+        snprintf(name, sizeof name, "%.10s", nx_spec_type_name(a->spec.types[0]));
+        if (a->spec.n_types > 1) snprintf(name, sizeof name, "chain");
+        printf("| %-10s | %12.2f | %8.3f | %9.3f | %9.3f | %10.2f | %-24s | %9.2f |\n", name, med[1]->tps, speed, pred,
+               nx_spec_stats_accept_rate(st), nx_spec_stats_mean_accepted(st), depth, nx_spec_stats_tokens_per_round(st));
+        printf("measured / predicted speedup %.3f | draft %.4f ms/step, verify c_v(1) %.4f ms (sweep) | output %s\n",
+               pred > 0 ? speed / pred : 0.0, c_d * 1e3, sec[1] * 1e3,
+               same ? "identical with speculation off (lossless)" : "DIFFERENT from speculation off (bug)");
+    }
+    if (sweep) {
+        printf("\nverify sweep: one decode of n rows with recurrent snapshots, median of %d, relative to 1 row\n", SWEEP_REPS);
+        printf("| rows |        ms | x c_v(1) |\n| ---: | --------: | -------: |\n");
+        for (int n = 1; n <= SWEEP_ROWS; n++) printf("| %4d | %9.4f | %8.3f |\n", n, sec[n] * 1e3, sec[1] > 0 ? sec[n] / sec[1] : 0.0);
+        printf("projected speedup (uniform acceptance a at every depth, best k in 1..%d, draft %.4f ms/step%s):\n",
+               SWEEP_ROWS - 1, c_d * 1e3, on ? "" : " — no speculative run: drafting assumed free");
+        static const double alphas[] = {0.6, 0.8, 0.9};
+        for (size_t i = 0; i < sizeof alphas / sizeof alphas[0]; i++) {
+            int best = 1;
+            double bs = nx_spec_predicted_speedup_uniform(alphas[i], 1, c_d, &costs);
+            for (int k = 2; k < SWEEP_ROWS; k++) {
+                double sp = nx_spec_predicted_speedup_uniform(alphas[i], k, c_d, &costs);
+                if (sp > bs) { bs = sp; best = k; }
+            }
+            printf("  a = %.1f: %.3fx at k = %d%s\n", alphas[i], bs, best, bs < 1 ? " (below 1: plain decoding wins)" : "");
+        }
+    }
+    fflush(stdout);
+    rc = same ? 0 : 1;
+done:
+    for (int r = 0; r < 2 * (a->bench_reps + 1); r++) free(runs[r].out);
+    free(runs);
+    nx_token_vec_free(&pr);
+    return rc;
+}
+
 /* ===== Command ===== */
 
 int nx_cmd_bench(int argc, char **argv) {
@@ -283,9 +535,24 @@ int nx_cmd_bench(int argc, char **argv) {
     nx_cli_args_init(&a);
     nx_error err = {0};
     long bw_mib = (long)(BW_BYTES >> 20);
+    bool sweep = false;
+    const char *spec_file = NULL;
     for (int i = 1; i < argc;) {
         int r = nx_cli_args_parse_one(&a, BENCH_FLAGS, argc, argv, &i, &err);
-        if (r == 0 && !strcmp(argv[i], "--bw-mib")) {
+        if (r == 0 && !strcmp(argv[i], "--verify-sweep")) {
+            sweep = true;
+            i++;
+            continue;
+        }
+        if (r == 0 && (!strcmp(argv[i], "-f") || !strcmp(argv[i], "--file"))) {
+            if (i + 1 < argc && argv[i + 1][0]) {
+                spec_file = argv[i + 1];
+                i += 2;
+                continue;
+            }
+            nx_fail(&err, NX_ERR_INVALID_ARG, "%s needs a file name", argv[i]);
+            r = -1;
+        } else if (r == 0 && !strcmp(argv[i], "--bw-mib")) {
             char *end = NULL;
             bw_mib = i + 1 < argc ? strtol(argv[i + 1], &end, 10) : 0;
             if (!end || end == argv[i + 1] || *end || bw_mib < 16 || bw_mib > (1L << 20)) {
@@ -308,7 +575,11 @@ int nx_cmd_bench(int argc, char **argv) {
     if (a.help) { bench_usage(stdout); return 0; }
     if (!a.model) { fprintf(stderr, "nextn bench: no model: give -m FILE.gguf (see nextn bench --help)\n"); return 2; }
     if (a.bench_n_prompt == 0 && a.bench_n_gen == 0) { fprintf(stderr, "nextn bench: -p and -n are both 0: nothing to measure\n"); return 2; }
-    const int need = a.bench_n_prompt > a.bench_n_gen ? a.bench_n_prompt : a.bench_n_gen;
+    if (nx_spec_params_validate(&a.spec, &err) != NX_OK) { fprintf(stderr, "nextn bench: %s\n", err.msg); return 2; }
+    if (a.spec.n_types > 0 && a.bench_n_gen == 0) { fprintf(stderr, "nextn bench: --spec-type needs a decode test (-n > 0)\n"); return 2; }
+    const bool spec = a.spec.n_types > 0 || sweep;
+    int need = a.bench_n_prompt > a.bench_n_gen ? a.bench_n_prompt : a.bench_n_gen;
+    if (spec && a.n_ctx == 0 && spec_ctx_need(&a, sweep) > need) need = spec_ctx_need(&a, sweep);
     if (a.n_ctx > 0 && a.n_ctx < need) {
         fprintf(stderr, "nextn bench: -c %d is smaller than the longest test (%d tokens)\n", a.n_ctx, need);
         return 2;
@@ -359,6 +630,7 @@ int nx_cmd_bench(int argc, char **argv) {
         print_cells(cells);
         fflush(stdout);
     }
+    if (spec && spec_bench(&e, &a, spec_file, sweep) != 0) goto done;
 
     size_t rss, hwm;
     read_mem(&rss, &hwm);

@@ -4,13 +4,19 @@
  *   nextn run -m FILE.gguf (-p PROMPT | -f FILE) [-n N] [-t N] [-c N] [-ub N] [-ctk/-ctv f32|f16]
  *             [--temp T] [--top-k K] [--top-p P] [--min-p M] [-s/--seed S] [--repeat-penalty R]
  *             [--repeat-last-n N] [--presence-penalty P] [--frequency-penalty F] [--chat]
+ *             [--spec-type mtp|ngram|ngram,mtp|... --draft-max N ... (spec/spec_params.h)]
  *
  * Tokenizes the prompt (BOS if the vocabulary asks for it, special-token text parsed as
  * llama.cpp does), refuses a prompt longer than the context, decodes it in ubatches, then
- * samples one token at a time until an end-of-generation token, -n tokens or a full context.
+ * generates until an end-of-generation token, -n tokens or a full context. Generation always goes
+ * through the speculative engine (spec/engine.h): with speculation off it has no drafters and
+ * commits one token per round, so the output with any --spec-type is the same by construction
+ * (greedy: identical; sampled: the same distribution). Tokens are streamed as rounds commit them.
  * stdout carries only the generated text, whole UTF-8 characters, flushed after every token
  * (plus a final newline when stdout is a terminal); stderr gets one summary line with the
- * prompt and generation speeds. --chat wraps the prompt as one ChatML user turn.
+ * prompt and generation speeds ("decodes" = engine rounds = target forward passes), followed with
+ * speculation on by the acceptance summary (nx_spec_stats_summary). --chat wraps the prompt as one
+ * ChatML user turn.
  * Exit codes: 0 ok, 1 runtime error (model, prompt too long, decode), 2 bad flags.
  */
 #include <stdio.h>
@@ -21,9 +27,10 @@
 #include "cli/cli.h"
 #include "model.h"
 #include "sample.h"
+#include "spec/engine.h"
 #include "tokenizer.h"
 
-#define RUN_FLAGS (NX_ARGS_MODEL | NX_ARGS_PROMPT | NX_ARGS_PREDICT | NX_ARGS_RUNTIME | NX_ARGS_SAMPLING)
+#define RUN_FLAGS (NX_ARGS_MODEL | NX_ARGS_PROMPT | NX_ARGS_PREDICT | NX_ARGS_RUNTIME | NX_ARGS_SAMPLING | NX_ARGS_SPEC)
 
 static void run_usage(FILE *f) {
     fprintf(f,
@@ -40,7 +47,10 @@ static void run_usage(FILE *f) {
             "sampling (llama.cpp defaults; --temp 0 = greedy):\n"
             "  --temp 0.8  --top-k 40  --top-p 0.95  --min-p 0.05  -s, --seed -1 (random)\n"
             "  --repeat-penalty 1.0  --repeat-last-n 64  --presence-penalty 0  --frequency-penalty 0\n"
-            "stdout: the generated text only; stderr: a summary line (prompt and generation tok/s).\n");
+            "speculative decoding (default off; output identical to off when greedy):\n%s"
+            "stdout: the generated text only; stderr: a summary line (prompt and generation tok/s),\n"
+            "then with speculation on the acceptance summary.\n",
+            nx_spec_params_usage());
 }
 
 /* Prompt text -> tokens; --chat wraps it as one ChatML user turn. */
@@ -77,13 +87,15 @@ static void emit_piece(nx_utf8_asm *as, const char *p, size_t n) {
 
 typedef struct run_stats {
     int n_prompt, n_gen, n_gen_decodes;
+    double n_round_tokens;
     double t_load, t_prompt, t_gen;
     const char *stop;
 } run_stats;
 
 static void print_summary(const run_stats *s, const nx_sampler *smp) {
     char gen_rate[32];
-    if (s->n_gen_decodes > 0 && s->t_gen > 0) snprintf(gen_rate, sizeof gen_rate, "%.2f tok/s", s->n_gen_decodes / s->t_gen);
+    /* tokens the rounds committed (the first one comes from the prompt pass) per second of rounds */
+    if (s->n_gen_decodes > 0 && s->t_gen > 0) snprintf(gen_rate, sizeof gen_rate, "%.2f tok/s", s->n_round_tokens / s->t_gen);
     else snprintf(gen_rate, sizeof gen_rate, "- tok/s");
     char seed[40] = "";
     if (!nx_sampler_is_greedy(smp)) snprintf(seed, sizeof seed, " | seed %u", nx_sampler_seed(smp));
@@ -117,7 +129,7 @@ int nx_cmd_run(int argc, char **argv) {
     nx_tokenizer *tok = NULL;
     nx_ctx *ctx = NULL;
     nx_sampler *smp = NULL;
-    nx_batch *b = NULL;
+    nx_spec_engine *en = NULL;
     nx_token_vec ids = {0};
     run_stats s = {.stop = "end of generation"};
 
@@ -131,7 +143,8 @@ int nx_cmd_run(int argc, char **argv) {
     nx_ctx_params cp = nx_cli_ctx_params(&a);
     if (nx_ctx_create(m, &cp, &ctx) != NX_OK) { fprintf(stderr, "nextn run: %s\n", nx_last_error()); goto done; }
     const int n_ctx = nx_ctx_n_ctx(ctx), V = nx_model_n_vocab(m);
-    if ((long)ids.n > (long)n_ctx) {
+    /* one position must stay free for the first generated token's decode */
+    if ((long)ids.n >= (long)n_ctx) {
         fprintf(stderr, "nextn run: the prompt is %zu tokens but the context holds %d (raise -c or shorten the prompt)\n",
                 ids.n, n_ctx);
         goto done;
@@ -142,66 +155,72 @@ int nx_cmd_run(int argc, char **argv) {
             goto done;
         }
     nx_sampler_params sp = nx_cli_sampler_params(&a, V);
+    /* resolve a random seed here so the summary can report the one the engine's chain uses */
     if (nx_sampler_create(&sp, &smp, &err) != NX_OK) { fprintf(stderr, "nextn run: %s\n", err.msg); goto done; }
-    for (size_t i = 0; i < ids.n; i++) nx_sampler_accept(smp, ids.ids[i], NULL);   /* penalties see the prompt */
+    sp.seed = nx_sampler_seed(smp);
 
-    /* ---- prompt, in ubatches; logits only for the last row ---- */
-    const int U = a.n_ubatch;
-    b = nx_batch_create(U);
-    if (!b) { fprintf(stderr, "nextn run: out of memory\n"); goto done; }
+    nx_spec_engine_params ep = nx_spec_engine_default_params();
+    ep.spec = a.spec;
+    ep.sampler = sp;
+    if (nx_spec_engine_create(ctx, &ep, &en, &err) != NX_OK) { fprintf(stderr, "nextn run: %s\n", err.msg); goto done; }
+    const nx_token *stop = NULL;
+    const int n_stop = nx_tokenizer_eog_ids(tok, &stop);
+    /* -n 0: the prompt pass only (the engine always samples one token; it is not shown) */
+    nx_spec_request rq = {.prompt = ids.ids, .n_prompt = (int)ids.n, .n_predict = a.n_predict == 0 ? 1 : a.n_predict,
+                          .stop = stop, .n_stop = n_stop};
     s.n_prompt = (int)ids.n;
+    nx_seq_id seq = -1;
     t0 = nx_cli_now();
-    int last_row = 0;
-    for (int i0 = 0; i0 < s.n_prompt; i0 += U) {
-        const int nb = s.n_prompt - i0 < U ? s.n_prompt - i0 : U;
-        nx_batch_clear(b);
-        for (int r = 0; r < nb; r++) nx_batch_add(b, ids.ids[i0 + r], i0 + r, 0, i0 + r == s.n_prompt - 1);
-        if (nx_decode(ctx, b) != NX_OK) { fprintf(stderr, "nextn run: prompt decode failed: %s\n", nx_last_error()); goto done; }
-        last_row = nb - 1;
-    }
+    if (nx_spec_engine_add(en, &rq, &seq, &err) != NX_OK) { fprintf(stderr, "nextn run: %s\n", err.msg); goto done; }
     s.t_prompt = nx_cli_now() - t0;
 
-    /* ---- generation ---- */
+    /* ---- generation: one engine round at a time, streaming what it committed ---- */
     nx_utf8_asm as = {0};
-    int pos = s.n_prompt;
+    bool eog = false;
     t0 = nx_cli_now();
     for (;;) {
-        if (a.n_predict >= 0 && s.n_gen >= a.n_predict) { s.stop = "-n limit"; break; }
-        nx_token t;
-        if (nx_sampler_sample(smp, nx_ctx_logits(ctx, last_row), &t, &err) != NX_OK) {
-            fprintf(stderr, "\nnextn run: sampling failed: %s\n", err.msg);
+        const nx_token *tk = NULL;
+        const int n = a.n_predict == 0 ? 0 : nx_spec_engine_take(en, seq, &tk);
+        for (int i = 0; i < n && !eog; i++) {
+            if (nx_token_is_eog(tok, tk[i])) { eog = true; break; }   /* ends the output, not shown */
+            size_t plen = 0;
+            const char *piece = nx_token_piece(tok, tk[i], false, &plen);
+            emit_piece(&as, piece, plen);
+            s.n_gen++;
+        }
+        if (!nx_spec_engine_n_active(en)) break;
+        if (nx_spec_engine_step(en, &err) != NX_OK) {
+            fprintf(stderr, "\nnextn run: generation failed at token %d: %s\n", s.n_gen, err.msg);
             goto done;
         }
-        if (nx_token_is_eog(tok, t)) { s.stop = "end of generation"; break; }
-        nx_sampler_accept(smp, t, NULL);
-        size_t plen = 0;
-        const char *piece = nx_token_piece(tok, t, false, &plen);
-        emit_piece(&as, piece, plen);
-        s.n_gen++;
-        if (a.n_predict >= 0 && s.n_gen >= a.n_predict) { s.stop = "-n limit"; break; }
-        if (pos >= n_ctx) { s.stop = "context full"; break; }
-        nx_batch_clear(b);
-        nx_batch_add(b, t, pos, 0, true);
-        if (nx_decode(ctx, b) != NX_OK) {
-            fprintf(stderr, "\nnextn run: decode failed at position %d: %s\n", pos, nx_last_error());
-            goto done;
-        }
-        pos++;
-        last_row = 0;
-        s.n_gen_decodes++;
     }
     s.t_gen = nx_cli_now() - t0;
+    const nx_spec_stats *tot = nx_spec_engine_stats_total(en);
+    s.n_gen_decodes = (int)tot->n_rounds;
+    s.n_round_tokens = (double)tot->n_committed;
+    if (eog) s.stop = "end of generation";
+    else if (a.n_predict >= 0 && s.n_gen >= a.n_predict) s.stop = "-n limit";
+    else s.stop = "context full";
     char tail[4];
     size_t nt = nx_utf8_asm_flush(&as, tail);
     if (nt) fwrite(tail, 1, nt, stdout);
     if (isatty(STDOUT_FILENO) && s.n_gen > 0) fputc('\n', stdout);
     fflush(stdout);
     print_summary(&s, smp);
+    if (a.spec.n_types > 0) {
+        int n_names = 0;
+        const char *const *names = nx_spec_engine_stage_names(en, &n_names);
+        char desc[256], sum[2048];
+        nx_spec_params_describe(&a.spec, desc, sizeof desc);
+        nx_spec_stats_summary(tot, n_names > 0 ? names : NULL, sum, sizeof sum);
+        fprintf(stderr, "nextn run: speculation %s | acceptance %.3f, mean accepted length %.2f\n%s", desc,
+                nx_spec_stats_accept_rate(tot), nx_spec_stats_mean_accepted(tot), sum);
+    }
     rc = 0;
 done:
     free(text);
     nx_token_vec_free(&ids);
-    nx_batch_free(b);
+    nx_spec_engine_free(en);
     nx_sampler_free(smp);
     nx_ctx_free(ctx);
     nx_tokenizer_free(tok);
