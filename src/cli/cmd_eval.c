@@ -19,7 +19,15 @@
  * prompt, then K chained greedy draft steps; prints the layout of golden drafts.json (id_last,
  * draft ids, per step the input, position, argmax, margin, softmax probability, top-10 ids and
  * logits) instead of the greedy array. --mtp-*-out write the prompt rows' MTP logits / hidden,
- * --draft-*-out the steps'. --draft-model (a separate drafter GGUF: the gemma4 assistant) works with --spec.
+ * --draft-*-out the steps'.
+ * --drafts K --draft-model A (issue 6 item 2): the same layout from the gemma4 assistant (no warmup: it
+ * reads the target KV). Step 1 = (id_last, hidden n-1) at position n; step s+1 = (the token chosen
+ * at step s, its post_projection output); positions constant n, or n+s with --draft-positions
+ * increment. The top level is the dense-head chain; when the assistant has the centroid head a
+ * `masked_head` section follows (the chain of masked-head choices: argmax = the masked choice,
+ * margin / probability / top-10 of the dense logits, dense_argmax) unless --assistant-dense-head;
+ * --masked-head requires that head. --masked-draft-logits-out / --masked-draft-hidden-out write that
+ * chain's dense logits / hidden.
  * --spec N: a greedy speculative run of N tokens in a fresh context (default --spec-type mtp,
  * --draft-max 3, fixed k, p_min 0; --spec-slack 2 = the golden trace's budget rule) printed in the
  * layout of golden spec_trace.json (rounds with drafts, committed ids, accepted counts;
@@ -34,6 +42,7 @@
 #include "core/io.h"
 #include "kernels/ops.h"
 #include "nextn.h"
+#include "spec/assistant.h"
 #include "spec/engine.h"
 #include "spec/mtp.h"
 
@@ -43,7 +52,9 @@ static void eval_usage(FILE *f) {
             "                  [--hidden-out FILE.f32] [--greedy N] [--greedy-logits-out FILE.f32] [--batch B]\n"
             "                  [-ub N] [-t N] [-c N] [-ctk f32|f16] [-ctv f32|f16]\n"
             "                  [--drafts K [--mtp-logits-out F] [--mtp-hidden-out F] [--draft-logits-out F]\n"
-            "                   [--draft-hidden-out F] [--draft-model A]]\n"
+            "                   [--draft-hidden-out F] [--draft-model A [--masked-head] [--assistant-dense-head]\n"
+            "                   [--draft-positions constant|increment] [--masked-draft-logits-out F]\n"
+            "                   [--masked-draft-hidden-out F]]]\n"
             "                  [--spec N [--spec-slack S] [--spec-type T --draft-max N ...]]\n"
             "Prompt logits [n][n_vocab] and post-norm hidden [n][n_embd] as float32 LE; the greedy continuation\n"
             "is printed as a JSON array of ids. --batch B decodes the prompt in chunks of B (1 = token by token).\n"
@@ -101,6 +112,45 @@ static cJSON *json_ints(const int *x, int n) {
     return a;
 }
 
+/* One drafts.json step of logits row (n_vocab V): input, position, argmax (chosen: the token the
+ * chain feeds on; < 0 = the row's argmax), margin, argmax probability, top-10. *am = the row's argmax. */
+static cJSON *step_json(int s, int tok, int p, const float *row, int V, int chosen, int *am) {
+    int top[10] = {0}, got = 0;
+    float topv[10] = {0};
+    nx_error e = {0};
+    if (nx_topk(row, V, V < 10 ? V : 10, top, topv, &got, &e) != NX_OK) {
+        fprintf(stderr, "nextn eval: %s\n", e.msg);
+        return NULL;
+    }
+    float prob = 0;
+    *am = nx_argmax_prob(row, V, &prob);
+    cJSON *st = cJSON_CreateObject(), *t10 = cJSON_CreateObject(), *tl = cJSON_CreateArray();
+    if (!st || !t10 || !tl) {
+        cJSON_Delete(st); cJSON_Delete(t10); cJSON_Delete(tl);
+        fprintf(stderr, "nextn eval: out of memory\n");
+        return NULL;
+    }
+    cJSON_AddNumberToObject(st, "step", s + 1);
+    cJSON_AddNumberToObject(st, "input_token", tok);
+    cJSON_AddNumberToObject(st, "position", p);
+    cJSON_AddNumberToObject(st, "argmax", chosen >= 0 ? chosen : *am);
+    cJSON_AddNumberToObject(st, "top1_top2_margin", got > 1 ? (double)topv[0] - (double)topv[1] : 0.0);
+    cJSON_AddNumberToObject(st, "argmax_softmax_prob", prob);
+    for (int i = 0; i < got; i++) cJSON_AddItemToArray(tl, cJSON_CreateNumber(topv[i]));
+    cJSON_AddItemToObject(t10, "ids", json_ints(top, got));
+    cJSON_AddItemToObject(t10, "logits", tl);
+    cJSON_AddItemToObject(st, "top10", t10);
+    return st;
+}
+
+static int print_json(cJSON *root) {
+    char *txt = cJSON_Print(root);
+    if (!txt) { fprintf(stderr, "nextn eval: out of memory\n"); return 1; }
+    printf("%s\n", txt);
+    cJSON_free(txt);
+    return 0;
+}
+
 /* MTP rows over the prompt, then K chained greedy steps from id_last = argmax(last prompt row). */
 static int eval_drafts(const nx_model *m, nx_ctx *ctx, const int *ids, int n, const float *hidden_all, const float *last, int K,
                        const char *mtp_logits_out, const char *mtp_hidden_out, const char *draft_logits_out,
@@ -145,25 +195,9 @@ static int eval_drafts(const nx_model *m, nx_ctx *ctx, const int *ids, int n, co
             fprintf(stderr, "nextn eval: --drafts: step %d: %s\n", s + 1, e.msg);
             goto done;
         }
-        int top[10] = {0}, got = 0;
-        float topv[10] = {0};
-        if (nx_topk(row, V, V < 10 ? V : 10, top, topv, &got, &e) != NX_OK) {
-            fprintf(stderr, "nextn eval: %s\n", e.msg);
-            goto done;
-        }
-        float prob = 0;
-        const int am = nx_argmax_prob(row, V, &prob);
-        cJSON *st = cJSON_CreateObject(), *t10 = cJSON_CreateObject(), *tl = cJSON_CreateArray();
-        cJSON_AddNumberToObject(st, "step", s + 1);
-        cJSON_AddNumberToObject(st, "input_token", tok);
-        cJSON_AddNumberToObject(st, "position", p);
-        cJSON_AddNumberToObject(st, "argmax", am);
-        cJSON_AddNumberToObject(st, "top1_top2_margin", got > 1 ? (double)topv[0] - (double)topv[1] : 0.0);
-        cJSON_AddNumberToObject(st, "argmax_softmax_prob", prob);
-        for (int i = 0; i < got; i++) cJSON_AddItemToArray(tl, cJSON_CreateNumber(topv[i]));
-        cJSON_AddItemToObject(t10, "ids", json_ints(top, got));
-        cJSON_AddItemToObject(t10, "logits", tl);
-        cJSON_AddItemToObject(st, "top10", t10);
+        int am = 0;
+        cJSON *st = step_json(s, tok, p, row, V, -1, &am);
+        if (!st) goto done;
         cJSON_AddItemToArray(steps, st);
         dt[s] = am;
         tok = am;
@@ -173,15 +207,131 @@ static int eval_drafts(const nx_model *m, nx_ctx *ctx, const int *ids, int n, co
     cJSON_AddItemToObject(root, "steps", steps);
     if (draft_logits_out && write_f32(draft_logits_out, dl, (size_t)K * V)) goto done;
     if (draft_hidden_out && write_f32(draft_hidden_out, dh, (size_t)K * E)) goto done;
-    char *txt = cJSON_Print(root);
-    if (!txt) { fprintf(stderr, "nextn eval: out of memory\n"); goto done; }
-    printf("%s\n", txt);
-    cJSON_free(txt);
-    rc = 0;
+    rc = print_json(root);
 done:
     cJSON_Delete(root);
     free(hs); free(hm); free(lg); free(dl); free(dh); free(pos); free(seq); free(dt);
     nx_mtp_head_free(h);
+    return rc;
+}
+
+/* ===== --drafts K --draft-model A: the gemma4 assistant ===== */
+
+typedef struct asst_args {
+    const char *path;
+    nx_asst_positions positions;
+    bool dense_only, require_masked;
+    const char *logits_out, *hidden_out, *masked_logits_out, *masked_hidden_out;
+} asst_args;
+
+/* K chained steps of assistant a from (id_last, h0) at position n (constant) or n+s (increment);
+ * steps JSON into *steps_out, chosen tokens into dt, dense logits [K][V] into dl, h_next [K][E]
+ * into dh. masked: the chain follows the centroid head's choices and each step says dense_argmax. */
+static int asst_chain(nx_assistant *a, int V, int E, int n, int id_last, const float *h0, int K,
+                      nx_asst_positions positions, bool masked, float *dl, float *dh, int *dt, cJSON **steps_out) {
+    cJSON *steps = cJSON_CreateArray();
+    if (!steps) { fprintf(stderr, "nextn eval: out of memory\n"); return 1; }
+    int tok = id_last;
+    const float *cond = h0;
+    for (int s = 0; s < K; s++) {
+        nx_pos p = positions == NX_ASST_POS_INCREMENT ? n + s : n;
+        nx_seq_id sq = 0;
+        nx_token next = -1;
+        nx_error e = {0};
+        float *row = dl + (size_t)s * V, *hrow = dh + (size_t)s * E;
+        if (nx_assistant_forward(a, 1, &tok, &p, &sq, NULL, cond, hrow, row, &next, NULL, &e) != NX_OK) {
+            fprintf(stderr, "nextn eval: --drafts: step %d: %s\n", s + 1, e.msg);
+            cJSON_Delete(steps);
+            return 1;
+        }
+        int am = 0;
+        cJSON *st = step_json(s, tok, (int)p, row, V, next, &am);
+        if (!st) { cJSON_Delete(steps); return 1; }
+        if (masked) cJSON_AddNumberToObject(st, "dense_argmax", am);
+        cJSON_AddItemToArray(steps, st);
+        dt[s] = next;
+        tok = next;
+        cond = hrow;
+    }
+    *steps_out = steps;
+    return 0;
+}
+
+static int eval_asst_drafts(nx_ctx *ctx, int V, int E, int n, const float *hidden_all, const float *last, int K,
+                            const asst_args *aa) {
+    nx_error e = {0};
+    nx_assistant *ad = NULL, *am = NULL;
+    nx_assistant_opts o = nx_assistant_default_opts();
+    o.positions = aa->positions;
+    int rc = 1;
+    cJSON *root = NULL;
+    const size_t k1 = (size_t)(K > 0 ? K : 1);
+    float *dl = malloc(k1 * V * sizeof(float)), *dh = malloc(k1 * E * sizeof(float));
+    float *ml = malloc(k1 * V * sizeof(float)), *mh = malloc(k1 * E * sizeof(float));
+    int *dt = malloc(k1 * sizeof(int));
+    if (!dl || !dh || !ml || !mh || !dt) { fprintf(stderr, "nextn eval: out of memory\n"); goto done; }
+    /* the default load tells whether the file has a usable centroid head */
+    if (nx_assistant_load(ctx, aa->path, &o, 1, &am, &e) != NX_OK) {
+        fprintf(stderr, "nextn eval: --draft-model: %s\n", e.msg);
+        goto done;
+    }
+    if (aa->require_masked && !nx_assistant_masked(am)) {
+        fprintf(stderr, "nextn eval: --masked-head: %s has no centroid (masked) LM head\n", aa->path);
+        goto done;
+    }
+    if (aa->require_masked && aa->dense_only) {
+        fprintf(stderr, "nextn eval: --masked-head and --assistant-dense-head exclude each other\n");
+        goto done;
+    }
+    if (!nx_assistant_masked(am) || aa->dense_only) {
+        nx_assistant_free(am);
+        am = NULL;
+    }
+    o.dense_head = true;
+    if (nx_assistant_load(ctx, aa->path, &o, 1, &ad, &e) != NX_OK) {
+        fprintf(stderr, "nextn eval: --draft-model: %s\n", e.msg);
+        goto done;
+    }
+    const int id_last = nx_argmax(last, V);
+    const float *h0 = hidden_all + (size_t)(n - 1) * E;
+    root = cJSON_CreateObject();
+    if (!root) { fprintf(stderr, "nextn eval: out of memory\n"); goto done; }
+    cJSON_AddNumberToObject(root, "id_last", id_last);
+    cJSON_AddNumberToObject(root, "id_last_position", n);
+    cJSON_AddStringToObject(root, "convention",
+                            aa->positions == NX_ASST_POS_INCREMENT
+                                ? "gemma4 assistant, no KV of its own: step s (1-based) is one query at position n+s-1 "
+                                  "over the target KV of the prompt; dense head"
+                                : "gemma4 assistant, no KV of its own: every step is one query at the constant position "
+                                  "n over the target KV of the prompt; dense head");
+    cJSON *steps = NULL;
+    if (asst_chain(ad, V, E, n, id_last, h0, K, aa->positions, false, dl, dh, dt, &steps)) goto done;
+    cJSON_AddItemToObject(root, "draft_tokens", json_ints(dt, K));
+    cJSON_AddItemToObject(root, "steps", steps);
+    if (aa->logits_out && write_f32(aa->logits_out, dl, (size_t)K * V)) goto done;
+    if (aa->hidden_out && write_f32(aa->hidden_out, dh, (size_t)K * E)) goto done;
+    if (am) {
+        cJSON *msteps = NULL, *mo = cJSON_CreateObject();
+        if (!mo) { fprintf(stderr, "nextn eval: out of memory\n"); goto done; }
+        cJSON_AddItemToObject(root, "masked_head", mo);
+        cJSON_AddStringToObject(mo, "description", "chain of the centroid-routed (masked) head's choices; "
+                                "margin, probability and top10 are of the dense logits along that chain");
+        if (asst_chain(am, V, E, n, id_last, h0, K, aa->positions, true, ml, mh, dt, &msteps)) goto done;
+        cJSON_AddItemToObject(mo, "draft_tokens", json_ints(dt, K));
+        cJSON_AddItemToObject(mo, "steps", msteps);
+        if (aa->masked_logits_out && write_f32(aa->masked_logits_out, ml, (size_t)K * V)) goto done;
+        if (aa->masked_hidden_out && write_f32(aa->masked_hidden_out, mh, (size_t)K * E)) goto done;
+    } else if (aa->masked_logits_out || aa->masked_hidden_out) {
+        fprintf(stderr, "nextn eval: --masked-draft-*-out: no masked head in use (%s)\n",
+                aa->dense_only ? "--assistant-dense-head" : "the assistant has no centroid head");
+        goto done;
+    }
+    rc = print_json(root);
+done:
+    cJSON_Delete(root);
+    free(dl); free(dh); free(ml); free(mh); free(dt);
+    nx_assistant_free(ad);
+    nx_assistant_free(am);
     return rc;
 }
 
@@ -250,10 +400,7 @@ static int eval_spec(const nx_model *m, nx_ctx_params cp, const int *ids, int n,
     cJSON_AddNumberToObject(root, "n_accepted", (double)st->n_accepted);
     cJSON_AddItemToObject(root, "rounds", sr.rounds);
     sr.rounds = NULL;
-    char *txt = cJSON_Print(root);
-    if (txt) printf("%s\n", txt);
-    cJSON_free(txt);
-    rc = txt ? 0 : 1;
+    rc = print_json(root);
 done:
     cJSON_Delete(sr.rounds);
     cJSON_Delete(root);
@@ -266,6 +413,8 @@ int nx_cmd_eval(int argc, char **argv) {
     const char *model_path = NULL, *ids_arg = NULL, *ids_file = NULL, *logits_out = NULL, *hidden_out = NULL,
                *greedy_logits_out = NULL;
     const char *mtp_logits_out = NULL, *mtp_hidden_out = NULL, *draft_logits_out = NULL, *draft_hidden_out = NULL;
+    const char *masked_logits_out = NULL, *masked_hidden_out = NULL;
+    bool masked_head = false;
     int greedy = 0, batch = 0, threads = 0, n_ctx = 0, n_ubatch = 0, drafts = -1, spec_n = 0, spec_slack = 2;
     nx_ctx_params cp = nx_ctx_default_params();
     nx_spec_params spec = nx_spec_params_default();
@@ -281,6 +430,7 @@ int nx_cmd_eval(int argc, char **argv) {
             return 2;
         }
         if (used) { i--; continue; }
+        if (!strcmp(a, "--masked-head")) { masked_head = true; continue; }
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!v) { fprintf(stderr, "nextn eval: %s needs a value\n", a); return 2; }
         char *end = NULL;
@@ -301,6 +451,8 @@ int nx_cmd_eval(int argc, char **argv) {
         else if (!strcmp(a, "--mtp-hidden-out")) mtp_hidden_out = v;
         else if (!strcmp(a, "--draft-logits-out")) draft_logits_out = v;
         else if (!strcmp(a, "--draft-hidden-out")) draft_hidden_out = v;
+        else if (!strcmp(a, "--masked-draft-logits-out")) masked_logits_out = v;
+        else if (!strcmp(a, "--masked-draft-hidden-out")) masked_hidden_out = v;
         else if ((!strcmp(a, "-t") || !strcmp(a, "--threads")) && is_num) threads = (int)num;
         else if ((!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) && is_num) n_ctx = (int)num;
         else if ((!strcmp(a, "-ub") || !strcmp(a, "--ubatch-size")) && is_num && num > 0) n_ubatch = (int)num;
@@ -314,9 +466,12 @@ int nx_cmd_eval(int argc, char **argv) {
         fprintf(stderr, "nextn eval: --drafts and --spec print different JSON; use one of them\n");
         return 2;
     }
-    if (spec.draft_model && drafts >= 0) {
-        fprintf(stderr, "nextn eval: --drafts with --draft-model %s (the gemma4 assistant) is not available yet; "
-                "use --spec N --spec-type assistant\n", spec.draft_model);
+    if ((masked_head || masked_logits_out || masked_hidden_out) && (drafts < 0 || !spec.draft_model)) {
+        fprintf(stderr, "nextn eval: --masked-head / --masked-draft-*-out need --drafts K --draft-model A\n");
+        return 2;
+    }
+    if (drafts >= 0 && spec.draft_model && (mtp_logits_out || mtp_hidden_out)) {
+        fprintf(stderr, "nextn eval: --mtp-*-out are MTP-head outputs; the assistant (--draft-model) has no prompt rows\n");
         return 2;
     }
     if (spec_n > 0 && spec.n_types == 0) {   /* a separate drafter file implies the assistant */
@@ -388,8 +543,17 @@ int nx_cmd_eval(int argc, char **argv) {
             if (lg && i0 + r == n - 1) memcpy(last, lg, (size_t)V * sizeof(float));
         }
     }
-    if (drafts >= 0 && eval_drafts(m, ctx, ids, n, hidden_all, last, drafts, mtp_logits_out, mtp_hidden_out,
-                                   draft_logits_out, draft_hidden_out) != 0) {
+    if (drafts >= 0 && spec.draft_model) {
+        asst_args aa = {.path = spec.draft_model, .positions = spec.draft_positions,
+                        .dense_only = spec.assistant_dense_head, .require_masked = masked_head,
+                        .logits_out = draft_logits_out, .hidden_out = draft_hidden_out,
+                        .masked_logits_out = masked_logits_out, .masked_hidden_out = masked_hidden_out};
+        if (eval_asst_drafts(ctx, V, E, n, hidden_all, last, drafts, &aa) != 0) {
+            free(last);
+            goto done;
+        }
+    } else if (drafts >= 0 && eval_drafts(m, ctx, ids, n, hidden_all, last, drafts, mtp_logits_out, mtp_hidden_out,
+                                          draft_logits_out, draft_hidden_out) != 0) {
         free(last);
         goto done;
     }

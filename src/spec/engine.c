@@ -110,6 +110,8 @@ static nx_status build_drafters(nx_spec_engine *e, nx_error *err) {
                 break;
             }
             nx_assistant_opts ao = nx_assistant_default_opts();
+            ao.positions = sp->draft_positions;
+            ao.dense_head = sp->assistant_dense_head;
             st = nx_assistant_create(e->ctx, sp->draft_model, &ao, e->n_seq, &d, err);
             break;
         }

@@ -25,6 +25,7 @@ nx_spec_params nx_spec_params_default(void) {
     return (nx_spec_params){
         .n_types = 0, .draft_max = pp.draft_max, .draft_min = pp.draft_min, .p_min = pp.p_min,
         .adaptive = pp.adaptive, .ngram_max = ng.ngram_max, .ngram_min = ng.ngram_min,
+        .draft_positions = NX_ASST_POS_CONSTANT, .assistant_dense_head = false,
     };
 }
 
@@ -119,7 +120,7 @@ static nx_status parse_onoff(const char *flag, const char *v, bool *out, nx_erro
 
 /* ===== Flags ===== */
 
-enum { F_TYPE, F_DMAX, F_DMIN, F_PMIN, F_ADAPT, F_NGMAX, F_NGMIN, F_MODEL, F_TRACE, F_FALLBACK };
+enum { F_TYPE, F_DMAX, F_DMIN, F_PMIN, F_ADAPT, F_NGMAX, F_NGMIN, F_MODEL, F_TRACE, F_FALLBACK, F_DPOS, F_DENSE };
 
 static const struct flag { const char *name; int id; bool has_value; } flags[] = {
     {"--spec-type", F_TYPE, true},       {"--draft-max", F_DMAX, true},
@@ -128,6 +129,7 @@ static const struct flag { const char *name; int id; bool has_value; } flags[] =
     {"--ngram-min", F_NGMIN, true},      {"--draft-model", F_MODEL, true},
     {"--mtp-head", F_MODEL, true},       {"--spec-trace", F_TRACE, true},
     {"--spec-fallback", F_FALLBACK, false},
+    {"--draft-positions", F_DPOS, true}, {"--assistant-dense-head", F_DENSE, false},
 };
 
 nx_status nx_spec_params_parse_arg(nx_spec_params *p, int argc, char **argv, int *i, bool *consumed, nx_error *err) {
@@ -172,6 +174,8 @@ nx_status nx_spec_params_parse_arg(nx_spec_params *p, int argc, char **argv, int
         if (f->id == F_MODEL) p->draft_model = v; else p->trace_path = v;
         break;
     case F_FALLBACK: p->fallback = true; break;
+    case F_DPOS:  st = nx_assistant_parse_positions(v, &p->draft_positions, err); break;
+    case F_DENSE: p->assistant_dense_head = true; break;
     }
     if (st) return st;
     *i += used;
@@ -252,6 +256,8 @@ const char *nx_spec_params_usage(void) {
            "  --ngram-max N            longest n-gram the ngram drafter matches (default 4)\n"
            "  --ngram-min N            shortest n-gram it matches (default 1)\n"
            "  --draft-model FILE       drafter GGUF for assistant / draft (alias --mtp-head)\n"
+           "  --draft-positions P      assistant draft positions: constant (default) or increment\n"
+           "  --assistant-dense-head   the assistant drafts with its dense head even when it has centroids\n"
            "  --spec-trace FILE        write one JSON line per draft and accept (or env NEXTN_SPEC_TRACE)\n"
            "  --spec-fallback          plain decoding with a warning when the model has no such drafter\n";
 }

@@ -12,6 +12,8 @@
  *   --ngram-max N            longest n-gram the ngram drafter matches (default 4; 1..16)
  *   --ngram-min N            shortest (default 1)
  *   --draft-model F          drafter GGUF for `assistant` / `draft` (alias --mtp-head)
+ *   --draft-positions constant|increment   assistant draft positions (default constant)
+ *   --assistant-dense-head   the assistant scores with its dense head even when it has centroids
  *   --spec-trace FILE        NDJSON trace (env NEXTN_SPEC_TRACE when the flag is absent)
  *   --spec-fallback          a drafter the model cannot support (mtp without an MTP layer) is a
  *                            warning and plain decoding instead of an error
@@ -23,6 +25,7 @@
 
 #include <stdbool.h>
 #include "core/error.h"
+#include "spec/assistant.h"
 #include "spec/drafter.h"
 #include "spec/ngram.h"
 #include "spec/policy.h"
@@ -44,6 +47,8 @@ typedef struct nx_spec_params {
     bool  adaptive;
     int   ngram_max, ngram_min;
     const char *draft_model;     /* NULL unless given */
+    nx_asst_positions draft_positions;   /* assistant: constant (default) or increment */
+    bool  assistant_dense_head;  /* assistant: dense head even with a centroid head */
     const char *trace_path;      /* NULL unless given (see nx_spec_params_trace_path) */
     bool  fallback;
 } nx_spec_params;
