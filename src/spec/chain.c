@@ -96,9 +96,18 @@ static void ch_free(nx_drafter *d) {
     free(c);
 }
 
+static nx_status ch_sync(nx_drafter *d, nx_error *err) {
+    chain_drafter *c = (chain_drafter *)d;
+    for (int s = 0; s < c->n_stages; s++) {
+        nx_status st = nx_drafter_sync(c->stages[s], err);
+        if (st) return st;
+    }
+    return NX_OK;
+}
+
 static const nx_drafter_ops chain_ops = {
     .name = "chain", .begin = ch_begin, .process = ch_process, .draft = ch_draft,
-    .accept = ch_accept, .free = ch_free,
+    .accept = ch_accept, .free = ch_free, .sync = ch_sync,
 };
 
 nx_status nx_drafter_chain_create(nx_drafter **stages, int n_stages, int min_len, nx_drafter **out, nx_error *err) {

@@ -91,6 +91,11 @@ nx_status nx_drafter_accept(nx_drafter *d, nx_seq_id seq, int n_accepted, nx_err
     return d->ops->accept(d, seq, n_accepted, err);
 }
 
+nx_status nx_drafter_sync(nx_drafter *d, nx_error *err) {
+    if (!d || !d->ops) return nx_fail(err, NX_ERR_INVALID_ARG, "drafter sync: no drafter");
+    return d->ops->sync ? d->ops->sync(d, err) : NX_OK;
+}
+
 void nx_drafter_free(nx_drafter *d) {
     if (d && d->ops && d->ops->free) d->ops->free(d);
 }

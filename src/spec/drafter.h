@@ -93,6 +93,10 @@ typedef struct nx_drafter_ops {
     nx_status (*draft)(nx_drafter *d, nx_draft_req *reqs, int n_reqs, nx_error *err);
     nx_status (*accept)(nx_drafter *d, nx_seq_id seq, int n_accepted, nx_error *err);
     void      (*free)(nx_drafter *d);
+    /* optional (NULL: nothing is ever pending): do now the state updates that committed tokens
+     * left pending (e.g. the MTP head's KV rows, batched lazily), so that a draft's time is the
+     * cost of drafting alone — the draft-length policy prices k with it. */
+    nx_status (*sync)(nx_drafter *d, nx_error *err);
 } nx_drafter_ops;
 
 /* Every implementation embeds this as its first member. */
@@ -107,6 +111,7 @@ nx_status nx_drafter_begin(nx_drafter *d, nx_seq_id seq, const nx_token *prompt,
 nx_status nx_drafter_process(nx_drafter *d, const nx_target_rows *rows, nx_error *err);
 nx_status nx_drafter_draft(nx_drafter *d, nx_draft_req *reqs, int n_reqs, nx_error *err);
 nx_status nx_drafter_accept(nx_drafter *d, nx_seq_id seq, int n_accepted, nx_error *err);
+nx_status nx_drafter_sync(nx_drafter *d, nx_error *err);
 void      nx_drafter_free(nx_drafter *d);      /* NULL-safe */
 const char *nx_drafter_name(const nx_drafter *d);
 

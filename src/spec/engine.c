@@ -394,10 +394,16 @@ nx_status nx_spec_engine_step(nx_spec_engine *e, nx_error *err) {
     }
     /* 2. draft: one call for every sequence */
     nx_status st = NX_OK;
-    double t_draft = 0;
+    double t_draft = 0, t_sync = 0;
     if (n_req) {
+        /* Pending drafter updates from plain rounds are not drafting: time them apart, so the
+         * policy's per-step draft cost is not inflated after rounds without drafts. */
+        st = nx_drafter_sync(e->drafter, err);
+        if (st != NX_OK) { stop_all(e); return nx_error_prefix(err, "spec engine: drafter sync"); }
+        const double td = nx_spec_time_now();
+        t_sync = td - t0;
         st = nx_drafter_draft(e->drafter, e->reqs, n_req, err);
-        t_draft = nx_spec_time_now() - t0;
+        t_draft = nx_spec_time_now() - td;
         if (st != NX_OK) { stop_all(e); return nx_error_prefix(err, "spec engine: draft"); }
         int steps = 0;
         for (int i = 0; i < n_req; i++) steps += e->reqs[i].n;
@@ -484,7 +490,7 @@ nx_status nx_spec_engine_step(nx_spec_engine *e, nx_error *err) {
         stop_all(e);
         return nx_error_prefix(err, "spec engine");
     }
-    const double t3 = nx_spec_time_now(), t_other = t3 - t2;
+    const double t3 = nx_spec_time_now(), t_other = t3 - t2 + t_sync;
     for (int s = 0; s < e->n_seq; s++) {
         eng_seq *q = &e->seqs[s];
         if (q->in_round)   /* this round's wall time, shared by the sequences that took part */

@@ -497,8 +497,12 @@ static void md_free(nx_drafter *d) {
     free(md);
 }
 
+/* Committed rows queue up between drafts (one head batch for many rows); sync runs them now. */
+static nx_status md_sync(nx_drafter *d, nx_error *err) { return flush_queues((mtp_drafter *)d, err); }
+
 static const nx_drafter_ops mtp_ops = {
     .name = "mtp", .begin = md_begin, .process = md_process, .draft = md_draft, .accept = md_accept, .free = md_free,
+    .sync = md_sync,
 };
 
 nx_status nx_mtp_drafter_create(nx_ctx *target, nx_drafter **out, nx_error *err) {
