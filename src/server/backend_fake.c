@@ -50,8 +50,7 @@ typedef struct fake_be {
     pthread_t th;
     bool th_started, stop, refusing;
     fake_slot *slots;
-    nx_gen_stream **wait;       /* FIFO */
-    int n_wait, cap_wait;
+    nx_wait_list wait;                /* requests not yet admitted */
     uint64_t tick;
 } fake_be;
 
@@ -144,22 +143,8 @@ static nx_status fake_submit(nx_gen_backend *b, nx_gen_stream *s, nx_error *err)
     pthread_mutex_lock(&be->mu);
     nx_status st = NX_OK;
     if (be->refusing) st = nx_fail(err, NX_ERR_UNSUPPORTED, "the server is shutting down");
-    else if (be->n_wait >= be->p.queue_max + idle_slots(be))
-        st = nx_fail(err, NX_ERR_NOMEM, "all %d slots are busy and %d requests are queued (--queue-max %d)",
-                     be->p.n_slots, be->n_wait, be->p.queue_max);
-    else if (be->n_wait == be->cap_wait) {
-        int cap = be->cap_wait ? be->cap_wait * 2 : 16;
-        nx_gen_stream **w = realloc(be->wait, (size_t)cap * sizeof *w);
-        if (!w) st = nx_fail(err, NX_ERR_NOMEM, "out of memory queueing a request");
-        else {
-            be->wait = w;
-            be->cap_wait = cap;
-        }
-    }
-    if (st == NX_OK) {
-        be->wait[be->n_wait++] = s;
-        pthread_cond_broadcast(&be->cv);
-    }
+    else st = nx_wait_list_push(&be->wait, s, be->p.queue_max + idle_slots(be), be->p.n_slots, be->p.queue_max, err);
+    if (st == NX_OK) pthread_cond_broadcast(&be->cv);
     pthread_mutex_unlock(&be->mu);
     return st;
 }
@@ -189,7 +174,7 @@ static int fake_slots(nx_gen_backend *b, nx_gen_slot_info *out, int cap, nx_gen_
     }
     if (load) {
         load->n_busy = busy;
-        load->n_waiting = be->n_wait;
+        load->n_waiting = be->wait.n;
         load->kv_usage = (double)cached / ((double)be->p.n_ctx_slot * be->p.n_slots);
     }
     pthread_mutex_unlock(&be->mu);
@@ -340,17 +325,17 @@ static void slot_step(fake_be *be, fake_slot *sl) {
 
 static void admit_waiting(fake_be *be) {
     int o = 0;
-    for (int i = 0; i < be->n_wait; i++) {
-        nx_gen_stream *s = be->wait[i];
+    for (int i = 0; i < be->wait.n; i++) {
+        nx_gen_stream *s = be->wait.v[i];
         if (nx_gen_stream_cancelled(s)) {
             nx_slot_finish_unadmitted(s);
             continue;
         }
         fake_slot *sl = (fake_slot *)nx_slot_choose(be->slots, sizeof *be->slots, be->p.n_slots, nx_gen_stream_request(s));
         if (sl) slot_admit(be, sl, s);
-        else be->wait[o++] = s;
+        else be->wait.v[o++] = s;
     }
-    be->n_wait = o;
+    be->wait.n = o;
 }
 
 static void *scheduler(void *arg) {
@@ -366,7 +351,7 @@ static void *scheduler(void *arg) {
             slot_step(be, sl);
             busy += sl->b.busy;
         }
-        if (!busy && be->n_wait == 0) {
+        if (!busy && be->wait.n == 0) {
             pthread_cond_wait(&be->cv, &be->mu);
             continue;
         }
@@ -385,12 +370,12 @@ static void *scheduler(void *arg) {
 /* ===== Life cycle ===== */
 
 static void cancel_locked(fake_be *be) {
-    for (int i = 0; i < be->n_wait; i++) {
+    for (int i = 0; i < be->wait.n; i++) {
         nx_gen_timings t;
         nx_gen_timings_init(&t);
-        nx_gen_stream_finish(be->wait[i], NX_GEN_FINISH_CANCELLED, -1, NULL, 0, &t);
+        nx_gen_stream_finish(be->wait.v[i], NX_GEN_FINISH_CANCELLED, -1, NULL, 0, &t);
     }
-    be->n_wait = 0;
+    be->wait.n = 0;
     for (int i = 0; i < be->p.n_slots; i++)
         if (be->slots[i].b.busy) slot_end(&be->slots[i], NX_GEN_FINISH_CANCELLED, -1);
 }
@@ -421,7 +406,7 @@ static void fake_free(nx_gen_backend *b) {
         }
     }
     free(be->slots);
-    free(be->wait);
+    nx_wait_list_free(&be->wait);
     pthread_cond_destroy(&be->cv);
     pthread_mutex_destroy(&be->mu);
     free(be);

@@ -59,8 +59,7 @@ typedef struct model_be {
     bool th_started, stop, refusing, cancel_running;
     model_slot *slots;
     int *seq_slot;              /* engine sequence -> slot index (-1) */
-    nx_gen_stream **wait;
-    int n_wait, cap_wait;
+    nx_wait_list wait;                /* requests not yet admitted */
     uint64_t tick;
 } model_be;
 
@@ -123,22 +122,8 @@ static nx_status model_submit(nx_gen_backend *b, nx_gen_stream *s, nx_error *err
     else if (n_prompt >= be->n_ctx_slot)   /* the first generated token needs a position too */
         st = nx_fail(err, NX_ERR_RANGE, "the prompt (%d tokens) leaves no room to generate in a slot's context (%d positions)",
                      n_prompt, be->n_ctx_slot);
-    else if (be->n_wait >= be->p.queue_max + idle_slots(be))
-        st = nx_fail(err, NX_ERR_NOMEM, "all %d slots are busy and %d requests are queued (--queue-max %d)",
-                     be->p.n_slots, be->n_wait, be->p.queue_max);
-    else if (be->n_wait == be->cap_wait) {
-        int cap = be->cap_wait ? be->cap_wait * 2 : 16;
-        nx_gen_stream **w = realloc(be->wait, (size_t)cap * sizeof *w);
-        if (!w) st = nx_fail(err, NX_ERR_NOMEM, "out of memory queueing a request");
-        else {
-            be->wait = w;
-            be->cap_wait = cap;
-        }
-    }
-    if (st == NX_OK) {
-        be->wait[be->n_wait++] = s;
-        pthread_cond_broadcast(&be->cv);
-    }
+    else st = nx_wait_list_push(&be->wait, s, be->p.queue_max + idle_slots(be), be->p.n_slots, be->p.queue_max, err);
+    if (st == NX_OK) pthread_cond_broadcast(&be->cv);
     pthread_mutex_unlock(&be->mu);
     return st;
 }
@@ -168,7 +153,7 @@ static int model_slots(nx_gen_backend *b, nx_gen_slot_info *out, int cap, nx_gen
     }
     if (load) {
         load->n_busy = busy;
-        load->n_waiting = be->n_wait;
+        load->n_waiting = be->wait.n;
         load->kv_usage = (double)cached / ((double)be->n_ctx_slot * be->p.n_slots);
     }
     pthread_mutex_unlock(&be->mu);
@@ -287,14 +272,14 @@ static void on_round(void *user, const nx_spec_round_info *info) {
 
 static void admit_waiting(model_be *be) {
     int o = 0;
-    for (int i = 0; i < be->n_wait; i++) {
-        nx_gen_stream *s = be->wait[i];
+    for (int i = 0; i < be->wait.n; i++) {
+        nx_gen_stream *s = be->wait.v[i];
         if (nx_gen_stream_cancelled(s)) { nx_slot_finish_unadmitted(s); continue; }
         model_slot *sl = (model_slot *)nx_slot_choose(be->slots, sizeof *be->slots, be->p.n_slots, nx_gen_stream_request(s));
         if (sl) slot_admit(be, sl, s);
-        else be->wait[o++] = s;
+        else be->wait.v[o++] = s;
     }
-    be->n_wait = o;
+    be->wait.n = o;
 }
 
 /* Prompt decoding of an admitted slot (be->mu NOT held: touches only the slot's private fields
@@ -387,8 +372,8 @@ static void *scheduler(void *arg) {
 /* ===== Life cycle ===== */
 
 static void cancel_waiting_locked(model_be *be) {
-    for (int i = 0; i < be->n_wait; i++) nx_slot_finish_unadmitted(be->wait[i]);
-    be->n_wait = 0;
+    for (int i = 0; i < be->wait.n; i++) nx_slot_finish_unadmitted(be->wait.v[i]);
+    be->wait.n = 0;
 }
 
 static void model_cancel_all(nx_gen_backend *b) {
@@ -427,7 +412,7 @@ static void model_free(nx_gen_backend *b) {
     nx_model_free(be->model);
     free(be->slots);
     free(be->seq_slot);
-    free(be->wait);
+    nx_wait_list_free(&be->wait);
     pthread_cond_destroy(&be->cv);
     pthread_mutex_destroy(&be->mu);
     free(be);

@@ -55,3 +55,24 @@ void nx_slot_finish_unadmitted(nx_gen_stream *s) {
     t.queue_ms = (nx_gen_now() - nx_gen_stream_t_submit(s)) * 1000.0;
     nx_gen_stream_finish(s, NX_GEN_FINISH_CANCELLED, -1, NULL, 0, &t);
 }
+
+nx_status nx_wait_list_push(nx_wait_list *w, nx_gen_stream *s, int limit, int n_slots, int queue_max, nx_error *err) {
+    if (w->n >= limit)
+        return nx_fail(err, NX_ERR_NOMEM, "all %d slots are busy and %d requests are queued (--queue-max %d)", n_slots,
+                       w->n, queue_max);
+    if (w->n == w->cap) {
+        int cap = w->cap ? w->cap * 2 : 16;
+        nx_gen_stream **v = realloc(w->v, (size_t)cap * sizeof *v);
+        if (!v) return nx_fail(err, NX_ERR_NOMEM, "out of memory queueing a request");
+        w->v = v;
+        w->cap = cap;
+    }
+    w->v[w->n++] = s;
+    return NX_OK;
+}
+
+void nx_wait_list_free(nx_wait_list *w) {
+    free(w->v);
+    w->v = NULL;
+    w->n = w->cap = 0;
+}

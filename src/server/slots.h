@@ -30,6 +30,17 @@ int  nx_slot_common_prefix(const nx_slot_base *sl, const nx_token *prompt, int n
 /* The idle slot for r (see above) among n slots laid out stride bytes apart; NULL: none idle
  * (or r->id_slot is busy). */
 nx_slot_base *nx_slot_choose(void *slots, size_t stride, int n, const nx_gen_request *r);
+/* The wait list of requests not yet admitted to a slot (FIFO, grows on demand). */
+typedef struct nx_wait_list {
+    nx_gen_stream **v;
+    int n, cap;
+} nx_wait_list;
+
+/* Queue s, unless limit requests already wait: then NX_ERR_NOMEM ("all n_slots slots are busy
+ * ..."), which the HTTP side turns into 503 + Retry-After. */
+nx_status nx_wait_list_push(nx_wait_list *w, nx_gen_stream *s, int limit, int n_slots, int queue_max, nx_error *err);
+void nx_wait_list_free(nx_wait_list *w);
+
 /* Finish a stream that was queued but never admitted (cancelled, shutdown) with
  * NX_GEN_FINISH_CANCELLED and timings saying so. */
 void nx_slot_finish_unadmitted(nx_gen_stream *s);
