@@ -67,10 +67,14 @@ static act_plan plan_act(act_kind kind, int64_t n_in, int64_t n_rows) {
     return p;
 }
 
+/* The AVX-512 Q4_K kernel wants its activations permuted: one more copy of q in the scratch. */
+static bool q4k_permuted(nx_type type) { return type == NX_TYPE_Q4_K && nx_cpu_level_get() == NX_CPU_AVX512; }
+
 size_t nx_matmul_scratch_size(nx_type type, int64_t n_in, int64_t n_rows) {
     act_kind kind;
     if (!mm_type(type, &kind) || n_in <= 0 || n_rows <= 0) return 0;
-    return plan_act(kind, n_in, n_rows).total;
+    act_plan p = plan_act(kind, n_in, n_rows);
+    return p.total + (q4k_permuted(type) ? p.q_row * (size_t)n_rows : 0);
 }
 
 static nx_status scratch_reserve(nx_matmul_scratch *s, size_t need, nx_error *err) {
@@ -254,9 +258,16 @@ nx_status nx_matmul_rows(nx_threadpool *tp, nx_matmul_scratch *scratch, const nx
     } else {
         act_plan p = plan_act(kind, n_in, n_rows);
         nx_matmul_scratch *s = scratch ? scratch : &own;
-        nx_status st = scratch_reserve(s, p.total, err);
+        const bool perm = q4k_permuted(w->type);
+        nx_status st = scratch_reserve(s, p.total + (perm ? p.q_row * (size_t)n_rows : 0), err);
         if (st != NX_OK) return st;
         quantize_rows(kind, nx_mm_act_bias(w->type), x, n_rows, ldx, n_in, &p, s->buf, &job.act);
+        if (perm) {
+            uint8_t *qp = (uint8_t *)s->buf + p.total;
+            for (int64_t r = 0; r < n_rows; r++)
+                nx_mm_q4k_perm_avx512(job.act.q + r * job.act.q_stride, qp + (size_t)r * p.q_row, n_in);
+            job.act.q = qp;
+        }
     }
     nx_threadpool_run(tp, mm_task, &job);
     nx_matmul_scratch_free(&own);

@@ -7,6 +7,9 @@
  * correction -128*sum(w) per lane; it depends only on the weight, so it is computed once per
  * weight step and used as the accumulator's start value (exact in int32).
  *
+ * Q4_K has its own kernel (below): lanes pure per sub-block, so one int->float conversion
+ * per super-block and row; it reorders the activations once per call (see q4k_kernel).
+ *
  * Batch invariance: the per-row work is the same instruction sequence whatever the tile size
  * (the tile size only changes how many rows share one decoded weight step), every float op
  * is an explicit intrinsic (no compiler contraction), and each row's 16 float lanes are
@@ -16,6 +19,7 @@
 #include "kernels/matmul_impl.h"
 #include "quant/blocks.h"
 #include <immintrin.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define AI static inline __attribute__((always_inline))
@@ -415,11 +419,104 @@ AI void b256_kernel(const int T, const int NR, int64_t n, const uint8_t *w, size
 }
 
 
-#define B256_CALL_NX_TYPE_Q4_K(nr) b256_kernel(NX_TYPE_Q4_K, nr, n, wo, ws, 1, &sub, yo, ldy)
+/* ===== Q4_K: sub-block-pure lanes ===== */
+
+/* The 256 values of a super-block are reordered so that int32 lane j of each of the four
+ * 64-byte vectors holds values of sub-block j/2 only: qword k (lanes 2k, 2k+1) of vector z
+ * takes values 32k + 8z .. 32k + 8z + 7 (a qword transpose, src qword 4k+z -> dst 8z+k).
+ * Then the four vpdpbusd (unsigned codes x signed activation bytes) of a super-block chain
+ * into one exact int32 vector (|lane| <= 16*15*127), converted once and multiplied by the
+ * per-lane scale d*sc[j/2]; the mins come from the Q8_K group sums (vpmaddwd). The weight
+ * reorder is one vpermt2q per vector (shared by all rows); the activations are reordered
+ * once per kernel call into a buffer, or per step into a stack copy if that buffer cannot
+ * be allocated (same integers, same float ops: the same bits). */
+AI void q4k_perm(const uint8_t *src, uint8_t *dst) {
+    const __m512i i0 = _mm512_set_epi64(12, 8, 4, 0, 12, 8, 4, 0), i1 = _mm512_set_epi64(13, 9, 5, 1, 13, 9, 5, 1);
+    const __m512i i2 = _mm512_set_epi64(14, 10, 6, 2, 14, 10, 6, 2), i3 = _mm512_set_epi64(15, 11, 7, 3, 15, 11, 7, 3);
+    const __m512i a0 = _mm512_loadu_si512(src), a1 = _mm512_loadu_si512(src + 64);
+    const __m512i a2 = _mm512_loadu_si512(src + 128), a3 = _mm512_loadu_si512(src + 192);
+    /* lo: qwords k = 0..3 (src 0..127), hi: k = 4..7 (src 128..255); dst lane k < 4 from lo */
+    const __mmask8 hi = 0xF0;
+    _mm512_storeu_si512(dst, _mm512_mask_blend_epi64(hi, _mm512_permutex2var_epi64(a0, i0, a1), _mm512_permutex2var_epi64(a2, i0, a3)));
+    _mm512_storeu_si512(dst + 64, _mm512_mask_blend_epi64(hi, _mm512_permutex2var_epi64(a0, i1, a1), _mm512_permutex2var_epi64(a2, i1, a3)));
+    _mm512_storeu_si512(dst + 128, _mm512_mask_blend_epi64(hi, _mm512_permutex2var_epi64(a0, i2, a1), _mm512_permutex2var_epi64(a2, i2, a3)));
+    _mm512_storeu_si512(dst + 192, _mm512_mask_blend_epi64(hi, _mm512_permutex2var_epi64(a0, i3, a1), _mm512_permutex2var_epi64(a2, i3, a3)));
+}
+
+AI void q4k_kernel(const int NR, const int PRE, int64_t n, const uint8_t *w, size_t ws, int64_t nw,
+                   const nx_mm_act *a, float *y, int64_t ldy) {
+    const int64_t nsb = n / 256;
+    const size_t bs = sizeof(nx_block_q4_K);
+    const __m512i zero = _mm512_setzero_si512(), m4 = _mm512_set1_epi8(0x0F);
+    const __m128i sidx_p = _mm_setr_epi8(0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 8, 9, 10, 11);
+    const __m128i sidx_q = _mm_setr_epi8(-1, -1, -1, -1, 0, 1, 2, 3, -1, -1, -1, -1, 4, 5, 6, 7);
+    const __m128i sidx_sc = _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+    const __m128i sidx_m = _mm_setr_epi8(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15);
+    for (int64_t o = 0; o < nw; o++) {
+        const uint8_t *wr = w + (size_t)o * ws;
+        __m512 acc[NX_MM_TILE];
+#pragma GCC unroll 16
+        for (int r = 0; r < NR; r++) acc[r] = _mm512_setzero_ps();
+        for (int64_t sb = 0; sb < nsb; sb++) {
+            const uint8_t *blk = wr + (size_t)sb * bs;
+            prefetch_w(blk, bs);
+            const __m128 dd = _mm_cvtph_ps(_mm_cvtsi32_si128((int)ld32(blk)));   /* d, dmin */
+            const float d = _mm_cvtss_f32(dd), dm = _mm_cvtss_f32(_mm_movehdup_ps(dd));
+            /* 12 scale bytes -> bytes 0..7 sc[0..7], 8..15 m[0..7] (nx_mm_k4_scales, vectorized;
+             * the load reads 4 bytes of qs, inside the block) */
+            const __m128i v = _mm_loadu_si128((const __m128i *)(blk + 4));
+            const __m128i P = _mm_shuffle_epi8(v, sidx_p), Q = _mm_shuffle_epi8(v, sidx_q);
+            const __m128i Pn = _mm_and_si128(_mm_mask_blend_epi8(0xF000, P, _mm_srli_epi16(P, 4)), _mm_set1_epi8(15));
+            const __m128i hi6 = _mm_or_si128(Pn, _mm_and_si128(_mm_srli_epi16(Q, 2), _mm_set1_epi8(0x30)));
+            const __m128i scm = _mm_mask_blend_epi8(0xF0F0, _mm_and_si128(P, _mm_set1_epi8(63)), hi6);
+            const __m512 SCL = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_shuffle_epi8(scm, sidx_sc))),
+                                             _mm512_set1_ps(d));
+            const __m256i M16 = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(scm, sidx_m));
+            const __m256 DMN = _mm256_set1_ps(-dm);
+            const __m512i Q0 = _mm512_loadu_si512(blk + 16), Q1 = _mm512_loadu_si512(blk + 80);
+            __m512i W[4];
+#pragma GCC unroll 4
+            for (int z = 0; z < 4; z++) {
+                const __m512i idx = _mm512_add_epi64(_mm512_set_epi64(12, 12, 8, 8, 4, 4, 0, 0), _mm512_set1_epi64(z));
+                const __m512i t = _mm512_permutex2var_epi64(Q0, idx, Q1);
+                W[z] = _mm512_and_si512(_mm512_mask_srli_epi64(t, 0xAA, t, 4), m4);
+            }
+#pragma GCC unroll 16
+            for (int r = 0; r < NR; r++) {
+                const uint8_t *q = a->q + r * a->q_stride + 256 * sb;
+                _Alignas(64) uint8_t tmp[PRE ? 1 : 256];
+                if (!PRE) { q4k_perm(q, tmp); q = tmp; }
+                __m512i is = _mm512_dpbusd_epi32(zero, W[0], _mm512_loadu_si512(q));
+                is = _mm512_dpbusd_epi32(is, W[1], _mm512_loadu_si512(q + 64));
+                is = _mm512_dpbusd_epi32(is, W[2], _mm512_loadu_si512(q + 128));
+                is = _mm512_dpbusd_epi32(is, W[3], _mm512_loadu_si512(q + 192));
+                const __m256i bsum = _mm256_loadu_si256((const __m256i *)(a->bs + r * a->bs_stride + 16 * sb));
+                const __m256 fm = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(bsum, M16)), DMN);
+                const __m512 f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is), SCL, _mm512_zextps256_ps512(fm));
+                acc[r] = _mm512_fmadd_ps(f, _mm512_set1_ps(a->d[r * a->d_stride + sb]), acc[r]);
+            }
+        }
+#pragma GCC unroll 16
+        for (int r = 0; r < NR; r++) y[r * ldy + o] = hsum512(acc[r]);
+    }
+}
+
+#define Q4K_CALL_PRE(nr) q4k_kernel(nr, 1, n, wo, ws, 1, &sub, yo, ldy)
+KERNEL_FN(k_q4_K_pre, Q4K_CALL_PRE)
+
+/* The AVX-512 Q4_K kernel reads activations already in its sub-block order: matmul.c permutes
+ * them once per call into the caller's scratch (nx_mm_q4k_perm_avx512), so no allocation here. */
+static void k_q4_K(int64_t n, const uint8_t *w, size_t ws, int64_t nw, const nx_mm_act *a, int na, float *y, int64_t ldy) {
+    k_q4_K_pre(n, w, ws, nw, a, na, y, ldy);
+}
+
+void nx_mm_q4k_perm_avx512(const uint8_t *src, uint8_t *dst, int64_t n) {
+    for (int64_t i = 0; i < n; i += 256) q4k_perm(src + i, dst + i);
+}
+
 #define B256_CALL_NX_TYPE_Q5_K(nr) b256_kernel(NX_TYPE_Q5_K, nr, n, wo, ws, 1, &sub, yo, ldy)
 #define B256_CALL_NX_TYPE_Q6_K(nr) b256_kernel(NX_TYPE_Q6_K, nr, n, wo, ws, 1, &sub, yo, ldy)
 #define B256_CALL_NX_TYPE_IQ4_XS(nr) b256_kernel(NX_TYPE_IQ4_XS, nr, n, wo, ws, 1, &sub, yo, ldy)
-KERNEL_FN(k_q4_K, B256_CALL_NX_TYPE_Q4_K)
 KERNEL_FN(k_q5_K, B256_CALL_NX_TYPE_Q5_K)
 KERNEL_FN(k_q6_K, B256_CALL_NX_TYPE_Q6_K)
 KERNEL_FN(k_iq4_xs, B256_CALL_NX_TYPE_IQ4_XS)
