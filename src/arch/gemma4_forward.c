@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "arch/gemma4.h"
+#include "arch/moe.h"
 #include "kernels/cpu.h"
 #include "quant/quant.h"
 
@@ -102,16 +103,6 @@ static nx_status scratch_create(const g4_model *gm, int n, int max_cells, int n_
 static inline nx_status mm(nx_ctx *ctx, const nx_tensor *w, const float *x, int n, int64_t ldx, float *y, int64_t ldy,
                            nx_error *err) {
     return nx_matmul(ctx->tp, &ctx->mm, w, x, n, ldx, y, ldy, err);
-}
-
-/* One expert's 2-D slice of a 3-D expert tensor. */
-static nx_tensor expert_view(const nx_tensor *t, int e) {
-    nx_tensor v = *t;
-    v.n_dims = 2;
-    v.ne[2] = v.ne[3] = 1;
-    v.data = (char *)t->data + (size_t)e * t->nb[2];
-    v.nbytes = t->nb[2];
-    return v;
 }
 
 /* ===== Attention ===== */
@@ -246,41 +237,12 @@ static nx_status moe_experts(nx_ctx *ctx, g4_scratch *s, const g4_layer *L, int 
             s->e_cnt[sel[i]]++;
         }
     }
-    s->e_off[0] = 0;
-    for (int e = 0; e < X; e++) s->e_off[e + 1] = s->e_off[e] + s->e_cnt[e];
-    memset(s->e_cnt, 0, (size_t)X * sizeof(int));
-    for (int i = 0; i < n * kx; i++) {
-        const int e = s->sel[i];
-        s->e_slot[s->e_off[e] + s->e_cnt[e]++] = i;
-    }
-    for (int e = 0; e < X; e++) {
-        const int cnt = s->e_off[e + 1] - s->e_off[e];
-        if (!cnt) continue;
-        const int *slots = s->e_slot + s->e_off[e];
-        for (int i = 0; i < cnt; i++)
-            memcpy(s->gath + (size_t)i * E, u + (size_t)(slots[i] / kx) * E, (size_t)E * sizeof(float));
-        if (L->gate_up_exps) {
-            nx_tensor w = expert_view(L->gate_up_exps, e);
-            if ((st = mm(ctx, &w, s->gath, cnt, E, s->gu, 2 * F, err)) != NX_OK) return st;
-        } else {
-            nx_tensor wg = expert_view(L->gate_exps, e), wu = expert_view(L->up_exps, e);
-            if ((st = mm(ctx, &wg, s->gath, cnt, E, s->gu, 2 * F, err)) != NX_OK) return st;
-            if ((st = mm(ctx, &wu, s->gath, cnt, E, s->gu + F, 2 * F, err)) != NX_OK) return st;
-        }
-        for (int i = 0; i < cnt; i++)
-            nx_geglu(s->hm + (size_t)i * F, s->gu + (size_t)i * 2 * F, s->gu + (size_t)i * 2 * F + F, F);
-        nx_tensor wd = expert_view(L->down_exps, e);
-        if ((st = mm(ctx, &wd, s->hm, cnt, F, s->yo, E, err)) != NX_OK) return st;
-        for (int i = 0; i < cnt; i++)
-            memcpy(s->ys + (size_t)slots[i] * E, s->yo + (size_t)i * E, (size_t)E * sizeof(float));
-    }
-    /* each row sums its experts in its own top-k order: independent of the batch */
-    for (int r = 0; r < n; r++) {
-        float *y = s->mo + (size_t)r * E;
-        memset(y, 0, (size_t)E * sizeof(float));
-        for (int i = 0; i < kx; i++) nx_axpy(y, s->ys + ((size_t)r * kx + i) * E, s->selw[(size_t)r * kx + i], E);
-    }
-    return NX_OK;
+    const nx_moe_experts ex = {.gate_up = L->gate_up_exps, .gate = L->gate_exps, .up = L->up_exps,
+                               .down = L->down_exps, .n_expert = X, .n_used = kx, .n_embd = E, .n_ff = F,
+                               .glu = nx_geglu};
+    const nx_moe_bufs b = {.e_cnt = s->e_cnt, .e_off = s->e_off, .e_slot = s->e_slot, .gath = s->gath,
+                           .gu = s->gu, .hm = s->hm, .yo = s->yo, .ys = s->ys};
+    return nx_moe_run(ctx, &ex, &b, n, u, s->sel, s->selw, s->mo, err);
 }
 
 static nx_status ffn_block(nx_ctx *ctx, g4_scratch *s, const g4_layer *L, int n, float *x, nx_error *err) {

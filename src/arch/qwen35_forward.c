@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "arch/qwen35.h"
+#include "arch/moe.h"
 #include "arch/qwen35_dn.h"
 #include "core/fp16.h"
 
@@ -98,16 +99,6 @@ float *qw_scratch_x(qw_scratch *s) { return s->x; }
 static inline nx_status mm(nx_ctx *ctx, const nx_tensor *w, const float *x, int n, int64_t ldx, float *y, int64_t ldy,
                            nx_error *err) {
     return nx_matmul(ctx->tp, &ctx->mm, w, x, n, ldx, y, ldy, err);
-}
-
-/* One expert's 2-D slice of a 3-D expert tensor. */
-static nx_tensor expert_view(const nx_tensor *t, int e) {
-    nx_tensor v = *t;
-    v.n_dims = 2;
-    v.ne[2] = v.ne[3] = 1;
-    v.data = (char *)t->data + (size_t)e * t->nb[2];
-    v.nbytes = t->nb[2];
-    return v;
 }
 
 /* ===== Gated attention ===== */
@@ -334,41 +325,12 @@ static nx_status moe_block(nx_ctx *ctx, qw_scratch *s, const qw_layer *L, int n,
             s->e_cnt[s->sel[(size_t)r * kx + i]]++;
         }
     }
-    s->e_off[0] = 0;
-    for (int e = 0; e < X; e++) s->e_off[e + 1] = s->e_off[e] + s->e_cnt[e];
-    memset(s->e_cnt, 0, (size_t)X * sizeof(int));
-    for (int i = 0; i < n * kx; i++) {
-        int e = s->sel[i];
-        s->e_slot[s->e_off[e] + s->e_cnt[e]++] = i;
-    }
-    for (int e = 0; e < X; e++) {
-        const int cnt = s->e_off[e + 1] - s->e_off[e];
-        if (!cnt) continue;
-        const int *slots = s->e_slot + s->e_off[e];
-        for (int i = 0; i < cnt; i++)
-            memcpy(s->gath + (size_t)i * E, u + (size_t)(slots[i] / kx) * E, (size_t)E * sizeof(float));
-        if (f->gate_up_exps) {
-            nx_tensor w = expert_view(f->gate_up_exps, e);
-            if ((st = mm(ctx, &w, s->gath, cnt, E, s->gu, 2 * F, err)) != NX_OK) return st;
-        } else {
-            nx_tensor wg = expert_view(f->gate_exps, e), wu = expert_view(f->up_exps, e);
-            if ((st = mm(ctx, &wg, s->gath, cnt, E, s->gu, 2 * F, err)) != NX_OK) return st;
-            if ((st = mm(ctx, &wu, s->gath, cnt, E, s->gu + F, 2 * F, err)) != NX_OK) return st;
-        }
-        for (int i = 0; i < cnt; i++)
-            nx_swiglu(s->hm + (size_t)i * F, s->gu + (size_t)i * 2 * F, s->gu + (size_t)i * 2 * F + F, F);
-        nx_tensor wd = expert_view(f->down_exps, e);
-        if ((st = mm(ctx, &wd, s->hm, cnt, F, s->yo, E, err)) != NX_OK) return st;
-        for (int i = 0; i < cnt; i++)
-            memcpy(s->ys + (size_t)slots[i] * E, s->yo + (size_t)i * E, (size_t)E * sizeof(float));
-    }
-    /* each row sums its experts in its own top-k order: independent of the batch */
-    for (int r = 0; r < n; r++) {
-        float *y = s->moe_out + (size_t)r * E;
-        memset(y, 0, (size_t)E * sizeof(float));
-        for (int i = 0; i < kx; i++)
-            nx_axpy(y, s->ys + ((size_t)r * kx + i) * E, s->selw[(size_t)r * kx + i], E);
-    }
+    const nx_moe_experts ex = {.gate_up = f->gate_up_exps, .gate = f->gate_exps, .up = f->up_exps,
+                               .down = f->down_exps, .n_expert = X, .n_used = kx, .n_embd = E, .n_ff = F,
+                               .glu = nx_swiglu};
+    const nx_moe_bufs b = {.e_cnt = s->e_cnt, .e_off = s->e_off, .e_slot = s->e_slot, .gath = s->gath,
+                           .gu = s->gu, .hm = s->hm, .yo = s->yo, .ys = s->ys};
+    if ((st = nx_moe_run(ctx, &ex, &b, n, u, s->sel, s->selw, s->moe_out, err)) != NX_OK) return st;
     if (f->up_shexp) {
         float *g = s->b1, *up = s->b2, *d = s->b4;
         if ((st = mm(ctx, &f->gate_inp_shexp, u, n, E, s->gs, 1, err)) != NX_OK) return st;
