@@ -535,15 +535,157 @@ static void gm_arch_gemma4(gm_builder *b) {
     if (!tied) gm_tensor(b, "output.weight", GM_NORMAL, s_in, 2, E, V, 1, 1);
 }
 
+/* Gemma 4 assistant drafter (`gemma4-assistant`, spec gemma4.md §1.2, §2.2, S000/S002 names) for
+ * the gemma4 target the SAME config describes: the target keys (n_embd, n_vocab, head_dim_swa,
+ * head_dim_full, n_head_kv_swa / _full, full_interval, n_layer, shared_kv_layers, sliding_window,
+ * rope_freq_base(_swa), partial_rotary_full, rms_eps) with the gemma4 defaults give the backbone
+ * width (embedding_length_out), vocabulary, head dims and layer types; the assistant's own keys:
+ * asst_n_embd 32, asst_n_layer 2, asst_n_head 4, asst_n_ff 64, asst_full_interval (default
+ * full_interval: layer il is full iff (il+1) % it == 0), asst_sliding_window (default the
+ * target's), asst_layer_output_scale true, asst_tied true (false: output.weight),
+ * asst_final_logit_softcapping (0 = key absent), asst_emb_std 0.35; centroid head: n_centroids 0
+ * (dense) or a divisor of n_vocab, centroid_top_k 4, use_ordered_embeddings true (written with
+ * the head). masked_embd_ordering is a random vocabulary permutation (I32). */
+static void gm_arch_gemma4_assistant(gm_builder *b) {
+    int64_t E = gm_int(b, "n_embd", 64), n_layer = gm_int(b, "n_layer", 6), V = gm_int(b, "n_vocab", 512);
+    int64_t Hs = gm_int(b, "n_head_kv_swa", 2), Hf = gm_int(b, "n_head_kv_full", 1);
+    int64_t Ds = gm_int(b, "head_dim_swa", 64), Df = gm_int(b, "head_dim_full", 128);
+    int64_t interval = gm_int(b, "full_interval", 2), n_swa = gm_int(b, "sliding_window", 8);
+    int64_t n_shared = gm_int(b, "shared_kv_layers", 2);
+    double partial = gm_float(b, "partial_rotary_full", 0.25);
+    int64_t A = gm_int(b, "asst_n_embd", 32), AL = gm_int(b, "asst_n_layer", 2), AH = gm_int(b, "asst_n_head", 4);
+    int64_t AF = gm_int(b, "asst_n_ff", 64), Aint = gm_int(b, "asst_full_interval", interval);
+    int64_t Aswa = gm_int(b, "asst_sliding_window", n_swa);
+    int64_t NC = gm_int(b, "n_centroids", 0), TK = gm_int(b, "centroid_top_k", 4);
+    bool los = gm_bool(b, "asst_layer_output_scale", true), tied = gm_bool(b, "asst_tied", true);
+    double cap = gm_float(b, "asst_final_logit_softcapping", 0.0);
+    const int64_t n_rot_full = 2 * (int64_t)(Df * partial / 2.0);
+    if (E <= 0 || n_layer <= 0 || n_layer > 1024 || V <= 0 || Hs <= 0 || Hf <= 0 || Ds <= 0 || Df <= 0 || Ds % 2 ||
+        Df % 2 || interval < 0 || n_swa <= 0 || n_shared < 0 || n_shared >= n_layer || !(partial > 0.0 && partial <= 1.0) ||
+        n_rot_full < 2 || A <= 0 || AL <= 0 || AL > 1024 || AH <= 0 || AF <= 0 || Aint < 0 || Aswa <= 0 ||
+        Aswa > n_swa || NC < 0 || (NC > 0 && (V % NC || TK <= 0 || TK > NC)) || cap < 0) {
+        b->st = nx_fail(b->err, NX_ERR_INVALID_ARG,
+                        "gen-model gemma4-assistant: bad config (asst_n_embd %lld, asst_n_layer %lld, asst_n_head %lld, "
+                        "asst_n_ff %lld, asst_sliding_window %lld vs target %lld, n_centroids %lld, centroid_top_k %lld, "
+                        "n_vocab %lld)", (long long)A, (long long)AL, (long long)AH, (long long)AF, (long long)Aswa,
+                        (long long)n_swa, (long long)NC, (long long)TK, (long long)V);
+        return;
+    }
+    /* which layer types the target has KV-owning layers of (the assistant reads their cache) */
+    bool tgt_swa_kv = false, tgt_full_kv = false;
+    for (int64_t l = 0; l < n_layer - n_shared; l++) {
+        bool s = interval == 0 || (l + 1) % interval != 0;
+        tgt_swa_kv |= s;
+        tgt_full_kv |= !s;
+    }
+    uint8_t *pat = gm_keep(b, (size_t)AL);
+    int32_t *hkv = gm_keep(b, (size_t)AL * sizeof *hkv);
+    if (!pat || !hkv) return;
+    for (int64_t l = 0; l < AL; l++) {
+        bool s = Aint == 0 || (l + 1) % Aint != 0;
+        if ((s && !tgt_swa_kv) || (!s && !tgt_full_kv)) {
+            b->st = nx_fail(b->err, NX_ERR_INVALID_ARG, "gen-model gemma4-assistant: layer %lld (%s) has no KV-owning "
+                            "target layer of its type", (long long)l, s ? "SWA" : "full");
+            return;
+        }
+        pat[l] = s;
+        hkv[l] = (int32_t)(s ? Hs : Hf);
+        if (AH % hkv[l]) {
+            b->st = nx_fail(b->err, NX_ERR_INVALID_ARG, "gen-model gemma4-assistant: asst_n_head %lld is not a multiple "
+                            "of the target's %d kv heads", (long long)AH, hkv[l]);
+            return;
+        }
+    }
+    gm_check(b, nx_gguf_set_str(b->w, "general.architecture", "gemma4-assistant"), "general.architecture");
+    gm_check(b, nx_gguf_set_str(b->w, "general.name", "nextn-gen-gemma4-assistant"), "general.name");
+    gm_key_u32(b, "context_length", (uint32_t)gm_int(b, "n_ctx", 4096));
+    gm_key_u32(b, "embedding_length", (uint32_t)A);
+    gm_key_u32(b, "block_count", (uint32_t)AL);
+    gm_key_u32(b, "feed_forward_length", (uint32_t)AF);
+    gm_key_u32(b, "attention.head_count", (uint32_t)AH);
+    char key[256];
+    snprintf(key, sizeof key, "%s.attention.head_count_kv", b->arch);
+    gm_check(b, nx_gguf_set_arr(b->w, key, NX_GGUF_I32, hkv, (uint64_t)AL), key);
+    gm_key_u32(b, "attention.key_length", (uint32_t)Df);
+    gm_key_u32(b, "attention.value_length", (uint32_t)Df);
+    gm_key_u32(b, "attention.key_length_swa", (uint32_t)Ds);
+    gm_key_u32(b, "attention.value_length_swa", (uint32_t)Ds);
+    gm_key_f32(b, "attention.layer_norm_rms_epsilon", (float)gm_float(b, "rms_eps", 1e-6));
+    gm_key_u32(b, "attention.sliding_window", (uint32_t)Aswa);
+    snprintf(key, sizeof key, "%s.attention.sliding_window_pattern", b->arch);
+    gm_check(b, nx_gguf_set_arr(b->w, key, NX_GGUF_BOOL, pat, (uint64_t)AL), key);
+    gm_key_u32(b, "rope.dimension_count", (uint32_t)Df);
+    gm_key_u32(b, "rope.dimension_count_swa", (uint32_t)Ds);
+    gm_key_f32(b, "rope.freq_base", (float)gm_float(b, "rope_freq_base", 1e6));
+    gm_key_f32(b, "rope.freq_base_swa", (float)gm_float(b, "rope_freq_base_swa", 1e4));
+    gm_key_u32(b, "embedding_length_out", (uint32_t)E);
+    gm_key_u32(b, "nextn_predict_layers", (uint32_t)AL);
+    gm_check(b, nx_gguf_set_str(b->w, "gemma4-assistant.requires_target_arch", "gemma4"), "requires_target_arch");
+    if (cap > 0) gm_key_f32(b, "final_logit_softcapping", (float)cap);
+    if (NC > 0) {
+        gm_key_u32(b, "n_centroids", (uint32_t)NC);
+        gm_key_u32(b, "centroid_top_k", (uint32_t)TK);
+        snprintf(key, sizeof key, "%s.use_ordered_embeddings", b->arch);
+        gm_check(b, nx_gguf_set_bool(b->w, key, gm_bool(b, "use_ordered_embeddings", true)), key);
+    }
+    gm_tokenizer_bytes(b, V);
+
+    const float s_a = 1.0f / sqrtf((float)A);
+    gm_tensor(b, "token_embd.weight", GM_NORMAL, (float)gm_float(b, "asst_emb_std", 0.35), 2, A, V, 1, 1);
+    gm_tensor(b, "output_norm.weight", GM_NORM_WEIGHT, 0.1f, 1, A, 1, 1, 1);
+    if (!tied) gm_tensor(b, "output.weight", GM_NORMAL, s_a, 2, A, V, 1, 1);
+    if (b->st == NX_OK) {   /* the target's proportional partial RoPE factors (read from the target anyway) */
+        float *ff = gm_keep(b, (size_t)(Df / 2) * sizeof *ff);
+        if (!ff) return;
+        for (int64_t i = 0; i < Df / 2; i++) ff[i] = i < n_rot_full / 2 ? 1.0f : 1e30f;
+        int64_t ne[1] = {Df / 2};
+        gm_check(b, nx_gguf_add_tensor(b->w, "rope_freqs.weight", NX_TYPE_F32, 1, ne, ff), "rope_freqs.weight");
+    }
+    gm_tensor(b, "nextn.pre_projection.weight", GM_NORMAL, 1.0f / sqrtf((float)(2 * E)), 2, 2 * E, A, 1, 1);
+    gm_tensor(b, "nextn.post_projection.weight", GM_NORMAL, s_a, 2, A, E, 1, 1);
+    char name[160];
+#define GM_T(init, scale, nd, a, c, ...) \
+    do { snprintf(name, sizeof name, __VA_ARGS__); gm_tensor(b, name, init, scale, nd, a, c, 1, 1); } while (0)
+    for (int64_t l = 0; l < AL; l++) {
+        const long long il = (long long)l;
+        const int64_t D = pat[l] ? Ds : Df;
+        GM_T(GM_NORM_WEIGHT, 0.1f, 1, A, 1, "blk.%lld.attn_norm.weight", il);
+        GM_T(GM_NORMAL, s_a, 2, A, AH * D, "blk.%lld.attn_q.weight", il);
+        GM_T(GM_NORM_WEIGHT, 0.1f, 1, D, 1, "blk.%lld.attn_q_norm.weight", il);
+        GM_T(GM_NORMAL, 1.0f / sqrtf((float)(AH * D)), 2, AH * D, A, "blk.%lld.attn_output.weight", il);
+        GM_T(GM_NORM_WEIGHT, 0.1f, 1, A, 1, "blk.%lld.post_attention_norm.weight", il);
+        GM_T(GM_NORM_WEIGHT, 0.1f, 1, A, 1, "blk.%lld.ffn_norm.weight", il);
+        GM_T(GM_NORMAL, s_a, 2, A, AF, "blk.%lld.ffn_gate.weight", il);
+        GM_T(GM_NORMAL, s_a, 2, A, AF, "blk.%lld.ffn_up.weight", il);
+        GM_T(GM_NORMAL, 1.0f / sqrtf((float)AF), 2, AF, A, "blk.%lld.ffn_down.weight", il);
+        GM_T(GM_NORM_WEIGHT, 0.1f, 1, A, 1, "blk.%lld.post_ffw_norm.weight", il);
+        if (los) GM_T(GM_NORM_WEIGHT, 0.2f, 1, 1, 1, "blk.%lld.layer_output_scale.weight", il);
+    }
+#undef GM_T
+    if (NC > 0 && b->st == NX_OK) {
+        gm_tensor(b, "masked_embd_centroids.weight", GM_NORMAL, 1.0f, 2, A, NC, 1, 1);
+        int32_t *ord = gm_keep(b, (size_t)V * sizeof *ord);
+        if (!ord) return;
+        for (int64_t i = 0; i < V; i++) ord[i] = (int32_t)i;
+        for (int64_t i = V - 1; i > 0; i--) {   /* Fisher-Yates: row c of [NC][V/NC] = centroid c's tokens */
+            int64_t j = (int64_t)(gm_next(b) % (uint64_t)(i + 1));
+            int32_t t = ord[i]; ord[i] = ord[j]; ord[j] = t;
+        }
+        int64_t ne[1] = {V};
+        gm_check(b, nx_gguf_add_tensor(b->w, "masked_embd_ordering", NX_TYPE_I32, 1, ne, ord), "masked_embd_ordering");
+    }
+}
+
 typedef struct { const char *name; void (*build)(gm_builder *); } gm_arch;
 static const gm_arch g_archs[] = {
     {"llama", gm_arch_llama},
     {"qwen35", gm_arch_qwen35},
     {"qwen35moe", gm_arch_qwen35moe},
     {"gemma4", gm_arch_gemma4},
+    {"gemma4-assistant", gm_arch_gemma4_assistant},
 };
 
-const char *nx_genmodel_archs(void) { return "llama, qwen35, qwen35moe, gemma4"; }
+const char *nx_genmodel_archs(void) { return "llama, qwen35, qwen35moe, gemma4, gemma4-assistant"; }
 
 nx_status nx_genmodel_write(const nx_genmodel_opts *opts, nx_error *err) {
     const gm_arch *arch = NULL;

@@ -7,7 +7,9 @@
 # has the same id_last, draft ids, inputs, positions, argmaxes and top-10 ids, and top-10 logits,
 # margins and argmax probabilities within 1e-2 (README "Tolerances"); --draft-*-out match
 # draft_*.f32 at 1e-2; with an F32 cache they match f32kv/ at 1e-3. Centroid case: the
-# masked_head section (ids, dense_argmax, top-10 ids exact; masked_draft_*.f32 at 1e-2 / 1e-3);
+# masked_head section (ids, dense_argmax, top-10 ids exact; masked_draft_*.f32 at 1e-2 / 1e-3; the
+# centroid fields: top_centroids, n_candidates, masked_top10 ids exact, centroid_logits,
+# masked_top10 logits and masked_top1_top2_margin within 1e-2 with the f16 cache);
 # --assistant-dense-head drops it. --masked-head without a centroid head, --draft-positions with a
 # bad value and a target given as --draft-model are refused; --draft-positions increment moves the
 # positions. --spec 64 --spec-type assistant reproduces spec_trace.json round by round (committed
@@ -56,6 +58,16 @@ def chain(w, g, what, masked):
         for k in keys:
             if ws[k] != gs.get(k): errs.append("%s step %d %s: %s vs %s" % (what, ws["step"], k, gs.get(k), ws[k]))
         if ws["top10"]["ids"] != gs["top10"]["ids"]: errs.append("%s step %d top10 ids" % (what, ws["step"]))
+        if masked:
+            for k in ("top_centroids", "n_candidates"):
+                if ws[k] != gs.get(k): errs.append("%s step %d %s: %s vs %s" % (what, ws["step"], k, gs.get(k), ws[k]))
+            if ws["masked_top10"]["ids"] != gs.get("masked_top10", {}).get("ids"):
+                errs.append("%s step %d masked_top10 ids" % (what, ws["step"]))
+            elif mode == "json":
+                arr(ws["centroid_logits"], gs["centroid_logits"], "%s step %d centroid_logits" % (what, ws["step"]))
+                arr(ws["masked_top10"]["logits"], gs["masked_top10"]["logits"], "%s step %d masked_top10 logits" % (what, ws["step"]))
+                k = "masked_top1_top2_margin"
+                if not abs(ws[k] - gs[k]) <= bound: errs.append("%s step %d %s %g vs %g" % (what, ws["step"], k, gs[k], ws[k]))
         if mode == "json":
             for k in ("top1_top2_margin", "argmax_softmax_prob"):
                 if not abs(ws[k] - gs[k]) <= bound: errs.append("%s step %d %s %g vs %g" % (what, ws["step"], k, gs[k], ws[k]))
@@ -201,6 +213,30 @@ for case in gemma4-tiny gemma4-tiny-centroid; do
         else bad "$name" "$(head -c 300 "$work/err")"; fi
     done
 done
+
+# generated pair (gen-model --arch gemma4-assistant from the target's config): the masked chain's
+# centroid fields are self-consistent (n_candidates = top_k * n_vocab / n_centroids, masked argmax =
+# masked_top10[0], top_centroids = the top_k of centroid_logits)
+echo '{"n_embd":64,"n_vocab":512,"n_centroids":32,"centroid_top_k":3}' >"$work/gen.json"
+if "$NEXTN" gen-model --arch gemma4 --config "$work/gen.json" --out "$work/gt.gguf" --seed 5 >/dev/null 2>"$work/err" &&
+    "$NEXTN" gen-model --arch gemma4-assistant --config "$work/gen.json" --out "$work/ga.gguf" --seed 6 --type q8_0 \
+        >/dev/null 2>>"$work/err" &&
+    "$NEXTN" eval -m "$work/gt.gguf" --prompt-ids 1,2,3,4,5,6,7,8,9,10,11,12 -t 2 --drafts 4 --draft-model "$work/ga.gguf" \
+        --masked-head >"$work/gen_out.json" 2>>"$work/err" &&
+    "$PY" - "$work/gen_out.json" <<'EOF2'
+import json, sys
+g = json.load(open(sys.argv[1]))
+st = g["masked_head"]["steps"]
+ok = len(st) == 4
+for s in st:
+    cl = s["centroid_logits"]
+    top = sorted(range(len(cl)), key=lambda c: (-cl[c], c))[:3]
+    ok = ok and len(cl) == 32 and s["top_centroids"] == top and s["n_candidates"] == 3 * 512 // 32
+    ok = ok and s["argmax"] == s["masked_top10"]["ids"][0] and len(s["masked_top10"]["ids"]) == 10
+sys.exit(0 if ok else 1)
+EOF2
+then ok "gen-model gemma4-assistant (q8_0, 32 centroids): eval --drafts masked fields consistent"
+else bad "gen-model gemma4-assistant eval --drafts" "$(head -c 300 "$work/err")"; fi
 
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -25,7 +25,9 @@
  * at step s, its post_projection output); positions constant n, or n+s with --draft-positions
  * increment. The top level is the dense-head chain; when the assistant has the centroid head a
  * `masked_head` section follows (the chain of masked-head choices: argmax = the masked choice,
- * margin / probability / top-10 of the dense logits, dense_argmax) unless --assistant-dense-head;
+ * margin / probability / top-10 of the dense logits, dense_argmax, and the centroid fields:
+ * centroid_logits, top_centroids, masked_top10, masked_top1_top2_margin, n_candidates) unless
+ * --assistant-dense-head;
  * --masked-head requires that head. --masked-draft-logits-out / --masked-draft-hidden-out write that
  * chain's dense logits / hidden.
  * --spec N: a greedy speculative run of N tokens in a fresh context (default --spec-type mtp,
@@ -34,6 +36,7 @@
  * plain_decode rounds for k = 0).
  */
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -224,6 +227,76 @@ typedef struct asst_args {
     const char *logits_out, *hidden_out, *masked_logits_out, *masked_hidden_out;
 } asst_args;
 
+/* The centroid-head fields of a masked step (drafts.json masked_head): centroid_logits, the
+ * top_k centroids (ties: lower index), masked_top10 over their tokens' dense logits (ties: lower
+ * id), its margin and n_candidates. row: the step's dense logits. */
+static int masked_fields(const nx_assistant *a, const float *row, cJSON *st) {
+    const int nc = nx_assistant_n_centroids(a), tk = nx_assistant_centroid_top_k(a);
+    const float *cl = nx_assistant_last_centroid_logits(a, 0);
+    if (!cl || nc <= 0 || tk <= 0 || tk > nc) {
+        fprintf(stderr, "nextn eval: --drafts: the assistant computed no centroid logits\n");
+        return 1;
+    }
+    int *top = malloc((size_t)tk * sizeof *top);
+    bool *used = calloc((size_t)nc, sizeof *used);
+    cJSON *cla = cJSON_CreateArray(), *tca = cJSON_CreateArray(), *m10 = cJSON_CreateObject();
+    cJSON *mid = cJSON_CreateArray(), *mlg = cJSON_CreateArray();
+    int rc = 1;
+    if (!top || !used || !cla || !tca || !m10 || !mid || !mlg) {
+        fprintf(stderr, "nextn eval: out of memory\n");
+        goto done;
+    }
+    for (int c = 0; c < nc; c++) cJSON_AddItemToArray(cla, cJSON_CreateNumber(cl[c]));
+    for (int k = 0; k < tk; k++) {   /* selection: top_k is small */
+        int b = -1;
+        for (int c = 0; c < nc; c++)
+            if (!used[c] && (b < 0 || cl[c] > cl[b] || (isnan(cl[b]) && !isnan(cl[c])))) b = c;
+        used[b] = true;
+        top[k] = b;
+        cJSON_AddItemToArray(tca, cJSON_CreateNumber(b));
+    }
+    /* best 10 candidates by insertion (ids ascending within a row is not promised) */
+    int bid[10], nb = 0, n_cand = 0;
+    float bv[10];
+    for (int k = 0; k < tk; k++) {
+        int cnt = 0;
+        const int32_t *toks = nx_assistant_centroid_tokens(a, top[k], &cnt);
+        for (int i = 0; toks && i < cnt; i++, n_cand++) {
+            const int t = toks[i];
+            const float v = isnan(row[t]) ? -INFINITY : row[t];
+            int j = nb < 10 ? nb++ : 10;
+            if (j == 10 && !(v > bv[9] || (v == bv[9] && t < bid[9]))) continue;
+            if (j == 10) j = 9;
+            while (j > 0 && (v > bv[j - 1] || (v == bv[j - 1] && t < bid[j - 1]))) {
+                bv[j] = bv[j - 1];
+                bid[j] = bid[j - 1];
+                j--;
+            }
+            bv[j] = v;
+            bid[j] = t;
+        }
+    }
+    for (int i = 0; i < nb; i++) {
+        cJSON_AddItemToArray(mid, cJSON_CreateNumber(bid[i]));
+        cJSON_AddItemToArray(mlg, cJSON_CreateNumber(bv[i]));
+    }
+    cJSON_AddItemToObject(m10, "ids", mid);
+    cJSON_AddItemToObject(m10, "logits", mlg);
+    mid = mlg = NULL;
+    cJSON_AddItemToObject(st, "centroid_logits", cla);
+    cJSON_AddItemToObject(st, "top_centroids", tca);
+    cJSON_AddItemToObject(st, "masked_top10", m10);
+    cla = tca = m10 = NULL;
+    cJSON_AddNumberToObject(st, "masked_top1_top2_margin", nb > 1 ? (double)bv[0] - (double)bv[1] : 0.0);
+    cJSON_AddNumberToObject(st, "n_candidates", n_cand);
+    rc = 0;
+done:
+    cJSON_Delete(cla); cJSON_Delete(tca); cJSON_Delete(m10); cJSON_Delete(mid); cJSON_Delete(mlg);
+    free(top);
+    free(used);
+    return rc;
+}
+
 /* K chained steps of assistant a from (id_last, h0) at position n (constant) or n+s (increment);
  * steps JSON into *steps_out, chosen tokens into dt, dense logits [K][V] into dl, h_next [K][E]
  * into dh. masked: the chain follows the centroid head's choices and each step says dense_argmax. */
@@ -248,6 +321,11 @@ static int asst_chain(nx_assistant *a, int V, int E, int n, int id_last, const f
         cJSON *st = step_json(s, tok, (int)p, row, V, next, &am);
         if (!st) { cJSON_Delete(steps); return 1; }
         if (masked) cJSON_AddNumberToObject(st, "dense_argmax", am);
+        if (masked && masked_fields(a, row, st)) {
+            cJSON_Delete(st);
+            cJSON_Delete(steps);
+            return 1;
+        }
         cJSON_AddItemToArray(steps, st);
         dt[s] = next;
         tok = next;

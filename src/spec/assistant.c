@@ -51,6 +51,7 @@ struct nx_assistant {
     bool masked;
     int n_c, top_k, vpc;
     const nx_tensor *centroids;
+    int cl_rows;                    /* rows of cl the last forward chunk filled (0: none) */
     int32_t *rows;                  /* [n_c][vpc]: row c = the tokens of centroid c */
     /* scratch for cap rows */
     int cap, max_q, max_ff, max_cells, max_hd;
@@ -493,6 +494,20 @@ nx_status nx_assistant_load(nx_ctx *target, const char *path, const nx_assistant
 bool nx_assistant_masked(const nx_assistant *a) { return a && a->masked; }
 int  nx_assistant_n_embd(const nx_assistant *a) { return a ? a->E : 0; }
 int  nx_assistant_n_layer(const nx_assistant *a) { return a ? a->n_layer : 0; }
+int  nx_assistant_n_centroids(const nx_assistant *a) { return a && a->masked ? a->n_c : 0; }
+int  nx_assistant_centroid_top_k(const nx_assistant *a) { return a && a->masked ? a->top_k : 0; }
+
+const int32_t *nx_assistant_centroid_tokens(const nx_assistant *a, int c, int *n) {
+    if (n) *n = 0;
+    if (!a || !a->masked || c < 0 || c >= a->n_c) return NULL;
+    if (n) *n = a->vpc;
+    return a->rows + (size_t)c * (size_t)a->vpc;
+}
+
+const float *nx_assistant_last_centroid_logits(const nx_assistant *a, int r) {
+    if (!a || !a->masked || r < 0 || r >= a->cl_rows) return NULL;
+    return a->cl + (size_t)r * (size_t)a->n_c;
+}
 
 /* ===== forward ===== */
 
@@ -583,6 +598,7 @@ static nx_status forward_chunk(nx_assistant *a, int n, const nx_token *tok, cons
     const g4_hparams *thp = &gm->hp;
     const int E = a->E, B = a->n_bb, V = a->n_vocab;
     nx_status st;
+    a->cl_rows = 0;
     /* x0 = pre_projection · [target embedding · sqrt(n_bb) ; h] */
     g4_embed(gm, tok, n, a->u);
     for (int r = 0; r < n; r++) {
@@ -629,6 +645,7 @@ static nx_status forward_chunk(nx_assistant *a, int n, const nx_token *tok, cons
     }
     if (!next && !prob) return NX_OK;
     if (a->masked && (st = mm(a, a->centroids, a->hf, n, E, a->cl, a->n_c, err)) != NX_OK) return st;
+    if (a->masked) a->cl_rows = n;
     for (int r = 0; r < n; r++) {
         float p = 0;
         nx_token t;

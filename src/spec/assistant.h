@@ -32,6 +32,7 @@
 #define NX_SPEC_ASSISTANT_H
 
 #include <stdbool.h>
+#include <stdint.h>
 #include "nextn.h"
 #include "core/error.h"
 #include "spec/drafter.h"
@@ -69,6 +70,16 @@ void      nx_assistant_free(nx_assistant *a);
 bool nx_assistant_masked(const nx_assistant *a);      /* the centroid head is in use */
 int  nx_assistant_n_embd(const nx_assistant *a);      /* the assistant's own width */
 int  nx_assistant_n_layer(const nx_assistant *a);
+
+/* Centroid head introspection (eval --drafts, tests). n_centroids / top_k are 0 without the masked
+ * head in use. centroid_tokens: the token ids of centroid c (row c of the ordering), *n of them;
+ * NULL when c is out of range. last_centroid_logits: the centroid logits [n_centroids] (centroids ·
+ * hf) of row r of the last forward chunk that chose tokens (next or prob given), valid until the
+ * next forward; NULL when that forward computed none or r is outside the chunk. */
+int nx_assistant_n_centroids(const nx_assistant *a);
+int nx_assistant_centroid_top_k(const nx_assistant *a);
+const int32_t *nx_assistant_centroid_tokens(const nx_assistant *a, int c, int *n);
+const float *nx_assistant_last_centroid_logits(const nx_assistant *a, int r);
 
 /* One draft step for n rows (any sequences, any n: chunked internally). kv_end[r]: only target
  * cells at positions < kv_end[r] are visible (NULL: the sequence's length in the target KV).
