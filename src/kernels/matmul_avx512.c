@@ -557,7 +557,12 @@ uint64_t nx_mm_stream_read_avx512(const void *p, size_t n) {
         s2 = _mm512_add_epi64(s2, _mm512_load_si512(b + i + 128));
         s3 = _mm512_add_epi64(s3, _mm512_load_si512(b + i + 192));
     }
-    return (uint64_t)_mm512_reduce_add_epi64(_mm512_add_epi64(_mm512_add_epi64(s0, s1), _mm512_add_epi64(s2, s3)));
+    /* reduce in unsigned arithmetic: the intrinsic's reduction adds signed lanes (UB on wrap) */
+    _Alignas(64) uint64_t lanes[8];
+    _mm512_store_si512(lanes, _mm512_add_epi64(_mm512_add_epi64(s0, s1), _mm512_add_epi64(s2, s3)));
+    uint64_t sum = 0;
+    for (int i = 0; i < 8; i++) sum += lanes[i];
+    return sum;
 }
 
 nx_mm_kernel nx_mm_kernel_avx512(nx_type type) {
