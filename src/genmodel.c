@@ -135,6 +135,25 @@ static void gm_key_f32(gm_builder *b, const char *suffix, float v) {
     gm_check(b, nx_gguf_set_f32(b->w, key, v), key);
 }
 
+static void gm_key_str(gm_builder *b, const char *suffix, const char *v) {
+    char key[256];
+    snprintf(key, sizeof key, "%s.%s", b->arch, suffix);
+    gm_check(b, nx_gguf_set_str(b->w, key, v), key);
+}
+
+static void gm_key_bool(gm_builder *b, const char *suffix, bool v) {
+    char key[256];
+    snprintf(key, sizeof key, "%s.%s", b->arch, suffix);
+    gm_check(b, nx_gguf_set_bool(b->w, key, v), key);
+}
+
+/* `<arch>.<suffix>` = array of n elements of type t. */
+static void gm_key_arr(gm_builder *b, const char *suffix, nx_gguf_vtype t, const void *data, uint64_t n) {
+    char key[256];
+    snprintf(key, sizeof key, "%s.%s", b->arch, suffix);
+    gm_check(b, nx_gguf_set_arr(b->w, key, t, data, n), key);
+}
+
 /* ===== Tokenizer: byte-level BPE over the 256 bytes, plus fillers and ChatML specials ===== */
 
 /* GPT-2's byte -> code point mapping: printable bytes map to themselves, the rest to 256+. */
@@ -247,12 +266,6 @@ static void gm_arch_llama(gm_builder *b) {
     if (!tied) gm_tensor(b, "output.weight", GM_NORMAL, s_in, 2, n_embd, n_vocab, 1, 1);
 }
 
-static void gm_key_str(gm_builder *b, const char *suffix, const char *v) {
-    char key[256];
-    snprintf(key, sizeof key, "%s.%s", b->arch, suffix);
-    gm_check(b, nx_gguf_set_str(b->w, key, v), key);
-}
-
 /* Qwen3.5 (`qwen35`) / Qwen3.5-MoE (`qwen35moe`) in the layout of llama.cpp's converter
  * (spec qwen35.md §1-2): Gated DeltaNet + gated attention trunk (layer il is attention iff
  * (il+1) % full_attention_interval == 0), then n_nextn MTP layers (eh_proj, enorm, hnorm,
@@ -297,9 +310,7 @@ static void gm_arch_qwen35_common(gm_builder *b, bool moe) {
     gm_key_u32(b, "attention.value_length", (uint32_t)D);
     gm_key_f32(b, "attention.layer_norm_rms_epsilon", (float)gm_float(b, "rms_eps", 1e-6));
     gm_key_u32(b, "rope.dimension_count", (uint32_t)n_rot);
-    char key[256];
-    snprintf(key, sizeof key, "%s.rope.dimension_sections", b->arch);
-    gm_check(b, nx_gguf_set_arr(b->w, key, NX_GGUF_I32, sections, 4), key);
+    gm_key_arr(b, "rope.dimension_sections", NX_GGUF_I32, sections, 4);
     gm_key_f32(b, "rope.freq_base", (float)gm_float(b, "rope_freq_base", 10000.0));
     gm_key_u32(b, "nextn_predict_layers", (uint32_t)n_nextn);
     gm_key_u32(b, "full_attention_interval", (uint32_t)interval);
@@ -381,6 +392,25 @@ static void gm_arch_qwen35_common(gm_builder *b, bool moe) {
 static void gm_arch_qwen35(gm_builder *b) { gm_arch_qwen35_common(b, false); }
 static void gm_arch_qwen35moe(gm_builder *b) { gm_arch_qwen35_common(b, true); }
 
+/* The attention and RoPE keys a gemma4 target and its assistant both carry (in this order).
+ * n_shared < 0: no shared_kv_layers key (the assistant has none). */
+static void gm_gemma4_attn_keys(gm_builder *b, int64_t n_layer, const int32_t *hkv, const uint8_t *pat, int64_t Df,
+                                int64_t Ds, int64_t n_swa, int64_t n_shared) {
+    gm_key_arr(b, "attention.head_count_kv", NX_GGUF_I32, hkv, (uint64_t)n_layer);
+    gm_key_u32(b, "attention.key_length", (uint32_t)Df);
+    gm_key_u32(b, "attention.value_length", (uint32_t)Df);
+    gm_key_u32(b, "attention.key_length_swa", (uint32_t)Ds);
+    gm_key_u32(b, "attention.value_length_swa", (uint32_t)Ds);
+    gm_key_f32(b, "attention.layer_norm_rms_epsilon", (float)gm_float(b, "rms_eps", 1e-6));
+    gm_key_u32(b, "attention.sliding_window", (uint32_t)n_swa);
+    gm_key_arr(b, "attention.sliding_window_pattern", NX_GGUF_BOOL, pat, (uint64_t)n_layer);
+    if (n_shared >= 0) gm_key_u32(b, "attention.shared_kv_layers", (uint32_t)n_shared);
+    gm_key_u32(b, "rope.dimension_count", (uint32_t)Df);
+    gm_key_u32(b, "rope.dimension_count_swa", (uint32_t)Ds);
+    gm_key_f32(b, "rope.freq_base", (float)gm_float(b, "rope_freq_base", 1e6));
+    gm_key_f32(b, "rope.freq_base_swa", (float)gm_float(b, "rope_freq_base_swa", 1e4));
+}
+
 /* Gemma 4 (`gemma4`) target in the layout of the converters (spec gemma4.md §1.1, §2.1): iSWA
  * layers with their own head dims / kv heads / RoPE, proportional partial RoPE on full layers
  * (`rope_freqs`), q/k norms, k_eq_v on full layers (no attn_v), KV sharing for the last
@@ -439,29 +469,10 @@ static void gm_arch_gemma4(gm_builder *b) {
     gm_key_u32(b, "context_length", (uint32_t)gm_int(b, "n_ctx", 4096));
     gm_key_u32(b, "embedding_length", (uint32_t)E);
     gm_key_u32(b, "block_count", (uint32_t)n_layer);
-    char key[256];
-    if (wide) {
-        snprintf(key, sizeof key, "%s.feed_forward_length", b->arch);
-        gm_check(b, nx_gguf_set_arr(b->w, key, NX_GGUF_I32, ffl, (uint64_t)n_layer), key);
-    } else {
-        gm_key_u32(b, "feed_forward_length", (uint32_t)n_ff);
-    }
+    if (wide) gm_key_arr(b, "feed_forward_length", NX_GGUF_I32, ffl, (uint64_t)n_layer);
+    else gm_key_u32(b, "feed_forward_length", (uint32_t)n_ff);
     gm_key_u32(b, "attention.head_count", (uint32_t)H);
-    snprintf(key, sizeof key, "%s.attention.head_count_kv", b->arch);
-    gm_check(b, nx_gguf_set_arr(b->w, key, NX_GGUF_I32, hkv, (uint64_t)n_layer), key);
-    gm_key_u32(b, "attention.key_length", (uint32_t)Df);
-    gm_key_u32(b, "attention.value_length", (uint32_t)Df);
-    gm_key_u32(b, "attention.key_length_swa", (uint32_t)Ds);
-    gm_key_u32(b, "attention.value_length_swa", (uint32_t)Ds);
-    gm_key_f32(b, "attention.layer_norm_rms_epsilon", (float)gm_float(b, "rms_eps", 1e-6));
-    gm_key_u32(b, "attention.sliding_window", (uint32_t)n_swa);
-    snprintf(key, sizeof key, "%s.attention.sliding_window_pattern", b->arch);
-    gm_check(b, nx_gguf_set_arr(b->w, key, NX_GGUF_BOOL, pat, (uint64_t)n_layer), key);
-    gm_key_u32(b, "attention.shared_kv_layers", (uint32_t)n_shared);
-    gm_key_u32(b, "rope.dimension_count", (uint32_t)Df);
-    gm_key_u32(b, "rope.dimension_count_swa", (uint32_t)Ds);
-    gm_key_f32(b, "rope.freq_base", (float)gm_float(b, "rope_freq_base", 1e6));
-    gm_key_f32(b, "rope.freq_base_swa", (float)gm_float(b, "rope_freq_base_swa", 1e4));
+    gm_gemma4_attn_keys(b, n_layer, hkv, pat, Df, Ds, n_swa, n_shared);
     gm_key_u32(b, "embedding_length_per_layer_input", (uint32_t)P);
     if (gm_bool(b, "write_softcap", true))
         gm_key_f32(b, "final_logit_softcapping", (float)gm_float(b, "final_logit_softcapping", 30.0));
@@ -603,21 +614,7 @@ static void gm_arch_gemma4_assistant(gm_builder *b) {
     gm_key_u32(b, "block_count", (uint32_t)AL);
     gm_key_u32(b, "feed_forward_length", (uint32_t)AF);
     gm_key_u32(b, "attention.head_count", (uint32_t)AH);
-    char key[256];
-    snprintf(key, sizeof key, "%s.attention.head_count_kv", b->arch);
-    gm_check(b, nx_gguf_set_arr(b->w, key, NX_GGUF_I32, hkv, (uint64_t)AL), key);
-    gm_key_u32(b, "attention.key_length", (uint32_t)Df);
-    gm_key_u32(b, "attention.value_length", (uint32_t)Df);
-    gm_key_u32(b, "attention.key_length_swa", (uint32_t)Ds);
-    gm_key_u32(b, "attention.value_length_swa", (uint32_t)Ds);
-    gm_key_f32(b, "attention.layer_norm_rms_epsilon", (float)gm_float(b, "rms_eps", 1e-6));
-    gm_key_u32(b, "attention.sliding_window", (uint32_t)Aswa);
-    snprintf(key, sizeof key, "%s.attention.sliding_window_pattern", b->arch);
-    gm_check(b, nx_gguf_set_arr(b->w, key, NX_GGUF_BOOL, pat, (uint64_t)AL), key);
-    gm_key_u32(b, "rope.dimension_count", (uint32_t)Df);
-    gm_key_u32(b, "rope.dimension_count_swa", (uint32_t)Ds);
-    gm_key_f32(b, "rope.freq_base", (float)gm_float(b, "rope_freq_base", 1e6));
-    gm_key_f32(b, "rope.freq_base_swa", (float)gm_float(b, "rope_freq_base_swa", 1e4));
+    gm_gemma4_attn_keys(b, AL, hkv, pat, Df, Ds, Aswa, -1);
     gm_key_u32(b, "embedding_length_out", (uint32_t)E);
     gm_key_u32(b, "nextn_predict_layers", (uint32_t)AL);
     gm_check(b, nx_gguf_set_str(b->w, "gemma4-assistant.requires_target_arch", "gemma4"), "requires_target_arch");
@@ -625,8 +622,7 @@ static void gm_arch_gemma4_assistant(gm_builder *b) {
     if (NC > 0) {
         gm_key_u32(b, "n_centroids", (uint32_t)NC);
         gm_key_u32(b, "centroid_top_k", (uint32_t)TK);
-        snprintf(key, sizeof key, "%s.use_ordered_embeddings", b->arch);
-        gm_check(b, nx_gguf_set_bool(b->w, key, gm_bool(b, "use_ordered_embeddings", true)), key);
+        gm_key_bool(b, "use_ordered_embeddings", gm_bool(b, "use_ordered_embeddings", true));
     }
     gm_tokenizer_bytes(b, V);
 
