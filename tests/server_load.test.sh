@@ -17,6 +17,7 @@ model="$here/../models/tiny-qwen35-mtp-q8_0.gguf"
 [ -f "$model" ] || model="${NX_SHARED_DIR:-/work/shared}/models/tiny-qwen35-mtp-q8_0.gguf"
 work="$NX_BINARY_DIR/server-load"
 mkdir -p "$work"
+. "$(dirname "$0")/serve_lib.sh"
 passed=0
 failed=0
 ok() { echo "ok   $1"; passed=$((passed + 1)); }
@@ -35,21 +36,7 @@ else
     echo "$passed passed, $failed failed"; exit 1
 fi
 
-"$NEXTN" serve -m "$model" --port 0 -np 4 -c 2048 -t 1 --spec-type mtp --draft-max 4 \
-    >"$work/serve.out" 2>"$work/serve.err" &
-pid=$!
-trap 'kill -9 $pid 2>/dev/null' EXIT
-url=""
-for _ in $(seq 1 300); do
-    url=$(sed -n 's/^nextn serve: listening on \(http:.*\)$/\1/p' "$work/serve.out")
-    [ -n "$url" ] && break
-    kill -0 $pid 2>/dev/null || break
-    sleep 0.1
-done
-if [ -z "$url" ]; then
-    echo "FAIL server did not start"; cat "$work/serve.err"
-    echo "$passed passed, $((failed + 1)) failed"; exit 1
-fi
+nx_serve_start "$work" 300 -m "$model" -np 4 -c 2048 -t 1 --spec-type mtp --draft-max 4
 port=${url##*:}
 host=${url#http://}; host=${host%:*}
 [ "$host" = 127.0.0.1 ] || { fail "server is not on loopback ($host)"; }

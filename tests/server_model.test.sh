@@ -12,6 +12,7 @@ model="$here/../models/tiny-qwen35-mtp-q8_0.gguf"
 [ -f "$model" ] || model="${NX_SHARED_DIR:-/work/shared}/models/tiny-qwen35-mtp-q8_0.gguf"
 work="$NX_BINARY_DIR/server-model"
 mkdir -p "$work"
+. "$(dirname "$0")/serve_lib.sh"
 passed=0
 failed=0
 ok() { echo "ok   $1"; passed=$((passed + 1)); }
@@ -28,21 +29,7 @@ if timeout 20 "$NEXTN" serve -m /nonexistent.gguf --port 0 >/dev/null 2>"$work/e
     grep -q "nonexistent.gguf" "$work/e2" && ok "a missing model file is refused" || fail "missing model: $(cat "$work/e2")"; fi
 
 # ---- the real server ----
-"$NEXTN" serve -m "$model" --port 0 -np 4 -c 2048 -t 1 --spec-type mtp --draft-max 4 \
-    >"$work/serve.out" 2>"$work/serve.err" &
-pid=$!
-trap 'kill -9 $pid 2>/dev/null' EXIT
-url=""
-for _ in $(seq 1 200); do
-    url=$(sed -n 's/^nextn serve: listening on \(http:.*\)$/\1/p' "$work/serve.out")
-    [ -n "$url" ] && break
-    kill -0 $pid 2>/dev/null || break
-    sleep 0.1
-done
-if [ -z "$url" ]; then
-    echo "FAIL server did not start"; cat "$work/serve.err"
-    echo "$passed passed, $((failed + 1)) failed"; exit 1
-fi
+nx_serve_start "$work" 200 -m "$model" -np 4 -c 2048 -t 1 --spec-type mtp --draft-max 4
 [ "$(curl -s -m 10 -o /dev/null -w '%{http_code}' "$url/health")" = 200 ] && ok "/health" || fail "/health"
 
 prompts=("def fib(n):" "import os" "class Stack:" "# print the numbers 1 to 10")

@@ -17,6 +17,7 @@ work="$NX_BINARY_DIR/server-openai"
 mkdir -p "$prefix" "$work"
 prefix="$(cd "$prefix" && pwd)"
 work="$(cd "$work" && pwd)"
+. "$(dirname "$0")/serve_lib.sh"
 passed=0
 failed=0
 
@@ -37,21 +38,7 @@ fi
 echo "openai client $(node -p "require('$prefix/node_modules/openai/package.json').version")"
 
 key="test-key-$$"
-"$NEXTN" serve --fake-backend --port 0 -np 2 -c 2048 --api-key "$key" --spec-type ngram,mtp --alias fake \
-    --fake-step-us 200 >"$work/serve.out" 2>"$work/serve.err" &
-pid=$!
-trap 'kill -9 $pid 2>/dev/null' EXIT
-url=""
-for _ in $(seq 1 100); do
-    url=$(sed -n 's/^nextn serve: listening on \(http:.*\)$/\1/p' "$work/serve.out")
-    [ -n "$url" ] && break
-    kill -0 $pid 2>/dev/null || break
-    sleep 0.1
-done
-if [ -z "$url" ]; then
-    echo "FAIL server did not start"; cat "$work/serve.err"
-    echo "0 passed, 1 failed"; exit 1
-fi
+nx_serve_start "$work" 100 --fake-backend -np 2 -c 2048 --api-key "$key" --spec-type ngram,mtp --alias fake --fake-step-us 200
 echo "server at $url"
 
 # The client prints its own "ok/FAIL" lines and a summary; fold its counts into ours.

@@ -1,0 +1,24 @@
+# serve_lib.sh — sourced by the server script tests (not a test itself).
+#
+# nx_serve_start WORKDIR TRIES ARGS...: starts `$NEXTN serve --port 0 ARGS...` in the background,
+# waits up to TRIES x 0.1 s for its "listening on" line, and sets $pid and $url. An EXIT trap
+# kills the server. If it does not come up: prints its stderr and the closing count line
+# (with one more failure) and exits 1.
+nx_serve_start() {
+    local work=$1 tries=$2
+    shift 2
+    "$NEXTN" serve --port 0 "$@" >"$work/serve.out" 2>"$work/serve.err" &
+    pid=$!
+    trap 'kill -9 $pid 2>/dev/null' EXIT
+    url=""
+    for _ in $(seq 1 "$tries"); do
+        url=$(sed -n 's/^nextn serve: listening on \(http:.*\)$/\1/p' "$work/serve.out")
+        [ -n "$url" ] && return 0
+        kill -0 "$pid" 2>/dev/null || break
+        sleep 0.1
+    done
+    echo "FAIL server did not start"
+    cat "$work/serve.err"
+    echo "${passed:-0} passed, $((${failed:-0} + 1)) failed"
+    exit 1
+}
