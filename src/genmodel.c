@@ -22,6 +22,9 @@ typedef struct gm_builder {
     cJSON *cfg;
     uint64_t rng;
     nx_type wtype;
+    bool q4_k_m;
+    int n_layer;          /* block_count, once written */
+    bool tied;            /* set by the arch builder: token_embd is also the output */
     const char *arch;
     void **bufs;          /* tensor data kept alive until the writer has written */
     size_t n_bufs, cap_bufs;
@@ -89,6 +92,21 @@ static void gm_tensor(gm_builder *b, const char *name, gm_init init, float scale
     gm_tensor_t(b, name, init, scale, n_dims, ne0, ne1, ne2, ne3, false);
 }
 
+/* llama.cpp's use_more_bits(i, n): the first and last eighth of the layers and every third
+ * one between them get more bits in the *_M mixes. */
+static bool gm_more_bits(int i, int n) { return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2; }
+
+/* The weight type of a tensor: the builder's, or the Q4_K_M mix's choice (by name). */
+static nx_type gm_weight_type(gm_builder *b, const char *name) {
+    if (!b->q4_k_m) return b->wtype;
+    if (!strcmp(name, "output.weight") || (b->tied && !strcmp(name, "token_embd.weight"))) return NX_TYPE_Q6_K;
+    int il = -1, n = 0;
+    if (sscanf(name, "blk.%d.%n", &il, &n) == 1 && n > 0 && b->n_layer > 0 &&
+        (!strcmp(name + n, "attn_v.weight") || !strcmp(name + n, "ffn_down.weight")) && gm_more_bits(il, b->n_layer))
+        return NX_TYPE_Q6_K;
+    return b->wtype;
+}
+
 static void gm_tensor_t(gm_builder *b, const char *name, gm_init init, float scale, int n_dims, int64_t ne0,
                         int64_t ne1, int64_t ne2, int64_t ne3, bool force_f32) {
     if (b->st != NX_OK) return;
@@ -107,8 +125,9 @@ static void gm_tensor_t(gm_builder *b, const char *name, gm_init init, float sca
         }
     }
     nx_type t = NX_TYPE_F32;
-    const nx_type_traits *tr = nx_type_info(b->wtype);
-    if (n_dims >= 2 && tr && ne0 % tr->blck_size == 0 && !force_f32) t = b->wtype;
+    const nx_type wt = gm_weight_type(b, name);
+    const nx_type_traits *tr = nx_type_info(wt);
+    if (n_dims >= 2 && tr && ne0 % tr->blck_size == 0 && !force_f32) t = wt;
     size_t row = nx_row_size(t, ne0);
     void *data = gm_keep(b, row * (size_t)(n / ne0));
     if (!data) { free(x); return; }
@@ -124,6 +143,7 @@ static void gm_tensor_t(gm_builder *b, const char *name, gm_init init, float sca
 }
 
 static void gm_key_u32(gm_builder *b, const char *suffix, uint32_t v) {
+    if (!strcmp(suffix, "block_count")) b->n_layer = (int)v;
     char key[256];
     snprintf(key, sizeof key, "%s.%s", b->arch, suffix);
     gm_check(b, nx_gguf_set_u32(b->w, key, v), key);
@@ -221,6 +241,7 @@ static void gm_arch_llama(gm_builder *b) {
     int64_t head_dim = gm_int(b, "head_dim", n_embd / (n_head ? n_head : 1));
     int64_t n_ff = gm_int(b, "n_ff", 4 * n_embd), n_vocab = gm_int(b, "n_vocab", 512);
     bool tied = gm_bool(b, "tied_embeddings", false);
+    b->tied = tied;
     if (n_embd <= 0 || n_layer <= 0 || n_head <= 0 || n_head_kv <= 0 || head_dim <= 0 || n_ff <= 0 ||
         n_head % n_head_kv != 0) {
         b->st = nx_fail(b->err, NX_ERR_INVALID_ARG,
@@ -284,6 +305,7 @@ static void gm_arch_qwen35_common(gm_builder *b, bool moe) {
     int64_t X = gm_int(b, "n_expert", 8), XU = gm_int(b, "n_expert_used", 2), F = gm_int(b, "n_ff_exp", 32);
     int64_t Fs = gm_int(b, "n_ff_shexp", 64);
     bool tied = gm_bool(b, "tied_embeddings", true), merged = gm_bool(b, "merged_gate_up", false);
+    b->tied = tied;
     bool eh = gm_bool(b, "mtp_eh_proj", true), mtp_ffn = gm_bool(b, "mtp_ffn", true), mtp_q = gm_bool(b, "mtp_attn_q", true);
     int32_t sections[4] = {2, 1, 1, 0};
     const cJSON *sec = cJSON_GetObjectItemCaseSensitive(b->cfg, "rope_sections");
@@ -435,6 +457,7 @@ static void gm_arch_gemma4(gm_builder *b) {
     int64_t X = gm_int(b, "n_expert", 0), XU = gm_int(b, "n_expert_used", 2), F = gm_int(b, "n_ff_exp", 32);
     double partial = gm_float(b, "partial_rotary_full", 0.25);
     bool tied = gm_bool(b, "tied_embeddings", true), keqv = gm_bool(b, "k_eq_v_full", true);
+    b->tied = tied;
     bool los = gm_bool(b, "layer_output_scale", true), wide = gm_bool(b, "double_wide", false);
     bool merged = gm_bool(b, "merged_gate_up", true), escale = gm_bool(b, "expert_scale", true);
     const int64_t n_rot_full = 2 * (int64_t)(Df * partial / 2.0);   /* rotated dims of full layers */
@@ -693,7 +716,8 @@ nx_status nx_genmodel_write(const nx_genmodel_opts *opts, nx_error *err) {
     const nx_type_traits *tr = nx_type_info(opts->wtype);
     if (!tr || !tr->quantizable)
         return nx_fail(err, NX_ERR_UNSUPPORTED, "gen-model: cannot write weights of type %s", nx_type_name(opts->wtype));
-    gm_builder b = {.rng = opts->seed, .wtype = opts->wtype, .arch = arch->name, .err = err, .st = NX_OK};
+    gm_builder b = {.rng = opts->seed, .wtype = opts->wtype, .q4_k_m = opts->q4_k_m && opts->wtype == NX_TYPE_Q4_K,
+                    .arch = arch->name, .err = err, .st = NX_OK};
     const char *json = opts->config_json && *opts->config_json ? opts->config_json : "{}";
     b.cfg = cJSON_Parse(json);
     if (!b.cfg || !cJSON_IsObject(b.cfg)) {

@@ -9,6 +9,7 @@
 #ifndef NX_GENMODEL_H
 #define NX_GENMODEL_H
 
+#include <stdbool.h>
 #include "core/error.h"
 #include "tensor.h"
 
@@ -17,6 +18,8 @@ typedef struct nx_genmodel_opts {
     const char *config_json;  /* JSON text with hyper-parameters (NULL or "{}" = defaults) */
     uint64_t    seed;
     nx_type     wtype;        /* type of 2-D weight matrices (F32 default); 1-D tensors stay F32 */
+    bool        q4_k_m;       /* with wtype Q4_K: llama.cpp's Q4_K_M mix (Q6_K output / tied token_embd,
+                                 Q6_K attn_v and ffn_down in the layers its use_more_bits rule picks) */
     const char *out_path;
 } nx_genmodel_opts;
 

@@ -52,6 +52,9 @@ typedef struct nx_gguf nx_gguf;
 
 /* Open and validate a file (split parts are found and merged transparently). */
 nx_status nx_gguf_open(const char *path, nx_gguf **out, nx_error *err);
+/* Same, but each file is read into anonymous (huge-page advised) memory instead of mapped:
+ * the model's `use_mmap = false` / `--no-mmap`. */
+nx_status nx_gguf_open_copy(const char *path, nx_gguf **out, nx_error *err);
 /* Open exactly one file, even a part of a split model (its own key/values and tensors). */
 nx_status nx_gguf_open_part(const char *path, nx_gguf **out, nx_error *err);
 /* Parse a buffer already in memory (borrowed; must outlive the handle). Used by fuzzing/tests.

@@ -74,6 +74,7 @@ struct nx_gguf {
     int64_t       n_tensors;
     nx_gguf_index tensor_ix;
     size_t        total_size;
+    bool          copy;        /* parts read into anonymous memory instead of mapped */
 };
 
 typedef struct split_keys {
@@ -516,6 +517,51 @@ static nx_gguf *new_handle(int n_parts) {
     return g;
 }
 
+/* Weights are streamed once per token, so their pages matter: a 2 MiB-aligned mapping with
+ * MADV_HUGEPAGE lets the kernel map huge page-cache folios with single TLB entries (and fill a
+ * cold cache with them); without it decode ran ~15% slower here. Still a plain view of the file. */
+#define HUGE_ALIGN ((size_t)2 << 20)
+
+static void *map_file(int fd, size_t size) {
+    uint8_t *r = mmap(NULL, size + HUGE_ALIGN, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (r == MAP_FAILED) return mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
+    uint8_t *a = (uint8_t *)(((uintptr_t)r + HUGE_ALIGN - 1) & ~(uintptr_t)(HUGE_ALIGN - 1));
+    void *m = mmap(a, size, PROT_READ, MAP_PRIVATE | MAP_FIXED, fd, 0);
+    if (m == MAP_FAILED) {
+        int e = errno;
+        munmap(r, size + HUGE_ALIGN);
+        errno = e;
+        return MAP_FAILED;
+    }
+    /* give back the reservation around the aligned view */
+    const size_t pg = (size_t)sysconf(_SC_PAGESIZE);
+    uint8_t *end = a + ((size + pg - 1) & ~(pg - 1)), *r_end = r + size + HUGE_ALIGN;
+    if (a > r) munmap(r, (size_t)(a - r));
+    if (end < r_end) munmap(end, (size_t)(r_end - end));
+    madvise(m, size, MADV_HUGEPAGE);   /* advice only: failure changes nothing */
+    return m;
+}
+
+/* use_mmap = false: the file read into anonymous huge-page memory (no page-cache mapping). */
+static void *copy_file(int fd, size_t size) {
+    void *m = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED) return m;
+    madvise(m, size, MADV_HUGEPAGE);
+    size_t got = 0;
+    while (got < size) {
+        ssize_t n = pread(fd, (uint8_t *)m + got, size - got, (off_t)got);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) {
+            munmap(m, size);
+            errno = n < 0 ? errno : EIO;
+            return MAP_FAILED;
+        }
+        got += (size_t)n;
+    }
+    mprotect(m, size, PROT_READ);
+    return m;
+}
+
 static nx_status map_part(nx_gguf *g, const char *path, nx_error *err) {
     part *pt = &g->parts[g->n_parts];
     pt->label = strdup(path);
@@ -541,10 +587,12 @@ static nx_status map_part(nx_gguf *g, const char *path, nx_error *err) {
         close(fd);
         return nx_fail(err, NX_ERR_IO, "%s: file too large to map", path);
     }
-    void *m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+    void *m = g->copy ? copy_file(fd, (size_t)st.st_size) : map_file(fd, (size_t)st.st_size);
     int e = errno;
     close(fd);
-    if (m == MAP_FAILED) return nx_fail(err, NX_ERR_IO, "%s: mmap failed: %s", path, strerror(e));
+    if (m == MAP_FAILED)
+        return nx_fail(err, e == EIO ? NX_ERR_IO : NX_ERR_NOMEM, "%s: %s failed: %s", path,
+                       g->copy ? "reading the file into memory" : "mmap", strerror(e));
     pt->base = m;
     pt->size = (size_t)st.st_size;
     pt->mapped = true;
@@ -581,7 +629,7 @@ static const char *num_or_missing(int64_t v, char buf[24]) {
     return buf;
 }
 
-static nx_status open_impl(const char *path, bool follow_splits, nx_gguf **out, nx_error *err) {
+static nx_status open_impl(const char *path, bool follow_splits, bool copy, nx_gguf **out, nx_error *err) {
     if (!path || !out) return nx_fail(err, NX_ERR_INVALID_ARG, "nx_gguf_open: NULL argument");
     *out = NULL;
     int name_no = 0, name_count = 0;
@@ -590,6 +638,7 @@ static nx_status open_impl(const char *path, bool follow_splits, nx_gguf **out, 
     int max_parts = follow_splits && named ? name_count : 1;
     nx_gguf *g = new_handle(max_parts);
     if (!g) return nx_fail(err, NX_ERR_NOMEM, "%s: out of memory", path);
+    g->copy = copy;
     split_keys sk0 = {-1, -1, -1};
     nx_status st = map_part(g, path, err);
     if (!st) st = parse_part(g, 0, &g->kv, &sk0, err);
@@ -646,11 +695,15 @@ static nx_status open_impl(const char *path, bool follow_splits, nx_gguf **out, 
 }
 
 nx_status nx_gguf_open(const char *path, nx_gguf **out, nx_error *err) {
-    return open_impl(path, true, out, err);
+    return open_impl(path, true, false, out, err);
+}
+
+nx_status nx_gguf_open_copy(const char *path, nx_gguf **out, nx_error *err) {
+    return open_impl(path, true, true, out, err);
 }
 
 nx_status nx_gguf_open_part(const char *path, nx_gguf **out, nx_error *err) {
-    return open_impl(path, false, out, err);
+    return open_impl(path, false, false, out, err);
 }
 
 nx_status nx_gguf_open_memory(const void *data, size_t size, nx_gguf **out, nx_error *err) {

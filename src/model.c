@@ -41,7 +41,7 @@ nx_status nx_model_load(const char *path, const nx_model_params *params, nx_mode
     nx_model *m = calloc(1, sizeof *m);
     if (!m) { nx_fail(&err, NX_ERR_NOMEM, "out of memory"); return nx_error_publish(&err); }
     m->params = params ? *params : nx_model_default_params();
-    if (nx_gguf_open(path, &m->gguf, &err) != NX_OK) {
+    if ((m->params.use_mmap ? nx_gguf_open(path, &m->gguf, &err) : nx_gguf_open_copy(path, &m->gguf, &err)) != NX_OK) {
         free(m);
         return nx_error_publish(&err);
     }

@@ -250,6 +250,55 @@ static void test_thread_invariance(void) {
     for (int k = 0; k < 3; k++) nx_threadpool_free(tp[k]);
 }
 
+/* nx_matmul_multi == one nx_matmul per weight, bit for bit: same type (one dispatch, rows of
+ * all weights split across threads) and mixed types (fallback), 1 and 20 rows, 1-3 threads. */
+static void test_multi(void) {
+    nx_error err = {0};
+    nx_threadpool *tp[3] = {nx_threadpool_create(1, &err), nx_threadpool_create(2, &err), nx_threadpool_create(3, &err)};
+    CHECK(tp[0] && tp[1] && tp[2]);
+    if (!tp[0] || !tp[1] || !tp[2]) return;
+    const nx_type ts[] = {NX_TYPE_Q8_0, NX_TYPE_Q4_K, NX_TYPE_F16, NX_TYPE_Q4_0};
+    const int64_t outs[3] = {37, 5, 64};
+    for (size_t ti = 0; ti < sizeof ts / sizeof ts[0]; ti++) {
+        for (int mixed = 0; mixed < 2; mixed++) {
+            const nx_type t = ts[ti];
+            const int64_t n_in = 512;
+            wmat m[3];
+            for (int k = 0; k < 3; k++) wmat_make(&m[k], mixed && k == 1 ? (t == NX_TYPE_Q8_0 ? NX_TYPE_Q6_K : NX_TYPE_Q8_0) : t, n_in, outs[k]);
+            for (int nr = 1; nr <= 20; nr += 19) {
+                float *x = make_x(nr, n_in);
+                float *ref[3], *got[3];
+                for (int k = 0; k < 3; k++) {
+                    ref[k] = malloc(sizeof(float) * (size_t)(nr * outs[k]));
+                    got[k] = malloc(sizeof(float) * (size_t)(nr * outs[k]));
+                    CHECK(run_mm(tp[0], &m[k], x, nr, n_in, ref[k], outs[k]) == NX_OK);
+                }
+                for (int th = 0; th < 3; th++) {
+                    nx_matmul_scratch sc;
+                    nx_matmul_scratch_init(&sc);
+                    const nx_mm_out o[3] = {{&m[0].w, got[0], outs[0]}, {&m[1].w, got[1], outs[1]}, {&m[2].w, got[2], outs[2]}};
+                    CHECK(nx_matmul_multi(tp[th], &sc, o, 3, x, nr, n_in, &err) == NX_OK);
+                    for (int k = 0; k < 3; k++)
+                        CHECK_MSG(same_bits(ref[k], got[k], (size_t)(nr * outs[k])), "%s mixed %d rows %d threads %d weight %d",
+                                  nx_type_name(t), mixed, nr, th + 1, k);
+                    nx_matmul_scratch_free(&sc);
+                }
+                for (int k = 0; k < 3; k++) { free(ref[k]); free(got[k]); }
+                free(x);
+            }
+            for (int k = 0; k < 3; k++) wmat_free(&m[k]);
+        }
+    }
+    /* errors name the weight */
+    wmat a;
+    wmat_make(&a, NX_TYPE_Q8_0, 64, 4);
+    float x[64] = {0}, y[4];
+    const nx_mm_out bad[2] = {{&a.w, y, 4}, {NULL, y, 4}};
+    CHECK(nx_matmul_multi(tp[1], NULL, bad, 2, x, 1, 64, &err) == NX_ERR_INVALID_ARG);
+    wmat_free(&a);
+    for (int k = 0; k < 3; k++) nx_threadpool_free(tp[k]);
+}
+
 /* Many activation rows (tiles of 16 over cache blocks of weight rows) == one row at a time. */
 static void test_large_batch(void) {
     const nx_type ts[] = {NX_TYPE_Q8_0, NX_TYPE_Q4_K, NX_TYPE_F16};
@@ -359,6 +408,7 @@ int main(void) {
     RUN(test_batch_invariance);
     RUN(test_thread_invariance);
     RUN(test_large_batch);
+    RUN(test_multi);
     RUN(test_errors);
     RUN(test_nonfinite);
     return test_summary();

@@ -19,6 +19,8 @@
 #include "arch/qwen35_dn.h"
 #include "core/fp16.h"
 
+#define QW_FFN_ROWS 64
+
 struct qw_scratch {
     int n_rows, n_ctx, n_threads;
     float *x, *u;               /* [n][E] residual stream, normed input / block output */
@@ -46,14 +48,16 @@ nx_status qw_scratch_create(const qw_model *qm, int n, int n_ctx, int n_threads,
            D = (size_t)hp->head_dim, C = (size_t)hp->conv_dim, VD = (size_t)hp->value_dim, nv = (size_t)hp->nv;
     size_t FF = (size_t)hp->n_ff, X = (size_t)hp->n_expert, F = (size_t)hp->n_ff_exp, Fs = (size_t)hp->n_ff_shexp;
     size_t K = (size_t)hp->d_conv, kx = (size_t)hp->n_expert_used;
-    size_t sb1 = maxz(maxz(2 * H * D, C), maxz(FF, Fs));
-    size_t sb2 = maxz(maxz(Hkv * D, VD), maxz(FF, Fs));
+    /* the dense FFN runs QW_FFN_ROWS rows at a time (its n_ff-wide buffers are the largest) */
+    const size_t NF = N < QW_FFN_ROWS ? N : QW_FFN_ROWS;
+    size_t sb1 = maxz(N * maxz(maxz(2 * H * D, C), Fs), NF * FF);
+    size_t sb2 = maxz(N * maxz(maxz(Hkv * D, VD), Fs), NF * FF);
     size_t sb3 = maxz(maxz(Hkv * D, 2 * nv), X);
     size_t sb4 = maxz(maxz(H * D, VD), E);
     s->x = malloc(N * E * sizeof(float));
     s->u = malloc(N * E * sizeof(float));
-    s->b1 = malloc(N * sb1 * sizeof(float));
-    s->b2 = malloc(N * sb2 * sizeof(float));
+    s->b1 = malloc(sb1 * sizeof(float));
+    s->b2 = malloc(sb2 * sizeof(float));
     s->b3 = malloc(N * sb3 * sizeof(float));
     s->b4 = malloc(N * sb4 * sizeof(float));
     s->win = malloc(K * C * sizeof(float) + 64);
@@ -166,9 +170,8 @@ nx_status qw_attn_block(nx_ctx *ctx, qw_scratch *s, const qw_layer *L, nx_kv *kv
     nx_status st;
     nx_rmsnorm_rows(s->u, x, L->attn_norm, E, n, hp->eps);
     float *qa = s->b1, *k = s->b2, *v = s->b3, *o = s->b4;
-    if ((st = mm(ctx, L->wq, s->u, n, E, qa, 2 * H * D, err)) != NX_OK) return st;
-    if ((st = mm(ctx, L->wk, s->u, n, E, k, Hkv * D, err)) != NX_OK) return st;
-    if ((st = mm(ctx, L->wv, s->u, n, E, v, Hkv * D, err)) != NX_OK) return st;
+    const nx_mm_out qkv[3] = {{L->wq, qa, 2 * H * D}, {L->wk, k, Hkv * D}, {L->wv, v, Hkv * D}};
+    if ((st = nx_matmul_multi(ctx->tp, &ctx->mm, qkv, 3, s->u, n, E, err)) != NX_OK) return st;
     for (int r = 0; r < n; r++) {
         float *qr = qa + (size_t)r * 2 * H * D, *kr = k + (size_t)r * Hkv * D, *vr = v + (size_t)r * Hkv * D;
         for (int h = 0; h < H; h++) nx_rmsnorm(qr + (size_t)h * 2 * D, qr + (size_t)h * 2 * D, L->q_norm, D, hp->eps);
@@ -273,10 +276,8 @@ static nx_status qw_deltanet_block(nx_ctx *ctx, qw_scratch *s, const qw_layer *L
     nx_status st;
     nx_rmsnorm_rows(s->u, x, L->attn_norm, E, n, hp->eps);
     float *m = s->b1, *z = s->b2, *beta = s->b3, *decay = s->b3 + (size_t)n * nv, *o = s->b4;
-    if ((st = mm(ctx, L->wqkv, s->u, n, E, m, C, err)) != NX_OK) return st;
-    if ((st = mm(ctx, L->wz, s->u, n, E, z, VD, err)) != NX_OK) return st;
-    if ((st = mm(ctx, L->wbeta, s->u, n, E, beta, nv, err)) != NX_OK) return st;
-    if ((st = mm(ctx, L->walpha, s->u, n, E, decay, nv, err)) != NX_OK) return st;
+    const nx_mm_out proj[4] = {{L->wqkv, m, C}, {L->wz, z, VD}, {L->wbeta, beta, nv}, {L->walpha, decay, nv}};
+    if ((st = nx_matmul_multi(ctx->tp, &ctx->mm, proj, 4, s->u, n, E, err)) != NX_OK) return st;
     nx_sigmoid(beta, beta, n * nv);
     nx_silu(z, z, n * VD);
     for (int r = 0; r < n; r++) {
@@ -354,11 +355,16 @@ nx_status qw_ffn_block(nx_ctx *ctx, qw_scratch *s, const qw_layer *L, int n, flo
     if (hp->moe) return moe_block(ctx, s, L, n, x, err);
     nx_status st;
     float *g = s->b1, *up = s->b2, *d = s->b4;
-    if ((st = mm(ctx, f->gate, s->u, n, E, g, FF, err)) != NX_OK) return st;
-    if ((st = mm(ctx, f->up, s->u, n, E, up, FF, err)) != NX_OK) return st;
-    nx_swiglu(g, g, up, n * FF);
-    if ((st = mm(ctx, f->down, g, n, FF, d, E, err)) != NX_OK) return st;
-    nx_add(x, x, d, n * E);
+    /* rows are independent here: chunks keep the n_ff-wide buffers small (prompt batches) */
+    for (int r0 = 0; r0 < n; r0 += QW_FFN_ROWS) {
+        const int nr = n - r0 < QW_FFN_ROWS ? n - r0 : QW_FFN_ROWS;
+        const float *u = s->u + (size_t)r0 * E;
+        const nx_mm_out gu[2] = {{f->gate, g, FF}, {f->up, up, FF}};
+        if ((st = nx_matmul_multi(ctx->tp, &ctx->mm, gu, 2, u, nr, E, err)) != NX_OK) return st;
+        nx_swiglu(g, g, up, nr * FF);
+        if ((st = mm(ctx, f->down, g, nr, FF, d, E, err)) != NX_OK) return st;
+        nx_add(x + (size_t)r0 * E, x + (size_t)r0 * E, d, nr * E);
+    }
     return NX_OK;
 }
 

@@ -153,6 +153,8 @@ int nx_cli_args_parse_one(nx_cli_args *a, unsigned groups, int argc, char **argv
     else if ((groups & NX_ARGS_RUNTIME) && is(name, "-t", "--threads")) f = THREADS;
     else if ((groups & NX_ARGS_RUNTIME) && is(name, "-c", "--ctx-size")) f = CTX;
     else if ((groups & NX_ARGS_RUNTIME) && is(name, "-ub", "--ubatch-size")) f = UB;
+    else if ((groups & NX_ARGS_RUNTIME) && is(name, "--no-mmap", NULL)) { a->no_mmap = true; flag_only = true; }
+    else if ((groups & NX_ARGS_RUNTIME) && is(name, "--mmap", NULL)) { a->no_mmap = false; flag_only = true; }
     else if ((groups & NX_ARGS_RUNTIME) && is(name, "-ctk", "--cache-type-k")) f = CTK;
     else if ((groups & NX_ARGS_RUNTIME) && is(name, "-ctv", "--cache-type-v")) f = CTV;
     else if ((groups & NX_ARGS_SAMPLING) && is(name, "--temp", "--temperature")) f = TEMP;
@@ -224,6 +226,7 @@ nx_status nx_cli_args_parse(nx_cli_args *a, unsigned groups, int argc, char **ar
 nx_model_params nx_cli_model_params(const nx_cli_args *a) {
     nx_model_params p = nx_model_default_params();
     p.n_threads = a->n_threads;
+    p.use_mmap = !a->no_mmap;
     return p;
 }
 

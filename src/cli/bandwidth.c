@@ -5,6 +5,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 #include "kernels/matmul.h"
 
@@ -58,6 +59,17 @@ static void *bw_main(void *arg) {
     return NULL;
 }
 
+void *nx_cli_huge_alloc(size_t bytes) {
+    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return NULL;
+    madvise(p, bytes, MADV_HUGEPAGE);
+    return p;
+}
+
+void nx_cli_huge_free(void *p, size_t bytes) {
+    if (p) munmap(p, bytes);
+}
+
 double nx_cli_read_bandwidth(int n_threads, size_t bytes, int passes) {
     if (n_threads < 1) n_threads = 1;
     if (n_threads > BW_MAX_THREADS) n_threads = BW_MAX_THREADS;
@@ -65,7 +77,7 @@ double nx_cli_read_bandwidth(int n_threads, size_t bytes, int passes) {
     if (n_chunks == 0 || passes < 1) return 0;
     bw_shared sh = {.n_chunks = n_chunks, .passes = passes, .nth = n_threads, .mu = PTHREAD_MUTEX_INITIALIZER,
                     .cv = PTHREAD_COND_INITIALIZER};
-    uint8_t *buf = aligned_alloc(64, n_chunks * BW_CHUNK);
+    uint8_t *buf = nx_cli_huge_alloc(n_chunks * BW_CHUNK);
     sh.best = malloc(n_chunks * sizeof *sh.best);
     bw_thread *th = calloc((size_t)n_threads, sizeof *th);
     pthread_t *tid = calloc((size_t)n_threads, sizeof *tid);
@@ -97,7 +109,7 @@ double nx_cli_read_bandwidth(int n_threads, size_t bytes, int passes) {
     const size_t slice = BW_CHUNK / (size_t)n_threads / 256 * 256;
     gbps = (double)(slice * (size_t)n_threads) * (double)n_chunks / total / 1e9;
 out:
-    free(buf);
+    nx_cli_huge_free(buf, n_chunks * BW_CHUNK);
     free(sh.best);
     free(th);
     free(tid);

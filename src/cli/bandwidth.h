@@ -22,4 +22,10 @@
  * over chunks of the chunk's fastest time. 0 if the buffer or the threads cannot be had. */
 double nx_cli_read_bandwidth(int n_threads, size_t bytes, int passes);
 
+/* Anonymous memory advised for transparent huge pages, as the weights get (gguf: 2 MiB-aligned
+ * views / --no-mmap copies), so bandwidth and kernel figures compare like with like.
+ * NULL on failure; free with nx_cli_huge_free and the same size. */
+void *nx_cli_huge_alloc(size_t bytes);
+void  nx_cli_huge_free(void *p, size_t bytes);
+
 #endif

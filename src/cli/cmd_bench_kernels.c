@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include "cli/bandwidth.h"
 #include "cli/cli.h"
 #include "kernels/cpu.h"
 #include "kernels/matmul.h"
@@ -49,7 +50,7 @@ static void bw_task(void *arg, int ith, int nth) {
 /* GB/s reading a 1 GiB buffer with every thread (best of 3 passes). */
 static double measure_bandwidth(nx_threadpool *tp) {
     const size_t n = (size_t)1 << 30;
-    uint8_t *buf = aligned_alloc(64, n);
+    uint8_t *buf = nx_cli_huge_alloc(n);
     if (!buf) return 0;
     memset(buf, 1, n);
     bw_job j = {.buf = buf, .n = n};
@@ -60,7 +61,7 @@ static double measure_bandwidth(nx_threadpool *tp) {
         double dt = now_s() - t0;
         if (pass > 0 && dt < best) best = dt;   /* pass 0 warms up page tables */
     }
-    free(buf);
+    nx_cli_huge_free(buf, n);
     return (double)n / best / 1e9;
 }
 
@@ -207,11 +208,11 @@ int nx_cmd_bench_kernels(int argc, char **argv) {
     if (!tp) { fprintf(stderr, "nextn bench-kernels: %s\n", err.msg); return 1; }
     const size_t stream_bytes = (size_t)stream_mb << 20;
     /* the copies: stream_bytes plus one matrix of slack for rounding up */
-    uint8_t *stream_buf = aligned_alloc(64, stream_bytes + (80u << 20));
+    uint8_t *stream_buf = nx_cli_huge_alloc(stream_bytes + (80u << 20));
     if (!stream_buf) { fprintf(stderr, "nextn bench-kernels: cannot allocate %ld MB\n", stream_mb); nx_threadpool_free(tp); return 1; }
 
     double bw = measure_bandwidth(tp);
-    if (bw <= 0) { fprintf(stderr, "nextn bench-kernels: cannot allocate the 1 GiB bandwidth buffer\n"); free(stream_buf); nx_threadpool_free(tp); return 1; }
+    if (bw <= 0) { fprintf(stderr, "nextn bench-kernels: cannot allocate the 1 GiB bandwidth buffer\n"); nx_cli_huge_free(stream_buf, stream_bytes + (80u << 20)); nx_threadpool_free(tp); return 1; }
     printf("bench-kernels: level %s, %d threads, read bandwidth %.1f GB/s (1 GiB, %s loads)\n",
            nx_cpu_level_name(nx_cpu_level_get()), nx_threadpool_size(tp), bw, nx_cpu_level_name(nx_cpu_level_get()));
     printf("cached = one weight reused (fits L2/L3); streamed = cycling through %ld MB of copies (DRAM)\n", stream_mb);
@@ -221,7 +222,7 @@ int nx_cmd_bench_kernels(int argc, char **argv) {
     printf("\n");
     int rc = 0;
     for (int k = 0; k < n_types && rc == 0; k++) rc = bench_type(tp, list[k], bw, stream_bytes, stream_buf);
-    free(stream_buf);
+    nx_cli_huge_free(stream_buf, stream_bytes + (80u << 20));
     nx_threadpool_free(tp);
     return rc;
 }

@@ -8,7 +8,7 @@
 
 static void gen_usage(FILE *f) {
     fprintf(f, "usage: nextn gen-model --arch ARCH [--config FILE.json | --config-json TEXT] --out FILE.gguf\n"
-               "                       [--seed N] [--type f32|f16|bf16|q8_0|q4_K|...]\n"
+               "                       [--seed N] [--type f32|f16|bf16|q8_0|q4_K|q4_K_M|...]\n"
                "archs: %s\n", nx_genmodel_archs());
 }
 
@@ -26,7 +26,8 @@ int nx_cmd_gen_model(int argc, char **argv) {
         else if (!strcmp(a, "--out") || !strcmp(a, "-o")) o.out_path = v;
         else if (!strcmp(a, "--seed")) o.seed = strtoull(v, NULL, 10);
         else if (!strcmp(a, "--type")) {
-            if (!nx_type_from_name(v, &o.wtype)) { fprintf(stderr, "nextn gen-model: unknown type '%s'\n", v); return 2; }
+            if (!strcmp(v, "q4_K_M") || !strcmp(v, "Q4_K_M")) { o.wtype = NX_TYPE_Q4_K; o.q4_k_m = true; }
+            else if (!nx_type_from_name(v, &o.wtype)) { fprintf(stderr, "nextn gen-model: unknown type '%s'\n", v); return 2; }
         } else { fprintf(stderr, "nextn gen-model: unknown option '%s'\n", a); gen_usage(stderr); return 2; }
         i++;
     }

@@ -171,48 +171,65 @@ static nx_mm_kernel pick_kernel(nx_type type) {
     return k;
 }
 
-typedef struct mm_job {
-    nx_mm_kernel kern;
-    const uint8_t *w;      /* row o0 */
+#define MM_MAX_SEG 8
+
+typedef struct mm_seg {
+    const uint8_t *w;      /* first output row of the segment */
     size_t w_stride;
-    int64_t n_in, n_out, n_rows;
-    nx_mm_act act;
-    act_kind kind;
+    int64_t n_out;
     float *y;
     int64_t ldy;
     int64_t chunk;         /* weight rows per cache block when n_rows > one tile */
+} mm_seg;
+
+typedef struct mm_job {
+    nx_mm_kernel kern;
+    int64_t n_in, n_rows;
+    nx_mm_act act;
+    int n_seg;
+    int64_t n_total;       /* output rows over all segments (same type and n_in: same bytes per row) */
+    mm_seg seg[MM_MAX_SEG];
 } mm_job;
 
-static void mm_task(void *arg, int ith, int nth) {
-    const mm_job *j = arg;
-    long lo, hi;
-    nx_split_range((long)j->n_out, ith, nth, &lo, &hi);
+/* Output rows [lo, hi) of one segment. */
+static void mm_run(const mm_job *j, const mm_seg *g, long lo, long hi) {
     if (lo >= hi) return;
     if (j->n_rows <= NX_MM_TILE) {
-        j->kern(j->n_in, j->w + (size_t)lo * j->w_stride, j->w_stride, hi - lo, &j->act, (int)j->n_rows,
-                j->y + lo, j->ldy);
+        j->kern(j->n_in, g->w + (size_t)lo * g->w_stride, g->w_stride, hi - lo, &j->act, (int)j->n_rows, g->y + lo, g->ldy);
         return;
     }
     /* Many activation rows (prefill): keep a block of weight rows in L2 and run every tile
      * of activation rows over it before moving on. */
-    for (long o = lo; o < hi; o += j->chunk) {
-        long n_w = hi - o < j->chunk ? hi - o : j->chunk;
+    for (long o = lo; o < hi; o += g->chunk) {
+        long n_w = hi - o < g->chunk ? hi - o : g->chunk;
         for (int64_t r = 0; r < j->n_rows; r += NX_MM_TILE) {
             int n_act = (int)(j->n_rows - r < NX_MM_TILE ? j->n_rows - r : NX_MM_TILE);
             nx_mm_act a = nx_mm_act_rows(&j->act, r);
-            j->kern(j->n_in, j->w + (size_t)o * j->w_stride, j->w_stride, n_w, &a, n_act,
-                    j->y + r * j->ldy + o, j->ldy);
+            j->kern(j->n_in, g->w + (size_t)o * g->w_stride, g->w_stride, n_w, &a, n_act, g->y + r * g->ldy + o, g->ldy);
         }
     }
 }
 
-nx_status nx_matmul_rows(nx_threadpool *tp, nx_matmul_scratch *scratch, const nx_tensor *w,
-                         int64_t o0, int64_t o1, const float *x, int64_t n_rows, int64_t ldx,
-                         float *y, int64_t ldy, nx_error *err) {
+/* A thread's share is a contiguous range of the segments' concatenated output rows. */
+static void mm_task(void *arg, int ith, int nth) {
+    const mm_job *j = arg;
+    long lo, hi;
+    nx_split_range((long)j->n_total, ith, nth, &lo, &hi);
+    long base = 0;
+    for (int k = 0; k < j->n_seg && base < hi; k++) {
+        const mm_seg *g = &j->seg[k];
+        long a = lo > base ? lo - base : 0, b = hi - base < g->n_out ? hi - base : (long)g->n_out;
+        mm_run(j, g, a, b);
+        base += (long)g->n_out;
+    }
+}
+
+/* Checks of one weight against the call; fills *kind and the row size. */
+static nx_status mm_check(const nx_tensor *w, int64_t o0, int64_t o1, const float *x, int64_t n_rows, int64_t ldx,
+                          const float *y, int64_t ldy, act_kind *kind, nx_error *err) {
     if (!w) return nx_fail(err, NX_ERR_INVALID_ARG, "matmul: no weight tensor");
     const char *name = w->name ? w->name : "(unnamed)";
-    act_kind kind;
-    if (!mm_type(w->type, &kind))
+    if (!mm_type(w->type, kind))
         return nx_fail(err, NX_ERR_UNSUPPORTED, "matmul: weight '%s' has type %s, which has no matmul kernel",
                        name, nx_type_name(w->type));
     const nx_type_traits *tt = nx_type_info(w->type);
@@ -236,42 +253,87 @@ nx_status nx_matmul_rows(nx_threadpool *tp, nx_matmul_scratch *scratch, const nx
     if (ldx < n_in || ldy < o1 - o0)
         return nx_fail(err, NX_ERR_INVALID_ARG, "matmul: strides ldx %lld < %lld or ldy %lld < %lld",
                        (long long)ldx, (long long)n_in, (long long)ldy, (long long)(o1 - o0));
+    return NX_OK;
+}
 
-    nx_mm_kernel kern = pick_kernel(w->type);
-    if (!kern) return nx_fail(err, NX_ERR_INTERNAL, "matmul: no kernel for %s", tt->name);
-
-    mm_job job = {
-        .kern = kern,
-        .w = (const uint8_t *)w->data + (size_t)o0 * w->nb[1],
-        .w_stride = w->nb[1],
-        .n_in = n_in, .n_out = o1 - o0, .n_rows = n_rows,
-        .kind = kind, .y = y, .ldy = ldy,
-    };
+static void mm_seg_init(mm_seg *g, const nx_tensor *w, int64_t o0, int64_t o1, float *y, int64_t ldy) {
+    g->w = (const uint8_t *)w->data + (size_t)o0 * w->nb[1];
+    g->w_stride = w->nb[1];
+    g->n_out = o1 - o0;
+    g->y = y;
+    g->ldy = ldy;
     /* ~256 KB of weights per cache block: a few per L2, many per thread. */
-    job.chunk = (int64_t)((256u << 10) / row_bytes);
-    if (job.chunk < 4) job.chunk = 4;
+    g->chunk = (int64_t)((256u << 10) / nx_row_size(w->type, w->ne[0]));
+    if (g->chunk < 4) g->chunk = 4;
+}
 
+/* Quantize the activations for weights of this type (if it needs it) and run the job. */
+static nx_status mm_dispatch(nx_threadpool *tp, nx_matmul_scratch *scratch, nx_type type, act_kind kind,
+                             const float *x, int64_t ldx, mm_job *job, nx_error *err) {
+    job->kern = pick_kernel(type);
+    if (!job->kern) return nx_fail(err, NX_ERR_INTERNAL, "matmul: no kernel for %s", nx_type_name(type));
     nx_matmul_scratch own = {0};
     if (kind == ACT_FLOAT) {
-        job.act.x = x;
-        job.act.ldx = ldx;
+        job->act.x = x;
+        job->act.ldx = ldx;
     } else {
-        act_plan p = plan_act(kind, n_in, n_rows);
+        act_plan p = plan_act(kind, job->n_in, job->n_rows);
         nx_matmul_scratch *s = scratch ? scratch : &own;
-        const bool perm = q4k_permuted(w->type);
-        nx_status st = scratch_reserve(s, p.total + (perm ? p.q_row * (size_t)n_rows : 0), err);
+        const bool perm = q4k_permuted(type);
+        nx_status st = scratch_reserve(s, p.total + (perm ? p.q_row * (size_t)job->n_rows : 0), err);
         if (st != NX_OK) return st;
-        quantize_rows(kind, nx_mm_act_bias(w->type), x, n_rows, ldx, n_in, &p, s->buf, &job.act);
+        quantize_rows(kind, nx_mm_act_bias(type), x, job->n_rows, ldx, job->n_in, &p, s->buf, &job->act);
         if (perm) {
             uint8_t *qp = (uint8_t *)s->buf + p.total;
-            for (int64_t r = 0; r < n_rows; r++)
-                nx_mm_q4k_perm_avx512(job.act.q + r * job.act.q_stride, qp + (size_t)r * p.q_row, n_in);
-            job.act.q = qp;
+            for (int64_t r = 0; r < job->n_rows; r++)
+                nx_mm_q4k_perm_avx512(job->act.q + r * job->act.q_stride, qp + (size_t)r * p.q_row, job->n_in);
+            job->act.q = qp;
         }
     }
-    nx_threadpool_run(tp, mm_task, &job);
+    nx_threadpool_run(tp, mm_task, job);
     nx_matmul_scratch_free(&own);
     return NX_OK;
+}
+
+nx_status nx_matmul_rows(nx_threadpool *tp, nx_matmul_scratch *scratch, const nx_tensor *w,
+                         int64_t o0, int64_t o1, const float *x, int64_t n_rows, int64_t ldx,
+                         float *y, int64_t ldy, nx_error *err) {
+    act_kind kind;
+    nx_status st = mm_check(w, o0, o1, x, n_rows, ldx, y, ldy, &kind, err);
+    if (st != NX_OK || n_rows == 0 || o0 == o1) return st;
+    mm_job job = {.n_in = w->ne[0], .n_rows = n_rows, .n_seg = 1, .n_total = o1 - o0};
+    mm_seg_init(&job.seg[0], w, o0, o1, y, ldy);
+    return mm_dispatch(tp, scratch, w->type, kind, x, ldx, &job, err);
+}
+
+nx_status nx_matmul_multi(nx_threadpool *tp, nx_matmul_scratch *scratch, const nx_mm_out *outs, int n_outs,
+                          const float *x, int64_t n_rows, int64_t ldx, nx_error *err) {
+    if (n_outs < 0 || (n_outs > 0 && !outs)) return nx_fail(err, NX_ERR_INVALID_ARG, "matmul: bad output list");
+    bool same = n_outs <= MM_MAX_SEG;
+    for (int k = 0; k < n_outs; k++) {
+        act_kind kind;
+        const nx_tensor *w = outs[k].w;
+        nx_status st = mm_check(w, 0, w ? w->ne[1] : 0, x, n_rows, ldx, outs[k].y, outs[k].ldy, &kind, err);
+        if (st != NX_OK) return st;
+        if (k > 0 && (w->type != outs[0].w->type || w->ne[0] != outs[0].w->ne[0] || w->nb[1] != outs[0].w->nb[1]))
+            same = false;
+    }
+    if (n_rows == 0 || n_outs == 0) return NX_OK;
+    if (!same) {   /* mixed types (e.g. a Q4_K_M layer): one call each */
+        for (int k = 0; k < n_outs; k++) {
+            nx_status st = nx_matmul(tp, scratch, outs[k].w, x, n_rows, ldx, outs[k].y, outs[k].ldy, err);
+            if (st != NX_OK) return st;
+        }
+        return NX_OK;
+    }
+    act_kind kind;
+    mm_type(outs[0].w->type, &kind);
+    mm_job job = {.n_in = outs[0].w->ne[0], .n_rows = n_rows, .n_seg = n_outs};
+    for (int k = 0; k < n_outs; k++) {
+        mm_seg_init(&job.seg[k], outs[k].w, 0, outs[k].w->ne[1], outs[k].y, outs[k].ldy);
+        job.n_total += outs[k].w->ne[1];
+    }
+    return mm_dispatch(tp, scratch, outs[0].w->type, kind, x, ldx, &job, err);
 }
 
 uint64_t nx_matmul_stream_read(const void *p, size_t n) {

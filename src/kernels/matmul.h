@@ -66,6 +66,18 @@ nx_status nx_matmul_rows(nx_threadpool *tp, nx_matmul_scratch *scratch, const nx
                          int64_t o0, int64_t o1, const float *x, int64_t n_rows, int64_t ldx,
                          float *y, int64_t ldy, nx_error *err);
 
+/* Several weights applied to the same activations in ONE dispatch: the activations are
+ * quantized once and the threads split the weights' concatenated output rows, so small
+ * projections (gate + up, q + k + v, ...) share a thread-pool run. Results are bit-identical
+ * to one nx_matmul per weight. Weights of different types / widths fall back to one call each. */
+typedef struct nx_mm_out {
+    const nx_tensor *w;
+    float *y;
+    int64_t ldy;
+} nx_mm_out;
+nx_status nx_matmul_multi(nx_threadpool *tp, nx_matmul_scratch *scratch, const nx_mm_out *outs, int n_outs,
+                          const float *x, int64_t n_rows, int64_t ldx, nx_error *err);
+
 /* Read n bytes (64-byte aligned, n a multiple of 256) with the current level's widest loads;
  * returns a checksum so the reads are not optimised away. For bench-kernels' bandwidth figure. */
 uint64_t nx_matmul_stream_read(const void *p, size_t n);

@@ -30,9 +30,12 @@
 #ifndef NX_MM_PREFETCH
 #define NX_MM_PREFETCH 2048
 #endif
+#ifndef NX_MM_PREFETCH_HINT
+#define NX_MM_PREFETCH_HINT _MM_HINT_T0
+#endif
 AI void prefetch_w(const uint8_t *p, size_t bytes) {
     if (NX_MM_PREFETCH > 0)
-        for (size_t o = 0; o < bytes; o += 64) _mm_prefetch((const char *)(p + NX_MM_PREFETCH + o), _MM_HINT_T0);
+        for (size_t o = 0; o < bytes; o += 64) _mm_prefetch((const char *)(p + NX_MM_PREFETCH + o), NX_MM_PREFETCH_HINT);
 }
 
 AI float hsum512(__m512 v) {
@@ -57,8 +60,10 @@ AI __m128 ld2f(const float *p) { return _mm_castsi128_ps(_mm_loadl_epi64((const 
 
 /* One weight row at a time; the tile's rows in groups (nx_mm_group), each group a separate
  * compiled body with its accumulators in registers. */
-#define KERNEL_FN(name, CALL) \
+#define KERNEL_FN(name, CALL) KERNEL_FN_P(name, CALL, (void)0)
+#define KERNEL_FN_P(name, CALL, PAIR) \
     static void name(int64_t n, const uint8_t *w, size_t ws, int64_t nw, const nx_mm_act *a, int na, float *y, int64_t ldy) { \
+        PAIR; \
         for (int64_t o = 0; o < nw; o++) { \
             const uint8_t *wo = w + (size_t)o * ws; \
             for (int r0 = 0; r0 < na;) { \
@@ -242,18 +247,66 @@ AI void b32_kernel(const int T, const int NR, int64_t n, const uint8_t *w, size_
 }
 
 
+/* Batch 1: two weight rows far apart (the two halves of the call's range) advance together,
+ * so each thread keeps two DRAM streams in flight and twice the independent work per step.
+ * Each row's arithmetic is b32_kernel's NR = 1 sequence exactly (batch invariance holds). */
+AI void b32_acc1(const int T, const uint8_t *wr, const nx_mm_act *a, int64_t b, int two, __m512 *acc, __m128 *accm) {
+    const __m512i c128 = _mm512_set1_epi8((char)0x80), zero = _mm512_setzero_si512();
+    const size_t bs = bsize32(T);
+    __m512i wq; __m512 D; __m128 M = _mm_setzero_ps();
+    dec32x2(T, two, wr + (size_t)b * bs, &wq, &D, &M);
+    const __m512i corr = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, c128, wq));
+    const __m512i q = two ? _mm512_loadu_si512(a->q + 32 * b)
+                          : _mm512_zextsi256_si512(_mm256_loadu_si256((const __m256i *)(a->q + 32 * b)));
+    const __m512i I = _mm512_dpbusd_epi32(corr, q, wq);
+    const __m512 S = _mm512_mul_ps(D, _mm512_loadu_ps(a->de + 8 * b));
+    *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(I), S, *acc);
+    if (T == NX_TYPE_Q4_1 || T == NX_TYPE_Q5_1)
+        *accm = _mm_fmadd_ps(M, two ? ld2f(a->s + b) : _mm_load_ss(a->s + b), *accm);
+}
+
+AI float b32_fin1(const int T, __m512 acc, __m128 accm) {
+    float v = hsum512(acc);
+    if (T == NX_TYPE_Q4_1 || T == NX_TYPE_Q5_1) v += hsum128(accm);
+    return v;
+}
+
+AI void b32_pair1(const int T, int64_t n, const uint8_t *w, size_t ws, int64_t nw, const nx_mm_act *a, float *y) {
+    const int64_t nb = n / 32, h = (nw + 1) / 2;
+    const size_t bs = bsize32(T);
+    for (int64_t o = 0; o < h; o++) {
+        const bool has2 = o + h < nw;
+        const uint8_t *w0 = w + (size_t)o * ws, *w1 = has2 ? w + (size_t)(o + h) * ws : w0;
+        __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+        __m128 am0 = _mm_setzero_ps(), am1 = _mm_setzero_ps();
+        int64_t b = 0;
+        for (; b + 2 <= nb; b += 2) {
+            prefetch_w(w0 + (size_t)b * bs, 2 * bs);
+            prefetch_w(w1 + (size_t)b * bs, 2 * bs);
+            b32_acc1(T, w0, a, b, 1, &acc0, &am0);
+            b32_acc1(T, w1, a, b, 1, &acc1, &am1);
+        }
+        if (b < nb) {
+            b32_acc1(T, w0, a, b, 0, &acc0, &am0);
+            b32_acc1(T, w1, a, b, 0, &acc1, &am1);
+        }
+        y[o] = b32_fin1(T, acc0, am0);
+        if (has2) y[o + h] = b32_fin1(T, acc1, am1);
+    }
+}
+
 #define B32_CALL_NX_TYPE_Q4_0(nr) b32_kernel(NX_TYPE_Q4_0, nr, n, wo, ws, 1, &sub, yo, ldy)
 #define B32_CALL_NX_TYPE_Q4_1(nr) b32_kernel(NX_TYPE_Q4_1, nr, n, wo, ws, 1, &sub, yo, ldy)
 #define B32_CALL_NX_TYPE_Q5_0(nr) b32_kernel(NX_TYPE_Q5_0, nr, n, wo, ws, 1, &sub, yo, ldy)
 #define B32_CALL_NX_TYPE_Q5_1(nr) b32_kernel(NX_TYPE_Q5_1, nr, n, wo, ws, 1, &sub, yo, ldy)
 #define B32_CALL_NX_TYPE_Q8_0(nr) b32_kernel(NX_TYPE_Q8_0, nr, n, wo, ws, 1, &sub, yo, ldy)
 #define B32_CALL_NX_TYPE_IQ4_NL(nr) b32_kernel(NX_TYPE_IQ4_NL, nr, n, wo, ws, 1, &sub, yo, ldy)
-KERNEL_FN(k_q4_0, B32_CALL_NX_TYPE_Q4_0)
-KERNEL_FN(k_q4_1, B32_CALL_NX_TYPE_Q4_1)
-KERNEL_FN(k_q5_0, B32_CALL_NX_TYPE_Q5_0)
-KERNEL_FN(k_q5_1, B32_CALL_NX_TYPE_Q5_1)
-KERNEL_FN(k_q8_0, B32_CALL_NX_TYPE_Q8_0)
-KERNEL_FN(k_iq4_nl, B32_CALL_NX_TYPE_IQ4_NL)
+KERNEL_FN_P(k_q4_0, B32_CALL_NX_TYPE_Q4_0, if (na == 1) { b32_pair1(NX_TYPE_Q4_0, n, w, ws, nw, a, y); return; })
+KERNEL_FN_P(k_q4_1, B32_CALL_NX_TYPE_Q4_1, if (na == 1) { b32_pair1(NX_TYPE_Q4_1, n, w, ws, nw, a, y); return; })
+KERNEL_FN_P(k_q5_0, B32_CALL_NX_TYPE_Q5_0, if (na == 1) { b32_pair1(NX_TYPE_Q5_0, n, w, ws, nw, a, y); return; })
+KERNEL_FN_P(k_q5_1, B32_CALL_NX_TYPE_Q5_1, if (na == 1) { b32_pair1(NX_TYPE_Q5_1, n, w, ws, nw, a, y); return; })
+KERNEL_FN_P(k_q8_0, B32_CALL_NX_TYPE_Q8_0, if (na == 1) { b32_pair1(NX_TYPE_Q8_0, n, w, ws, nw, a, y); return; })
+KERNEL_FN_P(k_iq4_nl, B32_CALL_NX_TYPE_IQ4_NL, if (na == 1) { b32_pair1(NX_TYPE_IQ4_NL, n, w, ws, nw, a, y); return; })
 
 /* ===== 256-value super-blocks ===== */
 
@@ -375,46 +428,83 @@ AI void dec256(const int T, const uint8_t *blk, __m512i *W, __m512 *SC, __m512i 
     }
 }
 
+typedef struct b256_dec {
+    __m512i W[4], corr[4], M16;
+    __m512 SC[4], dmn;
+} b256_dec;
+
+AI void b256_decode(const int T, const uint8_t *blk, b256_dec *D) {
+    const int has_m = T == NX_TYPE_Q4_K || T == NX_TYPE_Q5_K;
+    const __m512i c128 = _mm512_set1_epi8((char)0x80), zero = _mm512_setzero_si512();
+    float dmin = 0.0f;
+    D->M16 = zero;
+    dec256(T, blk, D->W, D->SC, &D->M16, &dmin);
+    /* Q4_K / Q5_K: unsigned weight codes times signed activations, no correction */
+    if (!has_m) {
+#pragma GCC unroll 4
+        for (int z = 0; z < 4; z++) D->corr[z] = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, c128, D->W[z]));
+    }
+    D->dmn = _mm512_set1_ps(-dmin);
+}
+
+/* acc += one super-block of one activation row (q: its 256 bytes, bs: its group sums, d: its scale). */
+AI __m512 b256_dot(const int T, const b256_dec *D, const uint8_t *q, const int16_t *bs, float d, __m512 acc) {
+    const int has_m = T == NX_TYPE_Q4_K || T == NX_TYPE_Q5_K;
+    const __m512i zero = _mm512_setzero_si512();
+    __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps((has_m ? _mm512_dpbusd_epi32(zero, D->W[0], _mm512_loadu_si512(q)) : _mm512_dpbusd_epi32(D->corr[0], _mm512_loadu_si512(q), D->W[0]))), D->SC[0]);
+    f = _mm512_fmadd_ps(_mm512_cvtepi32_ps((has_m ? _mm512_dpbusd_epi32(zero, D->W[1], _mm512_loadu_si512(q + 64)) : _mm512_dpbusd_epi32(D->corr[1], _mm512_loadu_si512(q + 64), D->W[1]))), D->SC[1], f);
+    f = _mm512_fmadd_ps(_mm512_cvtepi32_ps((has_m ? _mm512_dpbusd_epi32(zero, D->W[2], _mm512_loadu_si512(q + 128)) : _mm512_dpbusd_epi32(D->corr[2], _mm512_loadu_si512(q + 128), D->W[2]))), D->SC[2], f);
+    f = _mm512_fmadd_ps(_mm512_cvtepi32_ps((has_m ? _mm512_dpbusd_epi32(zero, D->W[3], _mm512_loadu_si512(q + 192)) : _mm512_dpbusd_epi32(D->corr[3], _mm512_loadu_si512(q + 192), D->W[3]))), D->SC[3], f);
+    if (has_m) {
+        const __m512i bsum = _mm512_zextsi256_si512(_mm256_loadu_si256((const __m256i *)bs));
+        f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_madd_epi16(bsum, D->M16)), D->dmn, f);
+    }
+    return _mm512_fmadd_ps(f, _mm512_set1_ps(d), acc);
+}
+
 AI void b256_kernel(const int T, const int NR, int64_t n, const uint8_t *w, size_t ws, int64_t nw,
                     const nx_mm_act *a, float *y, int64_t ldy) {
-    const int has_m = T == NX_TYPE_Q4_K || T == NX_TYPE_Q5_K;
     const int64_t nsb = n / 256;
     const size_t bs = bsize256(T);
-    const __m512i c128 = _mm512_set1_epi8((char)0x80), zero = _mm512_setzero_si512();
     for (int64_t o = 0; o < nw; o++) {
         const uint8_t *wr = w + (size_t)o * ws;
         __m512 acc[NX_MM_TILE];
 #pragma GCC unroll 16
         for (int r = 0; r < NR; r++) acc[r] = _mm512_setzero_ps();
         for (int64_t sb = 0; sb < nsb; sb++) {
-            __m512i W[4], corr[4], M16 = zero;
-            __m512 SC[4];
-            float dmin = 0.0f;
+            b256_dec D;
             prefetch_w(wr + (size_t)sb * bs, bs);
-            dec256(T, wr + (size_t)sb * bs, W, SC, &M16, &dmin);
-            /* Q4_K / Q5_K: unsigned weight codes times signed activations, no correction */
-            if (!has_m) {
-#pragma GCC unroll 4
-                for (int z = 0; z < 4; z++) corr[z] = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, c128, W[z]));
-            }
-            const __m512 dmn = _mm512_set1_ps(-dmin);
+            b256_decode(T, wr + (size_t)sb * bs, &D);
 #pragma GCC unroll 16
-            for (int r = 0; r < NR; r++) {
-                const uint8_t *q = a->q + r * a->q_stride + 256 * sb;
-                __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps((has_m ? _mm512_dpbusd_epi32(zero, W[0], _mm512_loadu_si512(q)) : _mm512_dpbusd_epi32(corr[0], _mm512_loadu_si512(q), W[0]))), SC[0]);
-                f = _mm512_fmadd_ps(_mm512_cvtepi32_ps((has_m ? _mm512_dpbusd_epi32(zero, W[1], _mm512_loadu_si512(q + 64)) : _mm512_dpbusd_epi32(corr[1], _mm512_loadu_si512(q + 64), W[1]))), SC[1], f);
-                f = _mm512_fmadd_ps(_mm512_cvtepi32_ps((has_m ? _mm512_dpbusd_epi32(zero, W[2], _mm512_loadu_si512(q + 128)) : _mm512_dpbusd_epi32(corr[2], _mm512_loadu_si512(q + 128), W[2]))), SC[2], f);
-                f = _mm512_fmadd_ps(_mm512_cvtepi32_ps((has_m ? _mm512_dpbusd_epi32(zero, W[3], _mm512_loadu_si512(q + 192)) : _mm512_dpbusd_epi32(corr[3], _mm512_loadu_si512(q + 192), W[3]))), SC[3], f);
-                if (has_m) {
-                    const __m512i bsum = _mm512_zextsi256_si512(
-                        _mm256_loadu_si256((const __m256i *)(a->bs + r * a->bs_stride + 16 * sb)));
-                    f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_madd_epi16(bsum, M16)), dmn, f);
-                }
-                acc[r] = _mm512_fmadd_ps(f, _mm512_set1_ps(a->d[r * a->d_stride + sb]), acc[r]);
-            }
+            for (int r = 0; r < NR; r++)
+                acc[r] = b256_dot(T, &D, a->q + r * a->q_stride + 256 * sb, a->bs ? a->bs + r * a->bs_stride + 16 * sb : NULL,
+                                  a->d[r * a->d_stride + sb], acc[r]);
         }
 #pragma GCC unroll 16
         for (int r = 0; r < NR; r++) y[r * ldy + o] = hsum512(acc[r]);
+    }
+}
+
+/* Batch 1, two streams (see b32_pair1); each row's arithmetic is b256_kernel's NR = 1. */
+AI void b256_pair1(const int T, int64_t n, const uint8_t *w, size_t ws, int64_t nw, const nx_mm_act *a, float *y) {
+    const int64_t nsb = n / 256, h = (nw + 1) / 2;
+    const size_t bs = bsize256(T);
+    for (int64_t o = 0; o < h; o++) {
+        const bool has2 = o + h < nw;
+        const uint8_t *w0 = w + (size_t)o * ws, *w1 = has2 ? w + (size_t)(o + h) * ws : w0;
+        __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+        for (int64_t sb = 0; sb < nsb; sb++) {
+            b256_dec D0, D1;
+            prefetch_w(w0 + (size_t)sb * bs, bs);
+            prefetch_w(w1 + (size_t)sb * bs, bs);
+            b256_decode(T, w0 + (size_t)sb * bs, &D0);
+            b256_decode(T, w1 + (size_t)sb * bs, &D1);
+            const int16_t *bsum = a->bs ? a->bs + 16 * sb : NULL;
+            acc0 = b256_dot(T, &D0, a->q + 256 * sb, bsum, a->d[sb], acc0);
+            acc1 = b256_dot(T, &D1, a->q + 256 * sb, bsum, a->d[sb], acc1);
+        }
+        y[o] = hsum512(acc0);
+        if (has2) y[o + h] = hsum512(acc1);
     }
 }
 
@@ -443,15 +533,59 @@ AI void q4k_perm(const uint8_t *src, uint8_t *dst) {
     _mm512_storeu_si512(dst + 192, _mm512_mask_blend_epi64(hi, _mm512_permutex2var_epi64(a0, i3, a1), _mm512_permutex2var_epi64(a2, i3, a3)));
 }
 
-AI void q4k_kernel(const int NR, const int PRE, int64_t n, const uint8_t *w, size_t ws, int64_t nw,
-                   const nx_mm_act *a, float *y, int64_t ldy) {
-    const int64_t nsb = n / 256;
-    const size_t bs = sizeof(nx_block_q4_K);
-    const __m512i zero = _mm512_setzero_si512(), m4 = _mm512_set1_epi8(0x0F);
+typedef struct q4k_dec {
+    __m512i W[4];
+    __m512 SCL;
+    __m256i M16;
+    __m256 DMN;
+} q4k_dec;
+
+/* One super-block: codes in sub-block order, per-lane scales, the mins and -dmin. */
+AI void q4k_decode(const uint8_t *blk, q4k_dec *D) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
     const __m128i sidx_p = _mm_setr_epi8(0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 8, 9, 10, 11);
     const __m128i sidx_q = _mm_setr_epi8(-1, -1, -1, -1, 0, 1, 2, 3, -1, -1, -1, -1, 4, 5, 6, 7);
     const __m128i sidx_sc = _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
     const __m128i sidx_m = _mm_setr_epi8(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15);
+    const __m128 dd = _mm_cvtph_ps(_mm_cvtsi32_si128((int)ld32(blk)));   /* d, dmin */
+    const float d = _mm_cvtss_f32(dd), dm = _mm_cvtss_f32(_mm_movehdup_ps(dd));
+    /* 12 scale bytes -> bytes 0..7 sc[0..7], 8..15 m[0..7] (nx_mm_k4_scales, vectorized;
+     * the load reads 4 bytes of qs, inside the block) */
+    const __m128i v = _mm_loadu_si128((const __m128i *)(blk + 4));
+    const __m128i P = _mm_shuffle_epi8(v, sidx_p), Q = _mm_shuffle_epi8(v, sidx_q);
+    const __m128i Pn = _mm_and_si128(_mm_mask_blend_epi8(0xF000, P, _mm_srli_epi16(P, 4)), _mm_set1_epi8(15));
+    const __m128i hi6 = _mm_or_si128(Pn, _mm_and_si128(_mm_srli_epi16(Q, 2), _mm_set1_epi8(0x30)));
+    const __m128i scm = _mm_mask_blend_epi8(0xF0F0, _mm_and_si128(P, _mm_set1_epi8(63)), hi6);
+    D->SCL = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_shuffle_epi8(scm, sidx_sc))), _mm512_set1_ps(d));
+    D->M16 = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(scm, sidx_m));
+    D->DMN = _mm256_set1_ps(-dm);
+    const __m512i Q0 = _mm512_loadu_si512(blk + 16), Q1 = _mm512_loadu_si512(blk + 80);
+#pragma GCC unroll 4
+    for (int z = 0; z < 4; z++) {
+        const __m512i idx = _mm512_add_epi64(_mm512_set_epi64(12, 12, 8, 8, 4, 4, 0, 0), _mm512_set1_epi64(z));
+        const __m512i t = _mm512_permutex2var_epi64(Q0, idx, Q1);
+        D->W[z] = _mm512_and_si512(_mm512_mask_srli_epi64(t, 0xAA, t, 4), m4);
+    }
+}
+
+/* acc += super-block sb of one activation row (q: its 256 permuted bytes, bs: its 16 group
+ * sums, d: its scale). */
+AI __m512 q4k_dot(const q4k_dec *D, const uint8_t *q, const int16_t *bs, float d, __m512 acc) {
+    const __m512i zero = _mm512_setzero_si512();
+    __m512i is = _mm512_dpbusd_epi32(zero, D->W[0], _mm512_loadu_si512(q));
+    is = _mm512_dpbusd_epi32(is, D->W[1], _mm512_loadu_si512(q + 64));
+    is = _mm512_dpbusd_epi32(is, D->W[2], _mm512_loadu_si512(q + 128));
+    is = _mm512_dpbusd_epi32(is, D->W[3], _mm512_loadu_si512(q + 192));
+    const __m256i bsum = _mm256_loadu_si256((const __m256i *)bs);
+    const __m256 fm = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(bsum, D->M16)), D->DMN);
+    const __m512 f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is), D->SCL, _mm512_zextps256_ps512(fm));
+    return _mm512_fmadd_ps(f, _mm512_set1_ps(d), acc);
+}
+
+AI void q4k_kernel(const int NR, const int PRE, int64_t n, const uint8_t *w, size_t ws, int64_t nw,
+                   const nx_mm_act *a, float *y, int64_t ldy) {
+    const int64_t nsb = n / 256;
+    const size_t bs = sizeof(nx_block_q4_K);
     for (int64_t o = 0; o < nw; o++) {
         const uint8_t *wr = w + (size_t)o * ws;
         __m512 acc[NX_MM_TILE];
@@ -460,44 +594,40 @@ AI void q4k_kernel(const int NR, const int PRE, int64_t n, const uint8_t *w, siz
         for (int64_t sb = 0; sb < nsb; sb++) {
             const uint8_t *blk = wr + (size_t)sb * bs;
             prefetch_w(blk, bs);
-            const __m128 dd = _mm_cvtph_ps(_mm_cvtsi32_si128((int)ld32(blk)));   /* d, dmin */
-            const float d = _mm_cvtss_f32(dd), dm = _mm_cvtss_f32(_mm_movehdup_ps(dd));
-            /* 12 scale bytes -> bytes 0..7 sc[0..7], 8..15 m[0..7] (nx_mm_k4_scales, vectorized;
-             * the load reads 4 bytes of qs, inside the block) */
-            const __m128i v = _mm_loadu_si128((const __m128i *)(blk + 4));
-            const __m128i P = _mm_shuffle_epi8(v, sidx_p), Q = _mm_shuffle_epi8(v, sidx_q);
-            const __m128i Pn = _mm_and_si128(_mm_mask_blend_epi8(0xF000, P, _mm_srli_epi16(P, 4)), _mm_set1_epi8(15));
-            const __m128i hi6 = _mm_or_si128(Pn, _mm_and_si128(_mm_srli_epi16(Q, 2), _mm_set1_epi8(0x30)));
-            const __m128i scm = _mm_mask_blend_epi8(0xF0F0, _mm_and_si128(P, _mm_set1_epi8(63)), hi6);
-            const __m512 SCL = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_shuffle_epi8(scm, sidx_sc))),
-                                             _mm512_set1_ps(d));
-            const __m256i M16 = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(scm, sidx_m));
-            const __m256 DMN = _mm256_set1_ps(-dm);
-            const __m512i Q0 = _mm512_loadu_si512(blk + 16), Q1 = _mm512_loadu_si512(blk + 80);
-            __m512i W[4];
-#pragma GCC unroll 4
-            for (int z = 0; z < 4; z++) {
-                const __m512i idx = _mm512_add_epi64(_mm512_set_epi64(12, 12, 8, 8, 4, 4, 0, 0), _mm512_set1_epi64(z));
-                const __m512i t = _mm512_permutex2var_epi64(Q0, idx, Q1);
-                W[z] = _mm512_and_si512(_mm512_mask_srli_epi64(t, 0xAA, t, 4), m4);
-            }
+            q4k_dec D;
+            q4k_decode(blk, &D);
 #pragma GCC unroll 16
             for (int r = 0; r < NR; r++) {
                 const uint8_t *q = a->q + r * a->q_stride + 256 * sb;
                 _Alignas(64) uint8_t tmp[PRE ? 1 : 256];
                 if (!PRE) { q4k_perm(q, tmp); q = tmp; }
-                __m512i is = _mm512_dpbusd_epi32(zero, W[0], _mm512_loadu_si512(q));
-                is = _mm512_dpbusd_epi32(is, W[1], _mm512_loadu_si512(q + 64));
-                is = _mm512_dpbusd_epi32(is, W[2], _mm512_loadu_si512(q + 128));
-                is = _mm512_dpbusd_epi32(is, W[3], _mm512_loadu_si512(q + 192));
-                const __m256i bsum = _mm256_loadu_si256((const __m256i *)(a->bs + r * a->bs_stride + 16 * sb));
-                const __m256 fm = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(bsum, M16)), DMN);
-                const __m512 f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is), SCL, _mm512_zextps256_ps512(fm));
-                acc[r] = _mm512_fmadd_ps(f, _mm512_set1_ps(a->d[r * a->d_stride + sb]), acc[r]);
+                acc[r] = q4k_dot(&D, q, a->bs + r * a->bs_stride + 16 * sb, a->d[r * a->d_stride + sb], acc[r]);
             }
         }
 #pragma GCC unroll 16
         for (int r = 0; r < NR; r++) y[r * ldy + o] = hsum512(acc[r]);
+    }
+}
+
+/* Batch 1, two streams (see b32_pair1); each row's arithmetic is q4k_kernel's NR = 1. */
+AI void q4k_pair1(int64_t n, const uint8_t *w, size_t ws, int64_t nw, const nx_mm_act *a, float *y) {
+    const int64_t nsb = n / 256, h = (nw + 1) / 2;
+    const size_t bs = sizeof(nx_block_q4_K);
+    for (int64_t o = 0; o < h; o++) {
+        const bool has2 = o + h < nw;
+        const uint8_t *w0 = w + (size_t)o * ws, *w1 = has2 ? w + (size_t)(o + h) * ws : w0;
+        __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+        for (int64_t sb = 0; sb < nsb; sb++) {
+            prefetch_w(w0 + (size_t)sb * bs, bs);
+            prefetch_w(w1 + (size_t)sb * bs, bs);
+            q4k_dec D0, D1;
+            q4k_decode(w0 + (size_t)sb * bs, &D0);
+            q4k_decode(w1 + (size_t)sb * bs, &D1);
+            acc0 = q4k_dot(&D0, a->q + 256 * sb, a->bs + 16 * sb, a->d[sb], acc0);
+            acc1 = q4k_dot(&D1, a->q + 256 * sb, a->bs + 16 * sb, a->d[sb], acc1);
+        }
+        y[o] = hsum512(acc0);
+        if (has2) y[o + h] = hsum512(acc1);
     }
 }
 
@@ -507,6 +637,7 @@ KERNEL_FN(k_q4_K_pre, Q4K_CALL_PRE)
 /* The AVX-512 Q4_K kernel reads activations already in its sub-block order: matmul.c permutes
  * them once per call into the caller's scratch (nx_mm_q4k_perm_avx512), so no allocation here. */
 static void k_q4_K(int64_t n, const uint8_t *w, size_t ws, int64_t nw, const nx_mm_act *a, int na, float *y, int64_t ldy) {
+    if (na == 1) { q4k_pair1(n, w, ws, nw, a, y); return; }
     k_q4_K_pre(n, w, ws, nw, a, na, y, ldy);
 }
 
@@ -517,9 +648,9 @@ void nx_mm_q4k_perm_avx512(const uint8_t *src, uint8_t *dst, int64_t n) {
 #define B256_CALL_NX_TYPE_Q5_K(nr) b256_kernel(NX_TYPE_Q5_K, nr, n, wo, ws, 1, &sub, yo, ldy)
 #define B256_CALL_NX_TYPE_Q6_K(nr) b256_kernel(NX_TYPE_Q6_K, nr, n, wo, ws, 1, &sub, yo, ldy)
 #define B256_CALL_NX_TYPE_IQ4_XS(nr) b256_kernel(NX_TYPE_IQ4_XS, nr, n, wo, ws, 1, &sub, yo, ldy)
-KERNEL_FN(k_q5_K, B256_CALL_NX_TYPE_Q5_K)
-KERNEL_FN(k_q6_K, B256_CALL_NX_TYPE_Q6_K)
-KERNEL_FN(k_iq4_xs, B256_CALL_NX_TYPE_IQ4_XS)
+KERNEL_FN_P(k_q5_K, B256_CALL_NX_TYPE_Q5_K, if (na == 1) { b256_pair1(NX_TYPE_Q5_K, n, w, ws, nw, a, y); return; })
+KERNEL_FN_P(k_q6_K, B256_CALL_NX_TYPE_Q6_K, if (na == 1) { b256_pair1(NX_TYPE_Q6_K, n, w, ws, nw, a, y); return; })
+KERNEL_FN_P(k_iq4_xs, B256_CALL_NX_TYPE_IQ4_XS, if (na == 1) { b256_pair1(NX_TYPE_IQ4_XS, n, w, ws, nw, a, y); return; })
 
 /* ===== Activation quantization (bit-identical to the scalar reference in matmul.c) ===== */
 
