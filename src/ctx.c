@@ -31,6 +31,7 @@ static void ctx_release(nx_ctx *c) {
     free(c->b_last);
     free(c->b_count);
     free(c->seen);
+    free(c->snap_skip);
     free(c);
 }
 
@@ -74,8 +75,9 @@ nx_status nx_ctx_create(const nx_model *model, const nx_ctx_params *params, nx_c
     c->b_last = malloc(S * sizeof(int));
     c->b_count = malloc(S * sizeof(int));
     c->seen = calloc(S, sizeof(int));
+    c->snap_skip = calloc(S, sizeof(bool));
     if (!c->tp || !c->order || !c->grp_seq || !c->grp_off || !c->rec_src || !c->rec_dst || !c->b_first || !c->b_last ||
-        !c->b_count || !c->seen) {
+        !c->b_count || !c->seen || !c->snap_skip) {
         if (err.code == NX_OK) nx_fail(&err, NX_ERR_NOMEM, "out of memory");
         ctx_release(c);
         return nx_error_publish(&err);
@@ -138,7 +140,7 @@ static nx_status validate(nx_ctx *c, const nx_batch *b, nx_error *err) {
         c->b_count[s]++;
     }
     for (int s = 0; s < S; s++)
-        if (b->snapshots && c->b_count[s] > NX_SNAPSHOT_MAX)
+        if (b->snapshots && !c->snap_skip[s] && c->b_count[s] > NX_SNAPSHOT_MAX)
             return nx_fail(err, NX_ERR_RANGE, "sequence %d: %d tokens in a snapshot batch; snapshots are kept for at most "
                            "%d tokens per sequence", s, c->b_count[s], NX_SNAPSHOT_MAX);
     for (int s = 0; s < S; s++)
@@ -148,7 +150,19 @@ static nx_status validate(nx_ctx *c, const nx_batch *b, nx_error *err) {
     return NX_OK;
 }
 
+void nx_ctx_skip_snapshots(nx_ctx *c, nx_seq_id seq) {
+    if (c && seq >= 0 && seq < c->params.n_seq_max) c->snap_skip[seq] = true;
+}
+
+static nx_status decode(nx_ctx *c, const nx_batch *b);
+
 nx_status nx_decode(nx_ctx *c, const nx_batch *b) {
+    nx_status st = decode(c, b);
+    if (c) memset(c->snap_skip, 0, (size_t)c->params.n_seq_max * sizeof *c->snap_skip);
+    return st;
+}
+
+static nx_status decode(nx_ctx *c, const nx_batch *b) {
     nx_error err = {0};
     if (!c || !b) { nx_fail(&err, NX_ERR_INVALID_ARG, "nx_decode: NULL argument"); return nx_error_publish(&err); }
     c->n_rows = 0;
@@ -161,13 +175,13 @@ nx_status nx_decode(nx_ctx *c, const nx_batch *b) {
     if (reserve_outputs(c, b->n, n_out, &err) != NX_OK) return nx_error_publish(&err);
     for (int s = 0; s < S; s++) {
         if (!c->b_count[s]) continue;
-        int n_snap = b->snapshots ? c->b_count[s] : 0;
+        int n_snap = b->snapshots && !c->snap_skip[s] ? c->b_count[s] : 0;
         if (n_snap > 1 && nx_kv_snap_reserve(c->kv, s, n_snap - 1, &err) != NX_OK) return nx_error_publish(&err);
     }
     for (int s = 0; s < S; s++) {
         if (!c->b_count[s]) continue;
         if (c->b_first[s] == 0) nx_kv_seq_reset(c->kv, s);
-        nx_kv_snap_set(c->kv, s, c->b_first[s], b->snapshots ? c->b_count[s] : 0);
+        nx_kv_snap_set(c->kv, s, c->b_first[s], b->snapshots && !c->snap_skip[s] ? c->b_count[s] : 0);
     }
     for (int i = 0, o = 0; i < b->n; i++) c->out_idx[i] = b->logits[i] ? o++ : -1;
 
@@ -193,7 +207,7 @@ nx_status nx_decode(nx_ctx *c, const nx_batch *b) {
         c->grp_off[0] = 0;
         for (int r = 0; r < nu; r++) {
             int s = b->seq[u0 + r], p = b->pos[u0 + r];
-            if (b->snapshots) {
+            if (b->snapshots && !c->snap_skip[s]) {
                 int t = p - c->b_first[s];
                 c->rec_dst[r] = p == c->b_last[s] ? -1 : t;
                 c->rec_src[r] = t == 0 ? -1 : t - 1;

@@ -38,7 +38,13 @@ struct nx_ctx {
     int *order, *grp_seq, *grp_off, *rec_src, *rec_dst;
     /* per sequence: first / last position in the current batch (-1: absent) */
     int *b_first, *b_last, *b_count, *seen;
+    bool *snap_skip;                /* per sequence: no snapshots in the next decode */
 };
+
+/* In the next nx_decode only (cleared by it), seq takes no recurrent snapshots even when the
+ * batch asks for them: a prompt chunk riding in a verify batch (one snapshot per token would cost
+ * a state copy each and count against NX_SNAPSHOT_MAX). Bad ids are ignored. */
+void nx_ctx_skip_snapshots(struct nx_ctx *c, nx_seq_id seq);
 
 /* Where the arch writes row r (batch index) of the outputs. */
 static inline float *nx_ctx_hidden_row(struct nx_ctx *c, int r) { return c->hidden + (size_t)r * (size_t)c->model->n_embd; }

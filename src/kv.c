@@ -366,3 +366,32 @@ nx_status nx_kv_seq_cp(nx_kv *kv, int src, int dst, int p0, int p1, nx_error *er
     d->snap_n = 0;
     return NX_OK;
 }
+
+/* ---- checkpoints ---- */
+
+int64_t nx_kv_rec_floats(const nx_kv *kv) { return kv->rec_size; }
+
+void nx_kv_rec_save(const nx_kv *kv, int seq, float *dst) {
+    if (kv->rec_size) memcpy(dst, kv->seqs[seq].rec, (size_t)kv->rec_size * sizeof(float));
+}
+
+nx_status nx_kv_seq_restore(nx_kv *kv, int seq, int len, const float *rec, nx_error *err) {
+    nx_status st = check_seq(kv, seq, err);
+    if (st != NX_OK) return st;
+    kv_seq *q = &kv->seqs[seq];
+    if (len < 0 || len > q->len)
+        return nx_fail(err, NX_ERR_INVALID_ARG, "kv: sequence %d: cannot restore %d positions (it holds %d)", seq, len,
+                       q->len);
+    if (len == 0) {
+        nx_kv_seq_reset(kv, seq);
+        return NX_OK;
+    }
+    if (kv->rec_size && !rec && len != q->len)
+        return nx_fail(err, NX_ERR_INVALID_ARG, "kv: sequence %d: restoring %d of %d positions needs a recurrent state",
+                       seq, len, q->len);
+    if (len < q->len && (st = ring_check(kv, seq, len, "cut the sequence back to", err)) != NX_OK) return st;
+    if (kv->rec_size && rec) memcpy(q->rec, rec, (size_t)kv->rec_size * sizeof(float));
+    q->snap_n = 0;
+    q->len = len;
+    return NX_OK;
+}

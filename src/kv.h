@@ -106,6 +106,20 @@ void nx_kv_seq_reset(nx_kv *kv, int seq);
  * (bad seq), NX_ERR_UNSUPPORTED (a hole, no snapshot for p0, window overwritten). */
 nx_status nx_kv_seq_rm(nx_kv *kv, int seq, int p0, int p1, nx_error *err);
 
+/* ---- checkpoints of the recurrent state (prefix reuse) ---- */
+
+/* Floats of one sequence's recurrent state, every layer (0 without recurrent layers). */
+int64_t   nx_kv_rec_floats(const nx_kv *kv);
+/* Copy seq's live recurrent state (nx_kv_rec_floats floats) into dst: taken right after position
+ * p-1 was decoded, it is the state "after the first p positions". */
+void      nx_kv_rec_save(const nx_kv *kv, int seq, float *dst);
+/* Cut seq back to its first len positions (len <= positions held) and make `rec` (a copy from
+ * nx_kv_rec_save taken after the first len positions) the live recurrent state. rec may be NULL
+ * when len == positions held (the live state stays) or without recurrent layers. len 0 resets
+ * the sequence. Snapshots are dropped. Errors (nothing changed): NX_ERR_INVALID_ARG (bad seq or
+ * len, rec missing), NX_ERR_UNSUPPORTED (a ring layer no longer holds the window before len). */
+nx_status nx_kv_seq_restore(nx_kv *kv, int seq, int len, const float *rec, nx_error *err);
+
 /* Make dst a copy of the first n positions of src, n = p1 (p1 < 0 or p1 > len(src): len(src));
  * p0 must be <= 0 (prefix copies only). With recurrent layers the state after position n-1
  * must be live or in a snapshot; with ring layers the rings must hold the window before n.

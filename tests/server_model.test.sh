@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # server_model.test.sh — `nextn serve` on the real model (the bundled tiny qwen35 MTP GGUF):
 # 4 concurrent greedy clients with speculation on (-np 4 --spec-type mtp) must get exactly what
-# `nextn run --temp 0` prints for the same prompts; /health answers; startup errors (no -m, a
-# missing file) exit non-zero with a message; SIGTERM stops the server with exit status 0.
+# `nextn run --temp 0` prints for the same prompts, also when a long prompt (read in -ub 16
+# chunks beside the decoding slots) arrives while three others decode; /health answers; startup
+# errors (no -m, a missing file) exit non-zero with a message; SIGTERM stops the server with
+# exit status 0.
 # Needs curl and jq (skipped without them). Bounded: every request has a timeout.
 set -u
 NEXTN=${NEXTN:-build/nextn}
@@ -29,7 +31,7 @@ if timeout 20 "$NEXTN" serve -m /nonexistent.gguf --port 0 >/dev/null 2>"$work/e
     grep -q "nonexistent.gguf" "$work/e2" && ok "a missing model file is refused" || fail "missing model: $(cat "$work/e2")"; fi
 
 # ---- the real server ----
-nx_serve_start "$work" 200 -m "$model" -np 4 -c 2048 -t 1 --spec-type mtp --draft-max 4
+nx_serve_start "$work" 200 -m "$model" -np 4 -c 2048 -t 1 -ub 16 --spec-type mtp --draft-max 4
 [ "$(curl -s -m 10 -o /dev/null -w '%{http_code}' "$url/health")" = 200 ] && ok "/health" || fail "/health"
 
 prompts=("def fib(n):" "import os" "class Stack:" "# print the numbers 1 to 10")
@@ -51,6 +53,26 @@ done
 [ "$drafted" -gt 0 ] && ok "speculation ran ($drafted drafted)" || fail "no draft tokens in the timings"
 m=$(curl -s -m 10 "$url/metrics" | sed -n 's/^nextn_spec_drafted_total{drafter="mtp"} //p')
 [ "$m" = "$drafted" ] && ok "/metrics drafted = sum of timings ($m)" || fail "/metrics drafted '$m' != $drafted"
+
+# ---- a long prompt admitted while three clients decode ----
+long=""
+for i in $(seq 0 21); do long+="def g_$i(y):"$'\n'"    return y - $i"$'\n\n'; done
+prompts2=("def fib(n):" "import os" "class Stack:" "$long")
+for i in 0 1 2 3; do
+    n=64; [ $i = 3 ] && n=16
+    body=$(jq -cn --arg p "${prompts2[$i]}" --argjson n $n '{prompt: $p, max_tokens: $n, temperature: 0}')
+    [ $i = 3 ] && sleep 0.02
+    curl -s -m 60 "$url/v1/completions" -H 'Content-Type: application/json' -d "$body" >"$work/long$i.json" &
+done
+for j in $(jobs -p); do [ "$j" = "$pid" ] || wait "$j"; done
+for i in 0 1 2 3; do
+    n=64; [ $i = 3 ] && n=16
+    "$NEXTN" run -m "$model" -p "${prompts2[$i]}" -n $n --temp 0 -t 1 >"$work/lrun$i.txt" 2>/dev/null
+    jq -j '.choices[0].text' "$work/long$i.json" >"$work/lserve$i.txt" 2>/dev/null
+    if cmp -s "$work/lrun$i.txt" "$work/lserve$i.txt"; then ok "long-prompt round, client $i: serve == run"; else
+        fail "long-prompt round, client $i: serve != run"; echo "  serve: $(head -c 300 "$work/long$i.json")"; fi
+done
+echo "  long prompt: $(jq -c '{prompt_tokens: .usage.prompt_tokens, prompt_n: .timings.prompt_n, prompt_ms: .timings.prompt_ms}' "$work/long3.json")"
 
 kill -TERM $pid
 rc=0

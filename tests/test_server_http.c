@@ -466,8 +466,53 @@ static void test_completions_and_stops(void) {
     const cJSON *lp = cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "choices"), 0), "logprobs"), "content");
     CHECK_EQ_INT(cJSON_GetArraySize(lp), 3);
     CHECK_EQ_INT(cJSON_GetArraySize(cJSON_GetObjectItem(cJSON_GetArrayItem(lp, 0), "top_logprobs")), 2);
+    {
+        const cJSON *e0 = cJSON_GetArrayItem(lp, 0);
+        CHECK(cJSON_IsString(cJSON_GetObjectItem(e0, "token")) && cJSON_IsNumber(cJSON_GetObjectItem(e0, "logprob")) &&
+              cJSON_IsArray(cJSON_GetObjectItem(e0, "bytes")));
+        const cJSON *t0 = cJSON_GetArrayItem(cJSON_GetObjectItem(e0, "top_logprobs"), 0);
+        CHECK(cJSON_IsString(cJSON_GetObjectItem(t0, "token")) && cJSON_IsNumber(cJSON_GetObjectItem(t0, "logprob")) &&
+              cJSON_IsArray(cJSON_GetObjectItem(t0, "bytes")));
+    }
     cJSON_Delete(j);
     resp_free(&r);
+    /* Logprobs (completions format): parallel arrays, text_offset in characters of the answer. */
+    for (int stream = 0; stream < 2; stream++) {
+        CHECK_EQ_INT(post(S.port, "/v1/completions",
+                          stream ? "{\"prompt\":\"ab\\u00e9c\",\"max_tokens\":5,\"logprobs\":2,\"stream\":true}"
+                                 : "{\"prompt\":\"ab\\u00e9c\",\"max_tokens\":5,\"logprobs\":2}", &r), 200);
+        /* the fake echoes bytes: n, o, C3, A9, p -> offsets 0 1 2 3 3 */
+        static const int want_off[5] = {0, 1, 2, 3, 3};
+        int n = 0;
+        bool shape = true;
+        cJSON *docs[8] = {0};
+        int n_docs = 0;
+        if (!stream) docs[n_docs++] = cJSON_Parse(r.body);
+        else {
+            sse sv;
+            sse_parse(r.body, r.n_body, &sv);
+            for (int k = 0; k < sv.n && n_docs < 8; k++) docs[n_docs++] = cJSON_Duplicate(sv.ev[k], true);
+            sse_free(&sv);
+        }
+        for (int d = 0; d < n_docs; d++) {
+            const cJSON *l = cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(docs[d], "choices"), 0), "logprobs");
+            if (!cJSON_IsObject(l)) continue;
+            const cJSON *tk = cJSON_GetObjectItem(l, "tokens"), *tl = cJSON_GetObjectItem(l, "token_logprobs");
+            const cJSON *tt = cJSON_GetObjectItem(l, "top_logprobs"), *to = cJSON_GetObjectItem(l, "text_offset");
+            int m = cJSON_GetArraySize(tk);
+            shape &= cJSON_IsArray(tk) && cJSON_GetArraySize(tl) == m && cJSON_GetArraySize(tt) == m && cJSON_GetArraySize(to) == m;
+            for (int i = 0; i < m && n < 5; i++, n++) {
+                shape &= cJSON_IsString(cJSON_GetArrayItem(tk, i)) && cJSON_IsNumber(cJSON_GetArrayItem(tl, i));
+                const cJSON *top = cJSON_GetArrayItem(tt, i);
+                shape &= cJSON_IsObject(top) && cJSON_GetArraySize(top) >= 1 && cJSON_GetArraySize(top) <= 2;
+                CHECK_EQ_INT((int)cJSON_GetArrayItem(to, i)->valuedouble, want_off[n]);
+            }
+        }
+        CHECK_MSG(shape, "completions logprobs shape (stream %d)", stream);
+        CHECK_EQ_INT(n, 5);
+        for (int d = 0; d < n_docs; d++) cJSON_Delete(docs[d]);
+        resp_free(&r);
+    }
 }
 
 static void test_streaming(void) {
@@ -694,6 +739,7 @@ static bool prom_check(const char *text, prom *out, char *why, size_t why_n) {
     double last_bucket = -1;
     char bucket_family[96] = "";
     double inf_count = -1;
+    int n_sum_seen = 0, n_count_seen = 0;   /* of the current histogram */
     for (const char *p = text; *p;) {
         const char *e = strchr(p, '\n');
         if (!e) { snprintf(why, why_n, "last line without newline"); return false; }
@@ -768,12 +814,28 @@ static bool prom_check(const char *text, prom *out, char *why, size_t why_n) {
         if (!kind) { snprintf(why, why_n, "sample before its TYPE: %s", line); return false; }
         if (!strcmp(kind, "histogram")) {
             if (strstr(name, "_bucket")) {
-                if (strcmp(bucket_family, family)) { snprintf(bucket_family, sizeof bucket_family, "%s", family); last_bucket = -1; }
+                if (strcmp(bucket_family, family)) {
+                    /* a new histogram: the previous one must be complete */
+                    if (bucket_family[0] && (n_sum_seen != 1 || n_count_seen != 1)) {
+                        snprintf(why, why_n, "histogram %s without exactly one _sum and _count", bucket_family);
+                        return false;
+                    }
+                    snprintf(bucket_family, sizeof bucket_family, "%s", family);
+                    last_bucket = -1;
+                    inf_count = -1;
+                    n_sum_seen = n_count_seen = 0;
+                }
                 if (v < last_bucket) { snprintf(why, why_n, "buckets not cumulative: %s", line); return false; }
                 last_bucket = v;
                 if (strstr(labels, "le=\"+Inf\"")) inf_count = v;
+                if (n_sum_seen > 0 || n_count_seen > 0) { snprintf(why, why_n, "bucket after _sum/_count: %s", line); return false; }
             } else if (strstr(name, "_count")) {
+                if (inf_count < 0) { snprintf(why, why_n, "histogram without a +Inf bucket: %s", line); return false; }
                 if (v != inf_count) { snprintf(why, why_n, "+Inf bucket != _count: %s", line); return false; }
+                n_count_seen++;
+            } else if (strstr(name, "_sum")) {
+                if (!(v >= 0)) { snprintf(why, why_n, "negative _sum: %s", line); return false; }
+                n_sum_seen++;
             }
         } else if (strcmp(name, family) != 0) { snprintf(why, why_n, "suffix on a %s: %s", kind, line); return false; }
         if (out->n < 64) {
@@ -782,6 +844,10 @@ static bool prom_check(const char *text, prom *out, char *why, size_t why_n) {
             out->value[out->n] = v;
             out->n++;
         }
+    }
+    if (bucket_family[0] && (n_sum_seen != 1 || n_count_seen != 1)) {
+        snprintf(why, why_n, "histogram %s without exactly one _sum and _count", bucket_family);
+        return false;
     }
     return true;
 }
@@ -868,6 +934,11 @@ static void test_metrics(void) {
     CHECK(!prom_check("nextn_x 1\n", &p, why, sizeof why));
     CHECK(!prom_check("# TYPE a counter\na{x=1} 1\n", &p, why, sizeof why));
     CHECK(!prom_check("# TYPE h histogram\nh_bucket{le=\"1\"} 2\nh_bucket{le=\"+Inf\"} 1\n", &p, why, sizeof why));
+    /* a histogram needs its +Inf bucket, one _sum and one _count equal to +Inf */
+    CHECK(prom_check("# TYPE h histogram\nh_bucket{le=\"1\"} 1\nh_bucket{le=\"+Inf\"} 2\nh_sum 3.5\nh_count 2\n", &p, why, sizeof why));
+    CHECK(!prom_check("# TYPE h histogram\nh_bucket{le=\"1\"} 1\nh_bucket{le=\"+Inf\"} 2\nh_count 2\n", &p, why, sizeof why));
+    CHECK(!prom_check("# TYPE h histogram\nh_bucket{le=\"1\"} 1\nh_sum 1\nh_count 1\n", &p, why, sizeof why));
+    CHECK(!prom_check("# TYPE h histogram\nh_bucket{le=\"+Inf\"} 2\nh_sum 1\nh_count 3\n", &p, why, sizeof why));
     srv_stop(&v);
 }
 

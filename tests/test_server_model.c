@@ -14,6 +14,7 @@
 #include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
+#include <math.h>
 #include <cjson/cJSON.h>
 #include "test.h"
 #include "model.h"
@@ -46,61 +47,93 @@ static bool find_model(void) {
 
 /* ===== Reference: the engine run directly, one sequence, speculation off ===== */
 
+static struct {
+    nx_model *m;
+    nx_tokenizer *tok;
+    nx_ctx *ctx;
+    nx_spec_engine *e;
+} R;
+
 static char *ref_text[N_CLIENTS];
 
-static bool make_reference(void) {
-    nx_model *m = NULL;
-    nx_tokenizer *tok = NULL;
-    nx_ctx *ctx = NULL;
-    nx_spec_engine *e = NULL;
+/* A long prompt (about 330 tokens of code), different for each seed. */
+static char *long_prompt(int seed) {
+    size_t cap = 8192, n = 0;
+    char *s = malloc(cap);
+    for (int i = 0; i < 24; i++)
+        n += (size_t)snprintf(s + n, cap - n, "def f%d_%d(x):\n    return x * %d + %d\n\n", seed, i, i + seed, 3 * i + 1);
+    return s;
+}
+
+static void ref_free(void) {
+    nx_spec_engine_free(R.e);
+    nx_ctx_free(R.ctx);
+    nx_tokenizer_free(R.tok);
+    nx_model_free(R.m);
+    memset(&R, 0, sizeof R);
+}
+
+static bool ref_init(void) {
     nx_error err = {0};
-    bool ok = false;
     nx_model_params mp = nx_model_default_params();
     mp.n_threads = 1;
-    if (nx_model_load(model_path, &mp, &m) != NX_OK) goto done;
-    if (nx_tokenizer_from_gguf(m->gguf, &tok, &err) != NX_OK) goto done;
+    if (nx_model_load(model_path, &mp, &R.m) != NX_OK) return false;
+    if (nx_tokenizer_from_gguf(R.m->gguf, &R.tok, &err) != NX_OK) return false;
     nx_ctx_params cp = nx_ctx_default_params();
-    cp.n_ctx = 256;
+    cp.n_ctx = 1024;   /* = the test server's slot context */
     cp.n_seq_max = 1;
-    if (nx_ctx_create(m, &cp, &ctx) != NX_OK) goto done;
+    cp.n_threads = 1;
+    if (nx_ctx_create(R.m, &cp, &R.ctx) != NX_OK) return false;
     nx_spec_engine_params ep = nx_spec_engine_default_params();
-    ep.sampler = nx_sampler_default_params(nx_model_n_vocab(m));
+    ep.sampler = nx_sampler_default_params(nx_model_n_vocab(R.m));
     ep.sampler.temperature = 0;
-    if (nx_spec_engine_create(ctx, &ep, &e, &err) != NX_OK) goto done;
+    return nx_spec_engine_create(R.ctx, &ep, &R.e, &err) == NX_OK;
+}
+
+/* Greedy text of the engine for prompt (the server's text: EOG tokens not shown). NULL: failure. */
+static char *ref_run(const char *prompt, int n_predict, bool ignore_eos) {
+    nx_error err = {0};
+    nx_token_vec ids = {0};
+    if (nx_tokenize(R.tok, prompt, strlen(prompt), NX_TOK_ADD_SPECIAL | NX_TOK_PARSE_SPECIAL, &ids, &err) != NX_OK) return NULL;
     const int32_t *eog;
-    int n_eog = nx_tokenizer_eog_ids(tok, &eog);
-    for (int c = 0; c < N_CLIENTS; c++) {
-        nx_token_vec ids = {0};
-        if (nx_tokenize(tok, PROMPTS[c], strlen(PROMPTS[c]), NX_TOK_ADD_SPECIAL | NX_TOK_PARSE_SPECIAL, &ids, &err) != NX_OK) goto done;
-        nx_spec_request q = {.prompt = ids.ids, .n_prompt = (int)ids.n, .n_predict = N_PREDICT, .stop = eog, .n_stop = n_eog};
-        nx_seq_id seq;
-        nx_status st = nx_spec_engine_add(e, &q, &seq, &err);
-        while (st == NX_OK && nx_spec_engine_active(e, seq)) st = nx_spec_engine_step(e, &err);
-        nx_token_vec_free(&ids);
-        if (st != NX_OK) goto done;
-        int n;
-        const nx_token *out = nx_spec_engine_output(e, seq, &n);
-        size_t cap = 16, len = 0;
-        char *s = malloc(cap);
-        for (int i = 0; i < n && !nx_token_is_eog(tok, out[i]); i++) {
-            size_t np;
-            const char *p = nx_token_piece(tok, out[i], false, &np);
-            while (len + np + 1 > cap) s = realloc(s, cap *= 2);
-            memcpy(s + len, p, np);
-            len += np;
-        }
-        s[len] = 0;
-        ref_text[c] = s;
-        nx_spec_engine_release(e, seq);
+    int n_eog = nx_tokenizer_eog_ids(R.tok, &eog);
+    nx_spec_request q = {.prompt = ids.ids, .n_prompt = (int)ids.n, .n_predict = n_predict};
+    if (!ignore_eos) {
+        q.stop = eog;
+        q.n_stop = n_eog;
     }
-    ok = true;
-done:
-    if (!ok) fprintf(stderr, "  reference failed: %s %s\n", err.msg, nx_last_error());
-    nx_spec_engine_free(e);
-    nx_ctx_free(ctx);
-    nx_tokenizer_free(tok);
-    nx_model_free(m);
-    return ok;
+    nx_seq_id seq;
+    nx_status st = nx_spec_engine_add(R.e, &q, &seq, &err);
+    while (st == NX_OK && nx_spec_engine_active(R.e, seq)) st = nx_spec_engine_step(R.e, &err);
+    nx_token_vec_free(&ids);
+    if (st != NX_OK) {
+        fprintf(stderr, "  reference failed: %s\n", err.msg);
+        return NULL;
+    }
+    int n;
+    const nx_token *out = nx_spec_engine_output(R.e, seq, &n);
+    size_t cap = 16, len = 0;
+    char *s = malloc(cap);
+    for (int i = 0; i < n && (ignore_eos || !nx_token_is_eog(R.tok, out[i])); i++) {
+        size_t np;
+        const char *p = nx_token_piece(R.tok, out[i], false, &np);
+        while (len + np + 1 > cap) s = realloc(s, cap *= 2);
+        memcpy(s + len, p, np);
+        len += np;
+    }
+    s[len] = 0;
+    nx_spec_engine_release(R.e, seq);
+    return s;
+}
+
+static bool make_reference(void) {
+    if (!ref_init()) {
+        fprintf(stderr, "  reference engine: %s\n", nx_last_error());
+        return false;
+    }
+    for (int c = 0; c < N_CLIENTS; c++)
+        if (!(ref_text[c] = ref_run(PROMPTS[c], N_PREDICT, false))) return false;
+    return true;
 }
 
 /* ===== The server ===== */
@@ -121,6 +154,8 @@ static bool srv_start(srv *v, int n_ctx) {
     p.spec.n_types = 1;
     p.spec.types[0] = NX_SPEC_MTP;
     p.spec.draft_max = 4;
+    p.n_ubatch = 16;              /* a long prompt takes many steps: they must interleave with decoding */
+    p.checkpoint_interval = 16;   /* prefix reuse at fine grain */
     nx_error err = {0};
     if (nx_gen_model_create(&p, &v->be, &err) != NX_OK) {
         fprintf(stderr, "  backend: %s\n", err.msg);
@@ -290,6 +325,20 @@ static void test_concurrent_greedy_equals_engine(void) {
     if (m) {
         CHECK_NEAR(metric(m, "nextn_spec_drafted_total{drafter=\"mtp\"}"), sum_n, 0);
         CHECK_NEAR(metric(m, "nextn_spec_accepted_total{drafter=\"mtp\"}"), sum_acc, 0);
+        /* the latency histograms are filled by the model backend's timings too */
+        static const char *const hist[2] = {"nextn_decode_seconds", "nextn_time_to_first_token_seconds"};
+        for (int h = 0; h < 2; h++) {
+            char k[128];
+            snprintf(k, sizeof k, "%s_count", hist[h]);
+            CHECK_NEAR(metric(m, k), N_CLIENTS, 0);
+            snprintf(k, sizeof k, "%s_bucket{le=\"+Inf\"}", hist[h]);
+            CHECK_NEAR(metric(m, k), N_CLIENTS, 0);
+            snprintf(k, sizeof k, "%s_sum", hist[h]);
+            CHECK(metric(m, k) > 0);
+        }
+        double pred = 0;
+        for (int i = 0; i < N_CLIENTS; i++) pred += cl[i].predicted_n;
+        CHECK_NEAR(metric(m, "nextn_generated_tokens_total"), pred, 0);
     }
     free(m);
 }
@@ -397,6 +446,356 @@ static void test_bad_model(void) {
     CHECK_EQ_INT(nx_gen_model_create(&p, &be, &err), NX_ERR_INVALID_ARG);
 }
 
+/* ===== Through the backend API (events with timestamps, logprobs, timings) ===== */
+
+typedef struct run_out {
+    nx_status st;
+    char *text;
+    size_t n_text;
+    int n_tok;
+    nx_token tok[512];
+    float lp[512];
+    int n_top[512];
+    nx_gen_top top[512][5];
+    double t_tok[512];
+    nx_gen_timings t;
+    nx_gen_finish finish;
+} run_out;
+
+static void out_add(run_out *o, const char *p, size_t n) {
+    o->text = realloc(o->text, o->n_text + n + 1);
+    memcpy(o->text + o->n_text, p, n);
+    o->n_text += n;
+    o->text[o->n_text] = 0;
+}
+
+/* One event of s into o; true when it was the last. */
+static bool out_event(run_out *o, nx_gen_stream *s, int timeout_ms) {
+    nx_gen_event ev;
+    if (!nx_gen_stream_next(s, &ev, timeout_ms)) return false;
+    bool last = ev.kind != NX_GEN_EV_TOKEN;
+    out_add(o, ev.text ? ev.text : "", ev.n_text);
+    if (ev.kind == NX_GEN_EV_TOKEN && o->n_tok < 512) {
+        int i = o->n_tok++;
+        o->tok[i] = ev.token;
+        o->lp[i] = ev.logprob;
+        o->n_top[i] = ev.n_top < 5 ? ev.n_top : 5;
+        memcpy(o->top[i], ev.top, (size_t)o->n_top[i] * sizeof ev.top[0]);
+        o->t_tok[i] = ev.t;
+    } else if (ev.kind == NX_GEN_EV_DONE) {
+        o->t = ev.timings;
+        o->finish = ev.finish;
+    } else if (ev.kind == NX_GEN_EV_ERROR) {
+        o->st = ev.status;
+        fprintf(stderr, "  stream error: %s\n", ev.msg);
+    }
+    nx_gen_event_clear(&ev);
+    return last;
+}
+
+static nx_gen_stream *submit_text(const char *prompt, nx_gen_request *r, nx_token_vec *ids) {
+    nx_error err = {0};
+    memset(ids, 0, sizeof *ids);
+    if (S.be->ops->tokenize(S.be, prompt, strlen(prompt), true, true, ids, &err) != NX_OK) return NULL;
+    r->prompt = ids->ids;
+    r->n_prompt = (int)ids->n;
+    nx_gen_stream *s = NULL;
+    if (nx_gen_submit(S.be, r, &s, &err) != NX_OK) fprintf(stderr, "  submit: %s\n", err.msg);
+    return s;
+}
+
+static void greedy_request(nx_gen_request *r, int n_predict) {
+    nx_gen_info info;
+    S.be->ops->info(S.be, &info);
+    nx_gen_request_init(r, info.n_vocab);
+    r->n_predict = n_predict;
+    r->sampling.temperature = 0;
+}
+
+/* Run one request to its end (bounded by 30 s). */
+static bool run_text(const char *prompt, nx_gen_request *r, run_out *o) {
+    memset(o, 0, sizeof *o);
+    nx_token_vec ids;
+    nx_gen_stream *s = submit_text(prompt, r, &ids);
+    nx_token_vec_free(&ids);
+    if (!s) return false;
+    double until = nx_gen_now() + 30;
+    while (!out_event(o, s, 50) && nx_gen_now() < until) {}
+    nx_gen_stream_release(s);
+    if (!o->text) out_add(o, "", 0);
+    return o->st == NX_OK;
+}
+
+static void out_free(run_out *o) { free(o->text); }
+
+/* A long prompt arrives while another slot decodes: its prompt is read in -ub chunks over many
+ * steps and the decoding slot keeps producing tokens in every one of them (continuous batching);
+ * both outputs equal the engine's direct greedy outputs. */
+static void test_long_prompt_during_decoding(void) {
+    if (!S_up) SKIP("server not started");
+    char *lp = long_prompt(1);
+    char *ref_a = ref_run(PROMPTS[0], 200, true);
+    char *ref_b = ref_run(lp, 24, false);
+    CHECK(ref_a && ref_b);
+    run_out *a = calloc(1, sizeof *a), *b = calloc(1, sizeof *b);
+    nx_gen_request ra, rb;
+    greedy_request(&ra, 200);
+    ra.ignore_eos = true;
+    ra.id_slot = 0;
+    greedy_request(&rb, 24);
+    rb.id_slot = 1;
+    rb.cache_prompt = false;
+    nx_token_vec ia, ib;
+    nx_gen_stream *sa = submit_text(PROMPTS[0], &ra, &ia);
+    CHECK(sa != NULL);
+    double until = nx_gen_now() + 30;
+    while (sa && a->n_tok == 0 && nx_gen_now() < until) out_event(a, sa, 50);
+    double t_b = nx_gen_now();
+    nx_gen_stream *sb = submit_text(lp, &rb, &ib);
+    CHECK(sb != NULL);
+    bool da = false, db = sb == NULL;
+    while ((!da || !db) && nx_gen_now() < until) {
+        if (!da) da = out_event(a, sa, 0);
+        if (!db) db = out_event(b, sb, 0);
+        if (!da && !db) usleep(200);
+    }
+    CHECK(da && db);
+    int n_prompt_b = (int)ib.n;
+    CHECK(n_prompt_b > 200);
+    int during = 0;
+    double t_b1 = b->n_tok ? b->t_tok[0] : 0;
+    for (int i = 0; i < a->n_tok; i++) during += a->t_tok[i] > t_b && a->t_tok[i] < t_b1;
+    fprintf(stderr, "    long prompt %d tokens: %d tokens of the decoding slot came while it was read\n", n_prompt_b, during);
+    /* -ub 16: ceil(n_prompt_b / 16) prompt steps, at least one token per step for the other slot */
+    CHECK_MSG(during >= n_prompt_b / 16 / 2, "decoding starved while a long prompt was read (%d tokens)", during);
+    CHECK_STR(a->text, ref_a);
+    CHECK_STR(b->text, ref_b);
+    CHECK_EQ_INT(b->t.prompt_n, n_prompt_b);
+    CHECK_EQ_INT(b->t.cache_n, 0);
+    CHECK(b->t.prompt_ms > 0);
+    /* cancelled while its prompt is read: the slot is freed, and the same prompt (reusing what the
+     * cancelled one left cached) still answers the reference */
+    {
+        run_out *c = calloc(1, sizeof *c);
+        nx_gen_request rc;
+        greedy_request(&rc, 24);
+        rc.id_slot = 1;
+        nx_token_vec ic;
+        char *lp2 = long_prompt(4);
+        char *ref_c = ref_run(lp2, 24, false);
+        nx_gen_stream *sc = submit_text(lp2, &rc, &ic);
+        CHECK(sc != NULL);
+        nx_gen_stream_cancel(sc);
+        double u2 = nx_gen_now() + 10;
+        while (sc && !out_event(c, sc, 50) && nx_gen_now() < u2) {}
+        CHECK(c->finish == NX_GEN_FINISH_CANCELLED || c->finish == NX_GEN_FINISH_LENGTH || c->finish == NX_GEN_FINISH_EOS);
+        nx_gen_stream_release(sc);
+        nx_token_vec_free(&ic);
+        out_free(c);
+        greedy_request(&rc, 24);
+        rc.id_slot = 1;
+        CHECK(run_text(lp2, &rc, c));
+        CHECK_STR(c->text, ref_c);
+        out_free(c);
+        free(c);
+        free(ref_c);
+        free(lp2);
+    }
+    nx_gen_stream_release(sa);
+    nx_gen_stream_release(sb);
+    nx_token_vec_free(&ia);
+    nx_token_vec_free(&ib);
+    out_free(a);
+    out_free(b);
+    free(a);
+    free(b);
+    free(ref_a);
+    free(ref_b);
+    free(lp);
+}
+
+/* A second request sharing a long prefix with the first lands in the same slot, reuses the cached
+ * prefix (cache_n > 0, prompt_n smaller) and answers exactly what a fresh run answers. */
+static void test_prefix_reuse(void) {
+    if (!S_up) SKIP("server not started");
+    char *p1 = long_prompt(2);
+    size_t n1 = strlen(p1);
+    char *p2 = malloc(n1 + 64);
+    snprintf(p2, n1 + 64, "%sdef g(y):\n    return", p1);
+    char *ref2 = ref_run(p2, 16, false);
+    CHECK(ref2 != NULL);
+    run_out *o = calloc(1, sizeof *o);
+    nx_gen_request r;
+    greedy_request(&r, 8);
+    r.id_slot = 3;
+    CHECK(run_text(p1, &r, o));
+    int slot1 = o->t.id_slot;
+    int n_prompt1 = o->t.n_prompt;
+    out_free(o);
+    /* no id_slot: the slot with the longest cached prefix is chosen */
+    greedy_request(&r, 16);
+    CHECK(run_text(p2, &r, o));
+    CHECK_EQ_INT(o->t.id_slot, slot1);
+    fprintf(stderr, "    prompt %d tokens: cache_n %d, prompt_n %d (first prompt %d)\n", o->t.n_prompt, o->t.cache_n,
+            o->t.prompt_n, n_prompt1);
+    CHECK(o->t.cache_n > 0);
+    CHECK(o->t.cache_n <= n_prompt1);
+    CHECK_EQ_INT(o->t.prompt_n, o->t.n_prompt - o->t.cache_n);
+    CHECK(o->t.prompt_n < o->t.n_prompt);
+    CHECK_STR(o->text, ref2);
+    out_free(o);
+    /* the same prompt again: nearly all of it is reused, same answer */
+    greedy_request(&r, 16);
+    CHECK(run_text(p2, &r, o));
+    CHECK(o->t.cache_n > n_prompt1 - 16);
+    CHECK_STR(o->text, ref2);
+    out_free(o);
+    /* diverging inside the cached prompt: resumed from a checkpoint below the divergence (the
+     * recurrent state cannot be rolled back), same answer as a fresh run */
+    {
+        size_t cut = n1 - 60;
+        char *p3 = malloc(cut + 64);
+        snprintf(p3, cut + 64, "%.*sdef h(z):\n", (int)cut, p1);
+        char *ref3 = ref_run(p3, 16, false);
+        greedy_request(&r, 16);
+        CHECK(run_text(p3, &r, o));
+        fprintf(stderr, "    diverging prompt %d tokens: cache_n %d\n", o->t.n_prompt, o->t.cache_n);
+        CHECK_EQ_INT(o->t.id_slot, slot1);
+        CHECK(o->t.cache_n > 0 && o->t.cache_n < n_prompt1 - 8);
+        CHECK_STR(o->text, ref3);
+        out_free(o);
+        free(ref3);
+        free(p3);
+    }
+    /* cache_prompt false: everything evaluated, same answer */
+    greedy_request(&r, 16);
+    r.cache_prompt = false;
+    CHECK(run_text(p2, &r, o));
+    CHECK_EQ_INT(o->t.cache_n, 0);
+    CHECK_EQ_INT(o->t.prompt_n, o->t.n_prompt);
+    CHECK_STR(o->text, ref2);
+    out_free(o);
+    /* /slots shows the tokens the slot holds */
+    int st;
+    char *sj = request(S.port, "GET", "/slots", NULL, &st);
+    cJSON *j = sj ? cJSON_Parse(sj) : NULL;
+    const cJSON *it;
+    int cached = -1;
+    cJSON_ArrayForEach(it, j) if ((int)num(it, "id") == slot1) cached = (int)num(it, "n_cached");
+    CHECK(cached >= o->t.n_prompt);
+    cJSON_Delete(j);
+    free(sj);
+    free(o);
+    free(ref2);
+    free(p1);
+    free(p2);
+}
+
+/* speculative.* per request: n_max 0 and type none draft nothing, n_max 2 drafts at most 2 per
+ * round; the greedy text never changes. */
+static void test_spec_overrides(void) {
+    if (!S_up) SKIP("server not started");
+    run_out *o = calloc(1, sizeof *o);
+    nx_gen_request r;
+    greedy_request(&r, N_PREDICT);
+    r.spec.n_max = 0;
+    CHECK(run_text(PROMPTS[3], &r, o));
+    CHECK_EQ_INT((int)o->t.draft_n, 0);
+    CHECK_STR(o->text, ref_text[3]);
+    out_free(o);
+    greedy_request(&r, N_PREDICT);
+    r.spec.has_type = true;
+    r.spec.type = NX_SPEC_NONE;
+    CHECK(run_text(PROMPTS[3], &r, o));
+    CHECK_EQ_INT((int)o->t.draft_n, 0);
+    CHECK_STR(o->text, ref_text[3]);
+    out_free(o);
+    greedy_request(&r, N_PREDICT);
+    r.spec.n_max = 2;
+    r.spec.adaptive = 0;
+    CHECK(run_text(PROMPTS[3], &r, o));
+    CHECK(o->t.draft_n > 0);
+    for (int d = 2; d < NX_SPEC_DRAFT_CAP; d++) CHECK_EQ_INT((int)o->t.depth_drafted[d], 0);
+    CHECK_STR(o->text, ref_text[3]);
+    out_free(o);
+    greedy_request(&r, N_PREDICT);
+    r.spec.has_type = true;
+    r.spec.type = NX_SPEC_MTP;
+    CHECK(run_text(PROMPTS[3], &r, o));
+    CHECK(o->t.draft_n > 0);
+    CHECK_STR(o->text, ref_text[3]);
+    out_free(o);
+    /* a drafter not loaded at startup is refused, naming the allowed ones */
+    nx_gen_request_init(&r, 4096);
+    nx_token one = 1;
+    r.prompt = &one;
+    r.n_prompt = 1;
+    r.spec.has_type = true;
+    r.spec.type = NX_SPEC_NGRAM;
+    nx_gen_stream *s = NULL;
+    nx_error err = {0};
+    CHECK_EQ_INT(nx_gen_submit(S.be, &r, &s, &err), NX_ERR_INVALID_ARG);
+    CHECK(strstr(err.msg, "mtp") && strstr(err.msg, "none"));
+    int st;
+    char *b = request(S.port, "POST", "/completion", "{\"prompt\":\"x\",\"speculative\":{\"type\":\"ngram\"}}", &st);
+    CHECK_EQ_INT(st, 400);
+    CHECK(b && strstr(b, "allowed: mtp, none"));
+    free(b);
+    free(o);
+}
+
+/* Logprobs: greedy picks the top entry; the values do not depend on speculation. */
+static void test_logprobs(void) {
+    if (!S_up) SKIP("server not started");
+    run_out *on = calloc(1, sizeof *on), *off = calloc(1, sizeof *off);
+    nx_gen_request r;
+    greedy_request(&r, 32);
+    r.want_logprob = true;
+    r.n_probs = 5;
+    CHECK(run_text(PROMPTS[1], &r, on));
+    greedy_request(&r, 32);
+    r.want_logprob = true;
+    r.n_probs = 5;
+    r.spec.has_type = true;
+    r.spec.type = NX_SPEC_NONE;
+    CHECK(run_text(PROMPTS[1], &r, off));
+    CHECK(on->t.draft_n > 0);
+    CHECK_EQ_INT(off->t.draft_n, 0);
+    CHECK_EQ_INT(on->n_tok, off->n_tok);
+    CHECK(on->n_tok > 0);
+    bool shaped = true;
+    double max_diff = 0;
+    for (int i = 0; i < on->n_tok && i < off->n_tok; i++) {
+        shaped &= on->n_top[i] == 5 && on->lp[i] <= 0 && on->top[i][0].token == on->tok[i] && on->top[i][0].logprob == on->lp[i];
+        double mass = 0;
+        for (int k = 0; k < on->n_top[i]; k++) {
+            mass += exp(on->top[i][k].logprob);
+            if (k) shaped &= on->top[i][k].logprob <= on->top[i][k - 1].logprob;
+        }
+        shaped &= mass <= 1.0 + 1e-4;
+        CHECK_EQ_INT(on->tok[i], off->tok[i]);
+        double d = fabs((double)on->lp[i] - off->lp[i]);
+        if (d > max_diff) max_diff = d;
+        for (int k = 0; k < on->n_top[i] && k < off->n_top[i]; k++) {
+            shaped &= on->top[i][k].token == off->top[i][k].token;
+            d = fabs((double)on->top[i][k].logprob - off->top[i][k].logprob);
+            if (d > max_diff) max_diff = d;
+        }
+    }
+    CHECK_MSG(shaped, "logprob entries malformed or different tokens with speculation on / off");
+    fprintf(stderr, "    %d tokens: largest logprob difference spec on / off %.3g\n", on->n_tok, max_diff);
+    CHECK(max_diff <= 1e-4);
+    /* without asking: nothing recorded */
+    out_free(on);
+    greedy_request(&r, 4);
+    CHECK(run_text(PROMPTS[1], &r, on));
+    CHECK(on->n_tok > 0 && on->n_top[0] == 0 && on->lp[0] == 0);
+    out_free(on);
+    out_free(off);
+    free(on);
+    free(off);
+}
+
 int main(void) {
     if (!find_model()) {
         fprintf(stderr, "skip: tiny-qwen35-mtp-q8_0.gguf not found\n");
@@ -415,8 +814,13 @@ int main(void) {
     RUN(test_concurrent_greedy_equals_engine);
     RUN(test_streaming);
     RUN(test_disconnect_frees_slot);
+    RUN(test_long_prompt_during_decoding);
+    RUN(test_prefix_reuse);
+    RUN(test_spec_overrides);
+    RUN(test_logprobs);
     RUN(test_bad_model);
     if (S_up) srv_stop(&S);
     for (int i = 0; i < N_CLIENTS; i++) free(ref_text[i]);
+    ref_free();
     return test_summary();
 }

@@ -8,7 +8,9 @@
  *   state          after any accept/reject pattern the next-token logits and hidden (context: KV +
  *                  recurrent state) and the MTP drafter's proposals equal a fresh run over the
  *                  committed tokens, bit for bit.
- * Plus: the API (take / release / reuse, stop tokens, budget, context end), trace file, bad input. */
+ * Plus: the API (take / release / reuse, stop tokens, budget, context end), trace file, bad input;
+ * per-request overrides (n_max, stage mask, fixed k above the engine's) and logprobs (equal with
+ * speculation on and off, equal to the log-softmax of a plain evaluation, sorted). */
 #include <unistd.h>
 #include "test.h"
 #include "genmodel.h"
@@ -610,6 +612,193 @@ static void test_api(void) {
     nx_model_free(m);
 }
 
+/* ===== per-request overrides and logprobs ===== */
+
+typedef struct round_log { int max_k[4]; int rounds[4]; } round_log;
+
+static void log_round(void *user, const nx_spec_round_info *info) {
+    round_log *l = user;
+    if (info->seq < 0 || info->seq >= 4) return;
+    if (info->k > l->max_k[info->seq]) l->max_k[info->seq] = info->k;
+    l->rounds[info->seq]++;
+}
+
+/* Two sequences side by side, sequence 0 with overrides o; returns the drafts counted for each. */
+static void run_overrides(nx_model *m, const prompts *pr, const char *types, int k, const nx_spec_overrides *o,
+                          uint64_t drafted[2], result *res, round_log *log) {
+    nx_ctx *ctx = make_ctx(m, 256, 2);
+    nx_spec_engine_params p = nx_spec_engine_default_params();
+    nx_error e = {0};
+    CHECK(nx_spec_types_parse(types, p.spec.types, NX_SPEC_MAX_STAGES, &p.spec.n_types, &e) == NX_OK);
+    p.spec.draft_max = k;
+    p.spec.adaptive = false;
+    memset(log, 0, sizeof *log);
+    p.on_round = log_round;
+    p.user = log;
+    nx_spec_engine *en = NULL;
+    CHECK_MSG(nx_spec_engine_create(ctx, &p, &en, &e) == NX_OK, "%s", e.msg);
+    memset(res, 0, sizeof *res);
+    for (int i = 0; en && i < 2; i++) {
+        nx_spec_request rq = {.prompt = pr->ids[i + 2], .n_prompt = pr->len[i + 2], .n_predict = 24,
+                              .spec = i == 0 ? o : NULL};
+        CHECK_MSG(nx_spec_engine_submit(en, &rq, i, &e) == NX_OK, "%s", e.msg);
+    }
+    while (en && nx_spec_engine_n_active(en)) CHECK(nx_spec_engine_step(en, &e) == NX_OK);
+    for (int i = 0; en && i < 2; i++) {
+        const nx_token *t = nx_spec_engine_output(en, i, &res->n[i + 2]);
+        memcpy(res->t[i + 2], t, (size_t)res->n[i + 2] * sizeof *t);
+        drafted[i] = nx_spec_engine_stats(en, i)->n_drafted;
+    }
+    nx_spec_engine_free(en);
+    nx_ctx_free(ctx);
+}
+
+static void test_overrides(void) {
+    nx_model *m = gen_load("qwen35", "{}", NX_TYPE_F32, "ovr.gguf", 12);
+    CHECK(m != NULL);
+    if (!m) return;
+    prompts pr;
+    make_prompts(&pr, nx_model_n_vocab(m));
+    result ref, r;
+    naive_greedy(m, &pr, 4, 24, &ref);
+    ref.n[0] = ref.n[1] = 0;
+    uint64_t d[2];
+    round_log log;
+    /* n_max 0: no drafting for that request, the other one drafts */
+    nx_spec_overrides o = {.has_n_max = true, .n_max = 0};
+    run_overrides(m, &pr, "mtp", 4, &o, d, &r, &log);
+    CHECK(same_result(&ref, &r, 4));
+    CHECK(d[0] == 0 && d[1] > 0);
+    CHECK(log.max_k[0] == 0 && log.rounds[0] > 0 && log.max_k[1] == 4);
+    /* a stage mask without the only stage */
+    o = (nx_spec_overrides){.stage_mask = 2};
+    run_overrides(m, &pr, "mtp", 4, &o, d, &r, &log);
+    CHECK(same_result(&ref, &r, 4));
+    CHECK(d[0] == 0 && d[1] > 0);
+    /* a chain restricted to its second stage (mtp): every draft of the request is mtp's */
+    o = (nx_spec_overrides){.stage_mask = 2};
+    nx_ctx *ctx = make_ctx(m, 256, 1);
+    nx_spec_engine_params p = nx_spec_engine_default_params();
+    nx_error e = {0};
+    CHECK(nx_spec_types_parse("ngram,mtp", p.spec.types, NX_SPEC_MAX_STAGES, &p.spec.n_types, &e) == NX_OK);
+    p.spec.draft_max = 3;
+    p.spec.adaptive = false;
+    nx_spec_engine *en = NULL;
+    CHECK(nx_spec_engine_create(ctx, &p, &en, &e) == NX_OK);
+    nx_spec_request rq = {.prompt = pr.ids[3], .n_prompt = pr.len[3], .n_predict = 24, .spec = &o};
+    CHECK(nx_spec_engine_submit(en, &rq, 0, &e) == NX_OK);
+    while (en && nx_spec_engine_n_active(en)) CHECK(nx_spec_engine_step(en, &e) == NX_OK);
+    const nx_spec_stats *st = nx_spec_engine_stats(en, 0);
+    CHECK(st->stage_drafted[0] == 0 && st->stage_drafted[1] > 0 && st->n_drafted == st->stage_drafted[1]);
+    int n = 0;
+    const nx_token *t = nx_spec_engine_output(en, 0, &n);
+    CHECK(n == ref.n[3] && !memcmp(t, ref.t[3], (size_t)n * sizeof *t));
+    nx_spec_engine_free(en);
+    nx_ctx_free(ctx);
+    /* n_max above the engine's draft length, fixed k; n_min / adaptive accepted */
+    o = (nx_spec_overrides){.has_n_max = true, .n_max = 6, .has_adaptive = true, .adaptive = false, .has_n_min = true,
+                            .n_min = 1, .has_p_min = true, .p_min = 0.0f};
+    run_overrides(m, &pr, "mtp", 2, &o, d, &r, &log);
+    CHECK(same_result(&ref, &r, 4));
+    CHECK(log.max_k[0] == 6 && log.max_k[1] == 2);
+    /* bad overrides */
+    ctx = make_ctx(m, 256, 1);
+    p = nx_spec_engine_default_params();
+    CHECK(nx_spec_engine_create(ctx, &p, &en, &e) == NX_OK);
+    nx_spec_overrides bad[] = {{.has_n_max = true, .n_max = NX_SPEC_DRAFT_CAP + 1}, {.has_n_min = true, .n_min = -1},
+                               {.has_n_max = true, .n_max = 2, .has_n_min = true, .n_min = 3},
+                               {.has_p_min = true, .p_min = 1.5f}};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        rq.spec = &bad[i];
+        CHECK(nx_spec_engine_submit(en, &rq, 0, &e) == NX_ERR_INVALID_ARG);
+        nx_seq_id s = -1;
+        CHECK(nx_spec_engine_add(en, &rq, &s, &e) == NX_ERR_INVALID_ARG);
+    }
+    nx_spec_engine_free(en);
+    nx_ctx_free(ctx);
+    nx_model_free(m);
+}
+
+/* Logprobs: equal with speculation on and off; the chosen token's equals the log-softmax of a
+ * plain evaluation's logits; the alternatives sorted, the greedy token first. */
+static void test_logprobs(void) {
+    nx_model *m = trained();   /* its MTP head agrees with the trunk: drafts get accepted */
+    if (!m) SKIP("models/tiny-qwen35-mtp-q8_0.gguf not found");
+    const int V = nx_model_n_vocab(m), NP = 7, NPRED = 20;
+    prompts pr;
+    CHECK(text_prompts(&pr, NX_SOURCE_DIR "/models/tiny-qwen35-mtp-q8_0.gguf"));
+    static nx_token_prob ch[2][2][32], top[2][2][32][NX_SPEC_MAX_PROBS];
+    memset(top, 0, sizeof top);
+    int nout[2][2] = {{0}};
+    nx_token out[2][2][32];
+    const char *types[2] = {"", "mtp"};
+    for (int a = 0; a < 2; a++) {
+        nx_ctx *ctx = make_ctx(m, 256, 2);
+        nx_spec_engine_params p = nx_spec_engine_default_params();
+        nx_error e = {0};
+        if (*types[a]) CHECK(nx_spec_types_parse(types[a], p.spec.types, NX_SPEC_MAX_STAGES, &p.spec.n_types, &e) == NX_OK);
+        p.spec.draft_max = 4;
+        nx_spec_engine *en = NULL;
+        CHECK(nx_spec_engine_create(ctx, &p, &en, &e) == NX_OK);
+        nx_spec_request r0 = {.prompt = pr.ids[2], .n_prompt = pr.len[2], .n_predict = NPRED, .n_probs = NP};
+        nx_spec_request r1 = {.prompt = pr.ids[3], .n_prompt = pr.len[3], .n_predict = NPRED, .n_probs = NX_SPEC_MAX_PROBS};
+        nx_seq_id s0 = -1;
+        CHECK(nx_spec_engine_add(en, &r0, &s0, &e) == NX_OK);    /* blocking add keeps logprobs too */
+        CHECK(nx_spec_engine_submit(en, &r1, 1, &e) == NX_OK);
+        while (nx_spec_engine_n_active(en)) CHECK(nx_spec_engine_step(en, &e) == NX_OK);
+        for (int s = 0; s < 2; s++) {
+            const nx_token *o = nx_spec_engine_output(en, s, &nout[a][s]);
+            memcpy(out[a][s], o, (size_t)nout[a][s] * sizeof *o);
+            for (int i = 0; i < nout[a][s]; i++)
+                CHECK_EQ_INT(nx_spec_engine_logprobs(en, s, i, &ch[a][s][i], top[a][s][i], NX_SPEC_MAX_PROBS),
+                             s == 0 ? NP : NX_SPEC_MAX_PROBS);
+            CHECK_EQ_INT(nx_spec_engine_logprobs(en, s, nout[a][s], &ch[a][s][0], NULL, 0), -1);
+            CHECK_EQ_INT(nx_spec_engine_logprobs(en, s, 0, NULL, top[a][s][0], 3), 3);
+        }
+        if (a == 1) CHECK(nx_spec_engine_stats_total(en)->n_accepted > 0);
+        nx_spec_request r2 = {.prompt = pr.ids[0], .n_prompt = pr.len[0], .n_predict = 2};
+        nx_spec_engine_release(en, 0);
+        CHECK(nx_spec_engine_add(en, &r2, &s0, &e) == NX_OK);
+        CHECK_EQ_INT(nx_spec_engine_logprobs(en, s0, 0, &ch[a][0][31], NULL, 0), -1);   /* not asked for */
+        nx_spec_engine_free(en);
+        nx_ctx_free(ctx);
+    }
+    for (int s = 0; s < 2; s++) {
+        CHECK(nout[0][s] == NPRED && nout[1][s] == NPRED && !memcmp(out[0][s], out[1][s], sizeof out[0][s][0] * NPRED));
+        CHECK(!memcmp(ch[0][s], ch[1][s], sizeof ch[0][s][0] * NPRED));
+        CHECK(!memcmp(top[0][s], top[1][s], sizeof top[0][s][0] * NPRED));
+    }
+    /* against a plain evaluation of sequence 1's prompt + output */
+    nx_ctx *c = make_ctx(m, 256, 1);
+    nx_batch *b = nx_batch_create(256);
+    const int L = pr.len[3];
+    for (int j = 0; j < L; j++) nx_batch_add(b, pr.ids[3][j], j, 0, true);
+    for (int j = 0; j + 1 < NPRED; j++) nx_batch_add(b, out[0][1][j], L + j, 0, true);
+    CHECK(nx_decode(c, b) == NX_OK);
+    int bad = 0;
+    for (int i = 0; i < NPRED; i++) {
+        const float *lg = nx_ctx_logits(c, L - 1 + i);
+        double mx = lg[0], sum = 0;
+        for (int v = 1; v < V; v++) if (lg[v] > mx) mx = lg[v];
+        for (int v = 0; v < V; v++) sum += exp(lg[v] - mx);
+        const double lse = mx + log(sum);
+        const nx_token_prob *tp = top[0][1][i];
+        if (ch[0][1][i].id != out[0][1][i] || fabs(ch[0][1][i].logprob - (lg[out[0][1][i]] - lse)) > 1e-5) bad++;
+        if (tp[0].id != out[0][1][i] || tp[0].logprob != ch[0][1][i].logprob) bad++;   /* greedy: the best */
+        for (int j = 0; j < NX_SPEC_MAX_PROBS; j++) {
+            if (fabs(tp[j].logprob - (lg[tp[j].id] - lse)) > 1e-5) bad++;
+            if (j && !(tp[j].logprob <= tp[j - 1].logprob)) bad++;
+            int greater = 0;   /* exactly j tokens rank above the j-th */
+            for (int v = 0; v < V; v++) greater += lg[v] > lg[tp[j].id];
+            if (greater > j) bad++;
+        }
+    }
+    CHECK_EQ_INT(bad, 0);
+    nx_batch_free(b);
+    nx_ctx_free(c);
+    nx_model_free(m);
+}
+
 #define TRUN(fn) do { double t0_ = nx_spec_time_now(); RUN(fn); \
     fprintf(stderr, "     (%.2f s)\n", nx_spec_time_now() - t0_); } while (0)
 
@@ -622,6 +811,8 @@ int main(void) {
     TRUN(test_state_qwen35);
     TRUN(test_state_trained);
     TRUN(test_distribution);
+    TRUN(test_overrides);
+    TRUN(test_logprobs);
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf %s", g_tmpdir);
     if (system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", g_tmpdir);

@@ -3,7 +3,8 @@
  *
  *   nextn serve -m FILE [--host 127.0.0.1] [--port 8080] [-np 4] [-c CTX] [--alias NAME]
  *               [--api-key K] [--max-body BYTES] [--queue-max N] [--chat-format chatml|gemma]
- *               [--shutdown-grace S] [speculation flags: --spec-type ... (spec_params.h)]
+ *               [--shutdown-grace S] [-ub N] [--ctx-checkpoint-interval N] [--ctx-checkpoints N]
+ *               [speculation flags: --spec-type ... (spec_params.h)]
  *
  * The model backend (src/server/backend_model.h) loads FILE and runs every slot through one
  * speculative engine; the hidden `--fake-backend` runs the deterministic byte-echo backend the
@@ -37,7 +38,11 @@ static void usage(FILE *f) {
             "  --shutdown-grace S     seconds streams get to finish on SIGINT/SIGTERM (default 5)\n"
             "  --timeout S            close idle connections after S seconds (default 60)\n"
             "  -t, --threads N        compute threads (default: physical cores)\n"
-            "  -ub, --ubatch-size N   prompt rows per forward chunk (default 512)\n"
+            "  -ub, --ubatch-size N   prompt rows per forward chunk, and per step over all slots while\n"
+            "                         prompts are read beside decoding slots (default 512)\n"
+            "  --ctx-checkpoint-interval N  recurrent-state checkpoint every N prompt tokens, so a\n"
+            "                         later request sharing the prefix resumes there (default 512, 0 = off)\n"
+            "  --ctx-checkpoints N    checkpoints kept per slot (default 8)\n"
             "%s",
             nx_spec_params_usage());
 }
@@ -56,6 +61,7 @@ int nx_cmd_serve(int argc, char **argv) {
     const char *model = NULL, *alias = NULL, *chat = NULL;
     const char *api_key = getenv("NEXTN_API_KEY");
     long n_slots = 4, n_ctx = 4096, queue_max = 64, step_us = 1000, timeout_s = 60, n_threads = 0, n_ubatch = 0;
+    long ckpt_interval = 512, ckpt_max = 8;
     double grace = 5.0;
     bool fake = false;
     for (int i = 1; i < argc; i++) {
@@ -86,6 +92,8 @@ int nx_cmd_serve(int argc, char **argv) {
         else if (!strcmp(a, "--shutdown-grace")) { char *e; grace = strtod(v, &e); if (*e || grace < 0 || grace > 3600) goto bad; }
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) { if (!parse_int(v, 1, 1024, &n_threads)) goto bad; }
         else if (!strcmp(a, "-ub") || !strcmp(a, "--ubatch-size")) { if (!parse_int(v, 1, 1 << 16, &n_ubatch)) goto bad; }
+        else if (!strcmp(a, "--ctx-checkpoint-interval")) { if (!parse_int(v, 0, 1 << 24, &ckpt_interval)) goto bad; }
+        else if (!strcmp(a, "--ctx-checkpoints")) { if (!parse_int(v, 0, 4096, &ckpt_max)) goto bad; }
         else if (!strcmp(a, "--fake-step-us")) { if (!parse_int(v, 0, 10000000, &step_us)) goto bad; }
         else { fprintf(stderr, "nextn serve: unknown option '%s'\n", a); usage(stderr); return 2; }
         i++;
@@ -147,6 +155,8 @@ int nx_cmd_serve(int argc, char **argv) {
     mp.has_chat_format = chat != NULL;
     mp.chat_format = cf;
     mp.spec = spec;
+    mp.checkpoint_interval = (int)ckpt_interval;
+    mp.max_checkpoints = (int)ckpt_max;
 
     nx_gen_backend *be = NULL;
     if ((fake ? nx_gen_fake_create(&fp, &be, &err) : nx_gen_model_create(&mp, &be, &err)) != NX_OK) {

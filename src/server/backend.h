@@ -237,6 +237,8 @@ typedef struct nx_gen_info {
     int    n_drafters;          /* drafters loaded at startup (chain order); 0: no speculation */
     nx_spec_type drafters[NX_SPEC_MAX_STAGES];
     nx_spec_params spec;        /* the server's speculation defaults */
+    int    checkpoint_interval; /* prompt-cache checkpoints (model backend; 0 elsewhere) */
+    int    max_checkpoints;
 } nx_gen_info;
 
 typedef struct nx_gen_slot_info {

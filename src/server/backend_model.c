@@ -1,12 +1,13 @@
 /*
  * backend_model.c — the model backend of `nextn serve` (see backend_model.h, backend.h).
  * One scheduler thread owns the context and the speculative engine: each iteration it ends
- * cancelled requests, admits waiting ones into idle slots (slots.h choice rule), decodes the new
- * prompts (nx_spec_engine_add), runs ONE engine round for every busy slot (nx_spec_engine_step)
- * and streams the committed tokens through each request's text filter. HTTP threads only queue
- * requests, read slot state and wake the scheduler.
+ * cancelled requests, admits waiting ones into idle slots (slots.h choice rule), submits their
+ * prompts to the engine without decoding them (nx_spec_engine_submit: slot i is engine sequence i
+ * for good, so the slot's cached prefix lives in its sequence), runs ONE engine step in which the
+ * pending prompt chunks share the batch with every decoding slot's rows, and streams the committed
+ * tokens (with their logprobs when asked) through each request's text filter.
  * Lock: be->mu guards the wait list, the slots' visible state and the flags; the scheduler drops
- * it while the engine runs (add / step), so submit / slots never wait on the model.
+ * it while the engine runs (submit / step), so submit / slots never wait on the model.
  * Never: touch the engine or context off the scheduler thread; hold be->mu while calling a
  * stream's cancel (which calls back into wake); print.
  */
@@ -18,6 +19,8 @@
 #include "server/slots.h"
 #include "spec/engine.h"
 
+/* ADMITTED: has a slot, not yet submitted to the engine; RUNNING: submitted (prompt pending or
+ * generating). */
 typedef enum { SLOT_IDLE = 0, SLOT_ADMITTED, SLOT_RUNNING } slot_state;
 
 typedef struct model_slot {
@@ -25,17 +28,19 @@ typedef struct model_slot {
     slot_state state;
     nx_gen_stream *s;
     const nx_gen_request *req;
-    nx_seq_id seq;              /* engine sequence (-1: none) */
+    bool in_engine;             /* submitted: the engine's sequence b.id holds the request */
+    int n_taken;                /* generated tokens taken from the engine so far */
+    nx_spec_overrides ov;       /* the request's speculative.* fields for the engine */
     nx_gen_textout out;
     char *txt;
     size_t n_txt, cap_txt;
     nx_gen_timings t;
-    double t_admit, t_first;
+    double t_admit, t_submit, t_first;
     int n_prompt, n_decoded;
     uint64_t n_requests, request_id, draft_n, draft_acc;
     /* set by the unlocked engine phase, read back under the lock */
-    nx_status add_st;
-    char add_msg[NX_ERROR_MSG_MAX];
+    nx_status sub_st;
+    char sub_msg[NX_ERROR_MSG_MAX];
 } model_slot;
 
 typedef struct model_be {
@@ -50,6 +55,7 @@ typedef struct model_be {
     int n_ctx_slot, n_drafters;
     nx_spec_type drafters[NX_SPEC_MAX_STAGES];
     const char *stage_names[NX_SPEC_MAX_STAGES];
+    nx_spec_type stage_type[NX_SPEC_MAX_STAGES];   /* NX_SPEC_NONE: a stage name that is no type */
     int n_stages;
     const int32_t *eog;
     int n_eog;
@@ -57,8 +63,7 @@ typedef struct model_be {
     pthread_cond_t cv;
     pthread_t th;
     bool th_started, stop, refusing, cancel_running;
-    model_slot *slots;
-    int *seq_slot;              /* engine sequence -> slot index (-1) */
+    model_slot *slots;          /* slot i drives engine sequence i */
     nx_wait_list wait;                /* requests not yet admitted */
     uint64_t tick;
 } model_be;
@@ -69,6 +74,8 @@ nx_gen_model_params nx_gen_model_default_params(void) {
     p.n_slots = 4;
     p.n_ctx = 4096;
     p.queue_max = 64;
+    p.checkpoint_interval = 512;
+    p.max_checkpoints = 8;
     p.spec = nx_spec_params_default();
     return p;
 }
@@ -92,6 +99,8 @@ static void model_info(nx_gen_backend *b, nx_gen_info *o) {
     o->n_drafters = be->n_drafters;
     for (int i = 0; i < be->n_drafters; i++) o->drafters[i] = be->drafters[i];
     o->spec = be->p.spec;
+    o->checkpoint_interval = be->p.checkpoint_interval;
+    o->max_checkpoints = be->p.max_checkpoints;
 }
 
 static nx_status model_tokenize(nx_gen_backend *b, const char *text, size_t n, bool add_special, bool parse_special,
@@ -169,13 +178,20 @@ static void model_wake(nx_gen_backend *b) {
 
 /* ===== The scheduler (its thread only; be->mu held unless said otherwise) ===== */
 
-/* Free the slot's engine sequence and the request's scratch; the slot keeps its token cache. */
+/* Free the slot's engine sequence (its cache stays for a later prefix reuse) and the request's
+ * scratch. */
 static void slot_clear(model_be *be, model_slot *sl) {
-    if (sl->seq >= 0) {
-        nx_spec_engine_release(be->eng, sl->seq);
-        be->seq_slot[sl->seq] = -1;
-        sl->seq = -1;
+    if (sl->in_engine) {
+        nx_spec_engine_release(be->eng, sl->b.id);
+        /* The slot's record becomes exactly what the sequence holds (what a later request can
+         * reuse; nothing after a failed step). */
+        int n = 0;
+        const nx_token *c = nx_spec_engine_cached(be->eng, sl->b.id, &n);
+        sl->b.n_cache = 0;
+        for (int i = 0; i < n && c; i++)
+            if (!nx_slot_cache_push(&sl->b, c[i])) break;
     }
+    sl->in_engine = false;
     nx_gen_textout_free(&sl->out);
     sl->s = NULL;
     sl->req = NULL;
@@ -187,6 +203,7 @@ static void slot_end(model_be *be, model_slot *sl, nx_gen_finish f, int stop_ind
     sl->n_txt = 0;
     if (f != NX_GEN_FINISH_STOP && f != NX_GEN_FINISH_CANCELLED) nx_gen_textout_flush(&sl->out, &sl->txt, &sl->n_txt, &sl->cap_txt);
     if (sl->t_first > 0 && sl->t.predicted_n > 0) sl->t.predicted_ms = (nx_gen_now() - sl->t_first) * 1000.0;
+    else if (sl->t_submit > 0) sl->t.prompt_ms = (nx_gen_now() - sl->t_submit) * 1000.0;   /* ended in its prompt */
     nx_gen_stream_finish(sl->s, f, stop_index, sl->txt, sl->n_txt, &sl->t);
     sl->n_txt = 0;
     sl->draft_n += sl->t.draft_n;
@@ -201,18 +218,44 @@ static void slot_fail(model_be *be, model_slot *sl, nx_status st, const char *ms
     slot_clear(be, sl);
 }
 
+/* The request's speculative.* fields as engine overrides; false: none given. */
+static bool spec_overrides(const model_be *be, const nx_gen_spec *g, nx_spec_overrides *o) {
+    memset(o, 0, sizeof *o);
+    bool any = false;
+    if (g->n_max >= 0) { o->has_n_max = true; o->n_max = g->n_max; any = true; }
+    if (g->n_min >= 0) { o->has_n_min = true; o->n_min = g->n_min; any = true; }
+    if (g->p_min >= 0) { o->has_p_min = true; o->p_min = g->p_min; any = true; }
+    if (g->adaptive >= 0) { o->has_adaptive = true; o->adaptive = g->adaptive > 0; any = true; }
+    if (g->has_type) {
+        any = true;
+        if (g->type == NX_SPEC_NONE) {   /* "none": no drafting at all */
+            o->has_n_max = o->has_n_min = true;
+            o->n_max = o->n_min = 0;
+        } else {
+            for (int i = 0; i < be->n_stages; i++)
+                if (be->stage_type[i] == g->type) o->stage_mask |= 1u << i;
+            /* nx_gen_submit refused types not loaded, so the mask is never empty here */
+        }
+    }
+    /* A lone n_min above the server's draft length: the longest draft the server allows. */
+    int n_max = o->has_n_max ? o->n_max : be->p.spec.draft_max;
+    if (o->has_n_min && o->n_min > n_max) o->n_min = n_max;
+    return any;
+}
+
 static void slot_admit(model_be *be, model_slot *sl, nx_gen_stream *s) {
     const nx_gen_request *r = nx_gen_stream_request(s);
     nx_gen_timings_init(&sl->t);
     sl->b.busy = true;
     sl->b.last_used = ++be->tick;
-    sl->b.n_cache = 0;          /* no prefix reuse yet: the engine restarts the sequence at 0 */
     sl->state = SLOT_ADMITTED;
     sl->s = s;
     sl->req = r;
-    sl->seq = -1;
+    sl->in_engine = false;
+    sl->n_taken = 0;
     sl->request_id = nx_gen_stream_id(s);
     sl->t_admit = nx_gen_now();
+    sl->t_submit = 0;
     sl->t_first = 0;
     sl->n_prompt = r->n_prompt;
     sl->n_decoded = 0;
@@ -223,11 +266,29 @@ static void slot_admit(model_be *be, model_slot *sl, nx_gen_stream *s) {
     sl->t.queue_ms = (sl->t_admit - nx_gen_stream_t_submit(s)) * 1000.0;
     nx_gen_timings_set_stages(&sl->t, be->stage_names, be->n_stages);
     nx_gen_textout_init(&sl->out, r->stop, r->stop_len, r->n_stop);
-    for (int i = 0; i < r->n_prompt; i++) nx_slot_cache_push(&sl->b, r->prompt[i]);
 }
 
-/* One committed token; returns false when the request ended (the slot is idle again). */
-static bool slot_emit(model_be *be, model_slot *sl, nx_token tok) {
+/* The log-probabilities of generated token i (the engine records them when the request asked). */
+static float token_logprob(model_be *be, model_slot *sl, int i, nx_gen_top *top, int *n_top) {
+    const nx_gen_request *r = sl->req;
+    *n_top = 0;
+    if (!r->want_logprob && r->n_probs == 0) return 0.0f;
+    nx_token_prob chosen = {0, 0.0f};
+    nx_token_prob tp[NX_SPEC_MAX_PROBS];
+    int max_top = r->n_probs < NX_SPEC_MAX_PROBS ? r->n_probs : NX_SPEC_MAX_PROBS;
+    int n = nx_spec_engine_logprobs(be->eng, sl->b.id, i, &chosen, tp, max_top);
+    if (n < 0) return 0.0f;
+    for (int j = 0; j < n && j < NX_GEN_TOP_MAX; j++) {
+        top[j].token = tp[j].id;
+        top[j].logprob = tp[j].logprob;
+        *n_top = j + 1;
+    }
+    return chosen.logprob;
+}
+
+/* One committed token (generated token number i of the request); returns false when the request
+ * ended (the slot is idle again). */
+static bool slot_emit(model_be *be, model_slot *sl, nx_token tok, int i) {
     const nx_gen_request *r = sl->req;
     if (sl->t_first == 0) sl->t_first = nx_gen_now();
     sl->n_decoded++;
@@ -241,7 +302,10 @@ static bool slot_emit(model_be *be, model_slot *sl, nx_token tok) {
     const char *piece = nx_token_piece(be->tok, tok, false, &np);
     sl->n_txt = 0;
     int stop = nx_gen_textout_feed(&sl->out, piece, np, &sl->txt, &sl->n_txt, &sl->cap_txt);
-    nx_status st = nx_gen_stream_push(sl->s, tok, sl->txt ? sl->txt : "", sl->n_txt, 0.0f, NULL, 0, NULL);
+    nx_gen_top top[NX_GEN_TOP_MAX];
+    int n_top = 0;
+    float lp = token_logprob(be, sl, i, top, &n_top);
+    nx_status st = nx_gen_stream_push(sl->s, tok, sl->txt ? sl->txt : "", sl->n_txt, lp, top, n_top, NULL);
     sl->n_txt = 0;
     if (st != NX_OK) { slot_fail(be, sl, st, "out of memory streaming a token"); return false; }
     if (stop >= 0) { slot_end(be, sl, NX_GEN_FINISH_STOP, stop); return false; }
@@ -252,11 +316,15 @@ static bool slot_emit(model_be *be, model_slot *sl, nx_token tok) {
 /* Stream what the engine committed for the slot since the last take; end the request when the
  * engine finished its sequence (a stop token, the budget or a full context). */
 static void slot_take(model_be *be, model_slot *sl) {
+    if (nx_spec_engine_prompt_pending(be->eng, sl->b.id)) return;
+    if (sl->t_first == 0) sl->t.prompt_ms = (nx_gen_now() - sl->t_submit) * 1000.0;
     const nx_token *toks = NULL;
-    int n = nx_spec_engine_take(be->eng, sl->seq, &toks);
+    int n = nx_spec_engine_take(be->eng, sl->b.id, &toks);
+    int base = sl->n_taken;
+    sl->n_taken += n;
     for (int i = 0; i < n; i++)
-        if (!slot_emit(be, sl, toks[i])) return;
-    if (!nx_spec_engine_active(be->eng, sl->seq)) {
+        if (!slot_emit(be, sl, toks[i], base + i)) return;
+    if (!nx_spec_engine_active(be->eng, sl->b.id)) {
         /* EOS and n_predict were caught per token; what is left is the context end. */
         slot_end(be, sl, NX_GEN_FINISH_CONTEXT, -1);
     }
@@ -265,9 +333,9 @@ static void slot_take(model_be *be, model_slot *sl) {
 static void on_round(void *user, const nx_spec_round_info *info) {
     model_be *be = user;
     if (info->seq < 0 || info->seq >= be->p.n_slots) return;
-    int si = be->seq_slot[info->seq];
-    if (si < 0) return;
-    if (info->n_drafted > 0) nx_gen_timings_round(&be->slots[si].t, info->stage < 0 ? 0 : info->stage, info->n_drafted, info->n_accepted);
+    model_slot *sl = &be->slots[info->seq];
+    if (!sl->in_engine) return;
+    if (info->n_drafted > 0) nx_gen_timings_round(&sl->t, info->stage < 0 ? 0 : info->stage, info->n_drafted, info->n_accepted);
 }
 
 static void admit_waiting(model_be *be) {
@@ -282,12 +350,12 @@ static void admit_waiting(model_be *be) {
     be->wait.n = o;
 }
 
-/* Prompt decoding of an admitted slot (be->mu NOT held: touches only the slot's private fields
- * and the engine). */
-static void slot_add_unlocked(model_be *be, model_slot *sl) {
+/* Hand an admitted slot's request to the engine (be->mu NOT held: touches only the slot's private
+ * fields and the engine). Nothing is decoded here: the next steps process the prompt. */
+static void slot_submit_unlocked(model_be *be, model_slot *sl) {
     const nx_gen_request *r = sl->req;
-    sl->add_st = NX_OK;
-    sl->add_msg[0] = 0;
+    sl->sub_st = NX_OK;
+    sl->sub_msg[0] = 0;
     if (r->n_predict == 0) return;
     nx_spec_request q;
     memset(&q, 0, sizeof q);
@@ -299,17 +367,34 @@ static void slot_add_unlocked(model_be *be, model_slot *sl) {
         q.stop = be->eog;
         q.n_stop = be->n_eog;
     }
+    if (spec_overrides(be, &r->spec, &sl->ov)) q.spec = &sl->ov;
+    /* The chosen token's logprob needs the engine to record at least one entry. */
+    q.n_probs = r->n_probs > 0 ? r->n_probs : (r->want_logprob ? 1 : 0);
+    if (q.n_probs > NX_SPEC_MAX_PROBS) q.n_probs = NX_SPEC_MAX_PROBS;
+    q.reuse_prefix = r->cache_prompt;
     nx_error err = {0};
-    nx_seq_id seq = -1;
-    double t0 = nx_gen_now();
-    sl->add_st = nx_spec_engine_add(be->eng, &q, &seq, &err);
-    sl->t.prompt_ms = (nx_gen_now() - t0) * 1000.0;
-    if (sl->add_st != NX_OK) {
-        snprintf(sl->add_msg, sizeof sl->add_msg, "%s", err.msg);
+    sl->t_submit = nx_gen_now();
+    sl->sub_st = nx_spec_engine_submit(be->eng, &q, sl->b.id, &err);
+    if (sl->sub_st != NX_OK) {
+        snprintf(sl->sub_msg, sizeof sl->sub_msg, "%s", err.msg);
         return;
     }
-    sl->seq = seq;
-    be->seq_slot[seq] = sl->b.id;
+    sl->in_engine = true;
+}
+
+/* After a successful submit (lock held): the slot's token record becomes the new prompt and the
+ * timings say how much of it came from the cache. */
+static void slot_submitted(model_be *be, model_slot *sl) {
+    const nx_gen_request *r = sl->req;
+    int reused = nx_spec_engine_n_reused(be->eng, sl->b.id);
+    if (reused < 0) reused = 0;
+    if (reused > r->n_prompt) reused = r->n_prompt;
+    sl->t.cache_n = reused;
+    sl->t.prompt_n = r->n_prompt - reused;
+    sl->b.n_cache = 0;
+    for (int i = 0; i < r->n_prompt; i++)
+        if (!nx_slot_cache_push(&sl->b, r->prompt[i])) break;
+    sl->state = SLOT_RUNNING;
 }
 
 static void end_all(model_be *be, nx_status st, const char *msg) {
@@ -343,26 +428,28 @@ static void *scheduler(void *arg) {
         pthread_mutex_unlock(&be->mu);
         /* ---- the model, without the lock ---- */
         for (int i = 0; i < be->p.n_slots; i++)
-            if (be->slots[i].state == SLOT_ADMITTED) slot_add_unlocked(be, &be->slots[i]);
-        int n_running = 0;
-        for (int i = 0; i < be->p.n_slots; i++) n_running += be->slots[i].state == SLOT_RUNNING;
+            if (be->slots[i].state == SLOT_ADMITTED) slot_submit_unlocked(be, &be->slots[i]);
+        int n_in = 0;
+        for (int i = 0; i < be->p.n_slots; i++) n_in += be->slots[i].in_engine;
         nx_error err = {0};
-        nx_status st = n_running > 0 ? nx_spec_engine_step(be->eng, &err) : NX_OK;
+        nx_status st = n_in > 0 ? nx_spec_engine_step(be->eng, &err) : NX_OK;
         pthread_mutex_lock(&be->mu);
-        if (st != NX_OK) {
-            /* The engine stopped every running sequence: fail those requests, keep the new ones. */
-            for (int i = 0; i < be->p.n_slots; i++)
-                if (be->slots[i].state == SLOT_RUNNING) slot_fail(be, &be->slots[i], st, err.msg);
-        }
         for (int i = 0; i < be->p.n_slots; i++) {
             model_slot *sl = &be->slots[i];
-            if (sl->state == SLOT_RUNNING) slot_take(be, sl);
-            else if (sl->state == SLOT_ADMITTED) {
-                if (sl->add_st != NX_OK) { slot_fail(be, sl, sl->add_st, sl->add_msg); continue; }
+            if (sl->state == SLOT_ADMITTED) {
+                if (sl->sub_st != NX_OK) { slot_fail(be, sl, sl->sub_st, sl->sub_msg); continue; }
                 if (sl->req->n_predict == 0) { slot_end(be, sl, NX_GEN_FINISH_LENGTH, -1); continue; }
-                sl->state = SLOT_RUNNING;
-                slot_take(be, sl);   /* the first token, sampled by add */
+                slot_submitted(be, sl);
             }
+            if (sl->state != SLOT_RUNNING) continue;
+            if (st != NX_OK) {
+                /* The engine stopped every sequence it was running: fail those requests (what they
+                 * cached is not trusted for slot choice any more). */
+                sl->b.n_cache = 0;
+                slot_fail(be, sl, st, err.msg);
+                continue;
+            }
+            slot_take(be, sl);
         }
     }
     pthread_mutex_unlock(&be->mu);
@@ -411,7 +498,6 @@ static void model_free(nx_gen_backend *b) {
     nx_tokenizer_free(be->tok);
     nx_model_free(be->model);
     free(be->slots);
-    free(be->seq_slot);
     nx_wait_list_free(&be->wait);
     pthread_cond_destroy(&be->cv);
     pthread_mutex_destroy(&be->mu);
@@ -467,6 +553,9 @@ static nx_status load(model_be *be, nx_error *err) {
     ep.sampler = nx_sampler_default_params(nx_model_n_vocab(be->model));
     ep.on_round = on_round;
     ep.user = be;
+    ep.checkpoint_interval = p->checkpoint_interval;
+    ep.max_checkpoints = p->max_checkpoints;
+    ep.max_prompt_rows = p->max_prompt_rows;
     st = nx_spec_engine_create(be->ctx, &ep, &be->eng, err);
     if (st != NX_OK) return st;
     const char *const *names = nx_spec_engine_stage_names(be->eng, &be->n_stages);
@@ -474,7 +563,8 @@ static nx_status load(model_be *be, nx_error *err) {
     for (int i = 0; i < be->n_stages; i++) {
         be->stage_names[i] = names[i];
         nx_spec_type t;
-        if (nx_spec_type_parse(names[i], &t, NULL) == NX_OK && t != NX_SPEC_NONE) be->drafters[be->n_drafters++] = t;
+        be->stage_type[i] = nx_spec_type_parse(names[i], &t, NULL) == NX_OK ? t : NX_SPEC_NONE;
+        if (be->stage_type[i] != NX_SPEC_NONE) be->drafters[be->n_drafters++] = be->stage_type[i];
     }
     return NX_OK;
 }
@@ -486,6 +576,8 @@ nx_status nx_gen_model_create(const nx_gen_model_params *p, nx_gen_backend **out
     if (p->n_ctx / p->n_slots < 8)
         return nx_fail(err, NX_ERR_INVALID_ARG, "-c %d over %d slots leaves fewer than 8 positions per slot", p->n_ctx, p->n_slots);
     if (p->queue_max < 0) return nx_fail(err, NX_ERR_INVALID_ARG, "queue-max must be >= 0 (got %d)", p->queue_max);
+    if (p->checkpoint_interval < 0 || p->max_checkpoints < 0 || p->max_prompt_rows < 0)
+        return nx_fail(err, NX_ERR_INVALID_ARG, "ctx-checkpoint-interval, ctx-checkpoints and max-prompt-rows must be >= 0");
     model_be *be = calloc(1, sizeof *be);
     if (!be) return nx_fail(err, NX_ERR_NOMEM, "out of memory creating the model backend");
     be->base.ops = &model_ops;
@@ -501,16 +593,11 @@ nx_status nx_gen_model_create(const nx_gen_model_params *p, nx_gen_backend **out
         if (dot) *dot = 0;
     }
     be->slots = calloc((size_t)p->n_slots, sizeof *be->slots);
-    be->seq_slot = malloc((size_t)p->n_slots * sizeof *be->seq_slot);
-    if (!be->slots || !be->seq_slot) {
+    if (!be->slots) {
         model_free(&be->base);
         return nx_fail(err, NX_ERR_NOMEM, "out of memory creating %d slots", p->n_slots);
     }
-    for (int i = 0; i < p->n_slots; i++) {
-        be->slots[i].b.id = i;
-        be->slots[i].seq = -1;
-        be->seq_slot[i] = -1;
-    }
+    for (int i = 0; i < p->n_slots; i++) be->slots[i].b.id = i;
     nx_status st = load(be, err);
     if (st != NX_OK) {
         model_free(&be->base);

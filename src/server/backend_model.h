@@ -3,12 +3,18 @@
  * one context with a sequence per slot, a multi-sequence speculative engine (src/spec/engine.h)
  * and one scheduler thread that runs every busy slot through ONE nx_spec_engine_step per round,
  * so speculation (when --spec-type is given) runs on all slots at once.
- * Promises: the backend.h contract (threads, cancellation, text filtering, timings).
- * Limits for now: a slot's prompt is decoded whole when it is admitted (no chunk interleaving with
- * other slots' decoding), no prefix reuse (the engine restarts a sequence at position 0; the
- * cached tokens only steer slot choice), per-request `speculative.*` overrides are not applied
- * (the engine's drafters and lengths are fixed at create), logprobs are reported as 0 / no
- * alternatives.
+ * Promises: the backend.h contract (threads, cancellation, text filtering, timings), and
+ *   - continuous batching: slot i is engine sequence i; a new prompt is processed in chunks that
+ *     share each step's batch with the decoding slots (at most max_prompt_rows prompt rows per
+ *     step, default -ub), so running requests keep producing tokens while a long prompt is read;
+ *   - prefix reuse (cache_prompt, default true): a slot keeps its sequence's cache between
+ *     requests; the engine reuses the longest shared prefix (recurrent layers from the deepest
+ *     checkpoint at or below it; one every checkpoint_interval prompt tokens, at most
+ *     max_checkpoints per slot) with results equal to a fresh run; timings.cache_n = tokens
+ *     reused, prompt_n = tokens evaluated;
+ *   - per-request speculative.{n_max,n_min,p_min,adaptive,type} applied to that request only
+ *     (type selects among the chain stages loaded at startup, "none" drafts nothing);
+ *   - logprobs: the chosen token's log-softmax of the raw logits and the top n_probs alternatives.
  */
 #ifndef NX_SERVER_BACKEND_MODEL_H
 #define NX_SERVER_BACKEND_MODEL_H
@@ -26,6 +32,10 @@ typedef struct nx_gen_model_params {
     bool has_chat_format;       /* false: detect from the GGUF */
     nx_chat_format chat_format;
     nx_spec_params spec;        /* drafters and defaults (n_types 0: speculation off) */
+    int  checkpoint_interval;   /* --ctx-checkpoint-interval: recurrent-state checkpoint every N prompt
+                                   tokens (default 512; 0: no checkpoints, less reuse on hybrid models) */
+    int  max_checkpoints;       /* --ctx-checkpoints: per slot (default 8) */
+    int  max_prompt_rows;       /* prompt rows per step over all slots (0: n_ubatch) */
 } nx_gen_model_params;
 
 nx_gen_model_params nx_gen_model_default_params(void);

@@ -204,6 +204,9 @@ static enum MHD_Result h_props(nx_http_req *r) {
     char desc[256];
     nx_spec_params_describe(&info.spec, desc, sizeof desc);
     cJSON_AddStringToObject(sp, "describe", desc);
+    cJSON *pc = cJSON_AddObjectToObject(j, "prompt_cache");
+    cJSON_AddNumberToObject(pc, "checkpoint_interval", info.checkpoint_interval);
+    cJSON_AddNumberToObject(pc, "max_checkpoints", info.max_checkpoints);
     nx_sampler_params d = nx_sampler_default_params(info.n_vocab);
     cJSON *g = cJSON_AddObjectToObject(j, "default_generation_settings");
     cJSON_AddNumberToObject(g, "n_ctx", info.n_ctx_slot);

@@ -29,6 +29,7 @@ typedef struct gen_ctx {
     nx_token *toks;             /* generated tokens (native "tokens") */
     int n_toks, cap_toks;
     cJSON *probs;               /* accumulated logprob entries (non-streaming) */
+    long text_offset;           /* completions logprobs: characters generated before the next token */
     bool finished;              /* the DONE / ERROR event was handled */
     bool failed;                /* ended with ERROR or was cancelled */
     nx_gen_finish finish;
@@ -118,12 +119,15 @@ static cJSON *logprob_entry(gen_ctx *g, nx_token tok, float lp, const nx_gen_top
     return e;
 }
 
-/* OpenAI completions use parallel arrays instead of entries. */
-static cJSON *completions_logprobs(cJSON *entries) {
+/* OpenAI completions use parallel arrays instead of entries: tokens, token_logprobs,
+ * top_logprobs (one {token text: logprob} object per token) and text_offset (characters from the
+ * start of the generated text; *offset carries the running count across streamed chunks). */
+static cJSON *completions_logprobs(cJSON *entries, long *offset) {
     cJSON *o = cJSON_CreateObject();
     cJSON *toks = cJSON_AddArrayToObject(o, "tokens");
     cJSON *lps = cJSON_AddArrayToObject(o, "token_logprobs");
     cJSON *tops = cJSON_AddArrayToObject(o, "top_logprobs");
+    cJSON *offs = cJSON_AddArrayToObject(o, "text_offset");
     const cJSON *e;
     cJSON_ArrayForEach(e, entries) {
         cJSON_AddItemToArray(toks, cJSON_Duplicate(cJSON_GetObjectItem(e, "token"), true));
@@ -133,11 +137,15 @@ static cJSON *completions_logprobs(cJSON *entries) {
         cJSON_ArrayForEach(t, cJSON_GetObjectItem(e, "top_logprobs")) {
             const cJSON *tk = cJSON_GetObjectItem(t, "token");
             cJSON *parsed = cJSON_IsRaw(tk) ? cJSON_Parse(tk->valuestring) : NULL;
-            if (parsed && cJSON_IsString(parsed))
+            if (parsed && cJSON_IsString(parsed) && !cJSON_GetObjectItemCaseSensitive(m, parsed->valuestring))
                 cJSON_AddNumberToObject(m, parsed->valuestring, cJSON_GetObjectItem(t, "logprob")->valuedouble);
             cJSON_Delete(parsed);
         }
         cJSON_AddItemToArray(tops, m);
+        cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)*offset));
+        /* characters = UTF-8 bytes that are not continuation bytes */
+        const cJSON *b;
+        cJSON_ArrayForEach(b, cJSON_GetObjectItem(e, "bytes")) if (((int)b->valuedouble & 0xC0) != 0x80) (*offset)++;
     }
     return o;
 }
@@ -233,7 +241,7 @@ static void stream_text(gen_ctx *g, const char *text, size_t n, cJSON *lp_entry,
         if (lp_entry) {
             cJSON *one = cJSON_CreateArray();
             cJSON_AddItemToArray(one, lp_entry);
-            cJSON_AddItemToObject(ch, "logprobs", completions_logprobs(one));
+            cJSON_AddItemToObject(ch, "logprobs", completions_logprobs(one, &g->text_offset));
             cJSON_Delete(one);
         } else {
             cJSON_AddNullToObject(ch, "logprobs");
@@ -423,7 +431,7 @@ static cJSON *final_json(gen_ctx *g) {
     }
     if (!g->req.logprobs) cJSON_AddNullToObject(ch, "logprobs");
     else if (chat) cJSON_AddItemToObject(cJSON_AddObjectToObject(ch, "logprobs"), "content", cJSON_Duplicate(g->probs, true));
-    else cJSON_AddItemToObject(ch, "logprobs", completions_logprobs(g->probs));
+    else cJSON_AddItemToObject(ch, "logprobs", completions_logprobs(g->probs, &g->text_offset));
     cJSON_AddStringToObject(ch, "finish_reason", nx_gen_finish_name(g->finish));
     cJSON_AddItemToArray(cJSON_AddArrayToObject(j, "choices"), ch);
     cJSON_AddItemToObject(j, "usage", usage_json(t));

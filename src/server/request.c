@@ -358,7 +358,7 @@ static nx_status parse_body(nx_api_kind kind, const cJSON *root, const nx_gen_in
         TRY(get_bool(root, "return_tokens", &r->return_tokens, e));
     }
     g->want_logprob = r->logprobs;
-    g->n_probs = r->top_logprobs;
+    g->n_probs = r->logprobs ? r->top_logprobs : 0;   /* alternatives are only reported with logprobs */
     /* Speculation: a nested object and / or llama.cpp's flat keys. */
     const cJSON *spec = field(root, "speculative");
     if (spec) {

@@ -105,9 +105,19 @@ static nx_status ch_sync(nx_drafter *d, nx_error *err) {
     return NX_OK;
 }
 
+static nx_status ch_begin_keep(nx_drafter *d, nx_seq_id seq, const nx_token *prompt, int n_prompt, int keep,
+                               const float *hidden_prev, nx_error *err) {
+    chain_drafter *c = (chain_drafter *)d;
+    for (int s = 0; s < c->n_stages; s++) {
+        nx_status st = nx_drafter_begin_keep(c->stages[s], seq, prompt, n_prompt, keep, hidden_prev, err);
+        if (st) return st;
+    }
+    return NX_OK;
+}
+
 static const nx_drafter_ops chain_ops = {
     .name = "chain", .begin = ch_begin, .process = ch_process, .draft = ch_draft,
-    .accept = ch_accept, .free = ch_free, .sync = ch_sync,
+    .accept = ch_accept, .free = ch_free, .sync = ch_sync, .begin_keep = ch_begin_keep,
 };
 
 nx_status nx_drafter_chain_create(nx_drafter **stages, int n_stages, int min_len, nx_drafter **out, nx_error *err) {

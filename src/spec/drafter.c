@@ -96,6 +96,31 @@ nx_status nx_drafter_sync(nx_drafter *d, nx_error *err) {
     return d->ops->sync ? d->ops->sync(d, err) : NX_OK;
 }
 
+nx_status nx_drafter_begin_keep(nx_drafter *d, nx_seq_id seq, const nx_token *prompt, int n_prompt, int keep,
+                                const float *hidden_prev, nx_error *err) {
+    if (!d || !d->ops) return nx_fail(err, NX_ERR_INVALID_ARG, "drafter begin: no drafter");
+    if (keep == 0 || !d->ops->begin_keep) return nx_drafter_begin(d, seq, prompt, n_prompt, err);
+    if (keep < 0 || keep >= n_prompt)
+        return nx_fail(err, NX_ERR_INVALID_ARG, "drafter %s: begin: keeps %d positions of a %d-token prompt",
+                       nx_drafter_name(d), keep, n_prompt);
+    nx_status st = check_seq(d, seq, "begin", err);
+    if (st) return st;
+    if (!prompt) return nx_fail(err, NX_ERR_INVALID_ARG, "drafter %s: begin: no prompt", nx_drafter_name(d));
+    for (int i = 0; i < n_prompt; i++)
+        if (prompt[i] < 0)
+            return nx_fail(err, NX_ERR_INVALID_ARG, "drafter %s: begin: prompt token %d is negative (%d)",
+                           nx_drafter_name(d), i, (int)prompt[i]);
+    return d->ops->begin_keep(d, seq, prompt, n_prompt, keep, hidden_prev, err);
+}
+
+bool nx_drafter_keeps_positions(const nx_drafter *d) {
+    if (!d || !d->ops) return false;
+    if (nx_drafter_chain_stage((nx_drafter *)d, 0) == d) return d->ops->begin_keep != NULL;   /* not a chain */
+    for (int s = 0; s < nx_drafter_chain_n_stages(d); s++)
+        if (nx_drafter_keeps_positions(nx_drafter_chain_stage((nx_drafter *)d, s))) return true;
+    return false;
+}
+
 void nx_drafter_free(nx_drafter *d) {
     if (d && d->ops && d->ops->free) d->ops->free(d);
 }

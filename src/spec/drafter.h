@@ -97,6 +97,15 @@ typedef struct nx_drafter_ops {
      * left pending (e.g. the MTP head's KV rows, batched lazily), so that a draft's time is the
      * cost of drafting alone — the draft-length policy prices k with it. */
     nx_status (*sync)(nx_drafter *d, nx_error *err);
+    /* optional: begin() for a sequence whose first `keep` positions stay from its previous
+     * stream (prefix reuse: the prompt's first keep tokens are exactly those positions, and the
+     * target restored its state after them). A drafter with per-position state of its own (the
+     * MTP head's KV) keeps it for positions < keep, as a fresh run would have it after those
+     * committed positions; hidden_prev = the target's post-norm hidden at keep - 1. NULL: the
+     * drafter needs nothing of the earlier stream beyond begin(prompt) and the rows that follow
+     * (n-gram: begin indexes the prompt; assistant: reads the target KV), so begin() is called. */
+    nx_status (*begin_keep)(nx_drafter *d, nx_seq_id seq, const nx_token *prompt, int n_prompt, int keep,
+                            const float *hidden_prev, nx_error *err);
 } nx_drafter_ops;
 
 /* Every implementation embeds this as its first member. */
@@ -112,6 +121,14 @@ nx_status nx_drafter_process(nx_drafter *d, const nx_target_rows *rows, nx_error
 nx_status nx_drafter_draft(nx_drafter *d, nx_draft_req *reqs, int n_reqs, nx_error *err);
 nx_status nx_drafter_accept(nx_drafter *d, nx_seq_id seq, int n_accepted, nx_error *err);
 nx_status nx_drafter_sync(nx_drafter *d, nx_error *err);
+/* begin() with the first keep positions of seq kept (see begin_keep above; keep 0 = begin).
+ * hidden_prev ([n_embd]) may be NULL only when !nx_drafter_keeps_positions(d). Errors: keep
+ * outside 0..n_prompt - 1, a drafter whose own state does not reach keep (NX_ERR_INVALID_ARG;
+ * the engine then starts the sequence afresh). */
+nx_status nx_drafter_begin_keep(nx_drafter *d, nx_seq_id seq, const nx_token *prompt, int n_prompt, int keep,
+                                const float *hidden_prev, nx_error *err);
+/* True if d (or a stage of a chain) keeps per-position state and so needs hidden_prev there. */
+bool      nx_drafter_keeps_positions(const nx_drafter *d);
 void      nx_drafter_free(nx_drafter *d);      /* NULL-safe */
 const char *nx_drafter_name(const nx_drafter *d);
 

@@ -13,6 +13,16 @@
  *       n = nx_spec_engine_take(e, seq, &toks);              (tokens new since the last take)
  *   }
  *   nx_spec_engine_stats_total(e) / nx_spec_engine_stats(e, seq); nx_spec_engine_release(e, seq);
+ * Or non-blocking (the server): nx_spec_engine_submit(e, &req, seq, &err) queues the prompt; each
+ * step then decodes up to max_prompt_rows prompt rows (oldest submit first) in the SAME target
+ * batch as the verify rows of the generating sequences; a sequence is active from submit on.
+ * Prefix reuse (req.reuse_prefix): a released sequence keeps its cache — the tokens of its KV,
+ * the KV and recurrent state, checkpoints of the recurrent state taken while prompts are decoded
+ * (every checkpoint_interval positions and at each prompt's end; DeltaNet state cannot be rolled
+ * back, qwen35.md) with the trunk hidden row before each. A new prompt keeps the longest shared
+ * prefix that is the cache's end or a checkpoint (any length without recurrent layers); the
+ * drafters keep their state below it (drafter.h begin_keep: the MTP head's KV rows + that
+ * hidden row); results equal a fresh run bit for bit (tests/test_spec_prefix.c).
  *
  * One round (all active sequences together):
  *   1. k per sequence from its policy (policy.h; fixed k with adaptive off), capped by the room
@@ -27,8 +37,11 @@
  *   5. Commit: nx_seq_rm(P + a + 1) (attention trimmed, recurrent state restored from the snapshot,
  *      no re-decode), drafter accept(seq, a), chain history, stop tokens / budget, policy, stats,
  *      trace (--spec-trace NDJSON), the on_round callback.
- * Invariants (tests/test_spec_engine.c): greedy output identical for every drafter, draft length,
- * policy and number of sequences; at temperature > 0 the token process has the target chain's
+ *   Prompt rows of submitted requests follow the verify rows (no snapshots for them); a chunk
+ *   never crosses a checkpoint position; the step that decodes a prompt's last row samples its
+ *   first token (logits of that row).
+ * Invariants (tests/test_spec_engine.c, test_spec_prefix.c): greedy output identical for every
+ * drafter, draft length, policy, number of sequences, prompt chunking and prefix reuse; at temperature > 0 the token process has the target chain's
  * distribution; after any round the context and drafter state equal a plain run over the committed
  * tokens, bit for bit.
  * Never: print (warnings go through the logger), share per-sequence state between sequences.
@@ -74,6 +87,9 @@ typedef struct nx_spec_engine_params {
     bool observe_costs;          /* fold every verify's measured time into the table (default true) */
     nx_spec_round_fn on_round;   /* NULL: none */
     void *user;
+    int checkpoint_interval;     /* recurrent-state checkpoints every N prompt tokens (default 512; 0 = off) */
+    int max_checkpoints;         /* per sequence (default 8; oldest dropped first) */
+    int max_prompt_rows;         /* prompt rows per step over all sequences (0 = the context's n_ubatch) */
 } nx_spec_engine_params;
 
 /* Speculation off, greedy sampling, budget_slack 1, costs observed online. */
@@ -88,6 +104,21 @@ typedef struct nx_spec_engine nx_spec_engine;
 nx_status nx_spec_engine_create(nx_ctx *ctx, const nx_spec_engine_params *p, nx_spec_engine **out, nx_error *err);
 void      nx_spec_engine_free(nx_spec_engine *e);
 
+/* Per-request speculative.* fields (server.md). */
+typedef struct nx_spec_overrides {
+    bool has_n_max, has_n_min, has_p_min, has_adaptive;
+    int n_max, n_min;
+    float p_min;
+    bool adaptive;
+    unsigned stage_mask;         /* 0: every loaded chain stage; else bit i allows stage i (none allowed = no drafting) */
+} nx_spec_overrides;
+
+#define NX_SPEC_MAX_PROBS 20
+typedef struct nx_token_prob {
+    nx_token id;
+    float logprob;
+} nx_token_prob;
+
 typedef struct nx_spec_request {
     const nx_token *prompt;      /* >= 1 token, fits the context */
     int n_prompt;
@@ -96,25 +127,62 @@ typedef struct nx_spec_request {
     const nx_sampler_params *sampler;   /* NULL: the engine's default */
     const nx_token *stop;        /* end-of-generation ids: generation stops after one (it is output) */
     int n_stop;
+    const nx_spec_overrides *spec;   /* NULL: the engine's settings */
+    int n_probs;                 /* 0: none; 1..NX_SPEC_MAX_PROBS: keep each generated token's logprob + top n_probs */
+    bool reuse_prefix;           /* submit only: reuse the sequence's cached prefix (cache_prompt) */
 } nx_spec_request;
 
 /* Start a request in the lowest free sequence id (*seq): the drafters' begin, the prompt decoded in
  * ubatch-sized chunks (the drafters see every chunk), the first token sampled (it counts as
- * generated). Errors: no free sequence (NX_ERR_RANGE), prompt empty / too long, bad sampler. */
+ * generated). Blocking; always from position 0 (reuse_prefix is ignored) and without checkpoints
+ * (a later submit can reuse only the end of what it leaves). Honours spec and n_probs.
+ * Errors: no free sequence (NX_ERR_RANGE), prompt empty / too long, bad sampler / overrides /
+ * n_probs (NX_ERR_INVALID_ARG). */
 nx_status nx_spec_engine_add(nx_spec_engine *e, const nx_spec_request *req, nx_seq_id *seq, nx_error *err);
+
+/* Non-blocking start of req in sequence seq (0..n_seq-1, must not be in use). The prompt is processed
+ * by the following nx_spec_engine_step calls in chunks that share each step's ONE target batch with
+ * the other sequences' decode/verify rows (at most max_prompt_rows prompt rows per step in total, so
+ * running sequences are never starved); the first generated token appears in the step that finishes
+ * the prompt. With reuse_prefix, the longest prefix the prompt shares with seq's cached tokens is
+ * kept: attention KV trimmed, recurrent state restored from the deepest checkpoint at or below the
+ * shared length (then only the rest is decoded); results identical to processing the whole prompt
+ * fresh. At least one prompt token is always decoded (logits are needed). */
+nx_status nx_spec_engine_submit(nx_spec_engine *e, const nx_spec_request *req, nx_seq_id seq, nx_error *err);
+/* (Errors: seq out of range or in use, bad request: NX_ERR_INVALID_ARG; prompt too long: NX_ERR_RANGE.
+ * Overrides: n_max 0..NX_SPEC_DRAFT_CAP (may exceed the engine's draft_max), n_min <= n_max; a
+ * lowered n_max lowers the engine's draft_min with it. After a step failure no cache is reused.) */
+/* The prompt of seq is not finished yet. */
+bool nx_spec_engine_prompt_pending(const nx_spec_engine *e, nx_seq_id seq);
+/* Prompt tokens of seq's current request taken from the cache (0 without reuse_prefix). */
+int  nx_spec_engine_n_reused(const nx_spec_engine *e, nx_seq_id seq);
+/* Logprob of generated token i of seq (log-softmax of the target's raw logits at that position,
+ * before any sampler transform, like OpenAI logprobs) and up to max_top best alternatives
+ * (descending); returns how many top entries were written, -1 if not recorded (n_probs 0 or i out
+ * of range). */
+int  nx_spec_engine_logprobs(const nx_spec_engine *e, nx_seq_id seq, int i, nx_token_prob *chosen,
+                             nx_token_prob *top, int max_top);
 
 /* One round for every active sequence (nothing to do: NX_OK). On failure the engine stops every
  * active sequence (their outputs stay readable). */
 nx_status nx_spec_engine_step(nx_spec_engine *e, nx_error *err);
 
+/* Sequences with work left (a prompt pending or generating), and whether seq is one. */
 int  nx_spec_engine_n_active(const nx_spec_engine *e);
 bool nx_spec_engine_active(const nx_spec_engine *e, nx_seq_id seq);
 /* Every token generated for seq so far (NULL and *n = 0 for an unused id). */
 const nx_token *nx_spec_engine_output(const nx_spec_engine *e, nx_seq_id seq, int *n);
 /* The tokens generated since the last take (*toks into the output; valid until the next step). */
 int  nx_spec_engine_take(nx_spec_engine *e, nx_seq_id seq, const nx_token **toks);
-/* Free seq for another request (its stats are kept in the total). */
+/* Free seq for another request (its stats are kept in the total). The sequence's cache stays:
+ * the tokens in its KV (prompt + committed generated tokens), the KV / recurrent state itself
+ * and its checkpoints, for a later nx_spec_engine_submit with reuse_prefix. */
 void nx_spec_engine_release(nx_spec_engine *e, nx_seq_id seq);
+/* The tokens at the KV positions of seq (what reuse_prefix can match against; NULL and *n = 0
+ * when nothing is cached). Valid until the next call that changes seq. */
+const nx_token *nx_spec_engine_cached(const nx_spec_engine *e, nx_seq_id seq, int *n);
+/* Drop the cache of a sequence not in use (its KV emptied, checkpoints forgotten). */
+void nx_spec_engine_forget(nx_spec_engine *e, nx_seq_id seq);
 
 /* Stats of one request (NULL for an unused id) and of the whole run (time = wall time of the
  * rounds, so tokens/s counts every sequence). */

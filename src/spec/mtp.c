@@ -329,6 +329,31 @@ static nx_status md_begin(nx_drafter *d, nx_seq_id seq, const nx_token *prompt, 
     return NX_OK;
 }
 
+/* Prefix reuse: the head KV rows and queued committed rows below keep are what a fresh warm-up
+ * over the same tokens would hold (rows depend only on their token, the trunk hidden before and
+ * the rows below), so they stay; the rest goes, and h_last becomes the trunk hidden at keep - 1. */
+static nx_status md_begin_keep(nx_drafter *d, nx_seq_id seq, const nx_token *prompt, int n_prompt, int keep,
+                               const float *hidden_prev, nx_error *err) {
+    (void)prompt; (void)n_prompt;
+    mtp_drafter *md = (mtp_drafter *)d;
+    mtp_seq *q = &md->seqs[seq];
+    if (!hidden_prev) return nx_fail(err, NX_ERR_INVALID_ARG, "mtp: begin: keeping a prefix needs the trunk's hidden row");
+    const int kv_len = nx_mtp_head_seq_len(md->h, seq);
+    if (!q->begun || keep > q->committed || keep > kv_len + q->qn)
+        return nx_fail(err, NX_ERR_INVALID_ARG, "mtp: begin: sequence %d keeps %d positions, but %d are committed",
+                       seq, keep, q->begun ? q->committed : 0);
+    if (keep <= kv_len) {
+        nx_mtp_head_seq_trim(md->h, seq, keep);
+        q->qn = 0;
+    } else {
+        q->qn = keep - kv_len;     /* the queue holds positions kv_len.. in order */
+    }
+    q->committed = keep;
+    q->vn = 0;
+    memcpy(q->h_last, hidden_prev, (size_t)md->E * sizeof(float));
+    return NX_OK;
+}
+
 static nx_status md_process(nx_drafter *d, const nx_target_rows *rows, nx_error *err) {
     mtp_drafter *md = (mtp_drafter *)d;
     const int E = md->E;
@@ -502,7 +527,7 @@ static nx_status md_sync(nx_drafter *d, nx_error *err) { return flush_queues((mt
 
 static const nx_drafter_ops mtp_ops = {
     .name = "mtp", .begin = md_begin, .process = md_process, .draft = md_draft, .accept = md_accept, .free = md_free,
-    .sync = md_sync,
+    .sync = md_sync, .begin_keep = md_begin_keep,
 };
 
 nx_status nx_mtp_drafter_create(nx_ctx *target, nx_drafter **out, nx_error *err) {

@@ -24,6 +24,8 @@
  *                    per still-drafting request; greedy argmax with its softmax probability per
  *                    row (no logits copy), --draft-p-min per sequence (nx_spec_pmin_step). Rows
  *                    above P are dropped afterwards (row P is real and stays).
+ *   begin_keep(keep) prefix reuse: head KV rows / queued rows below keep stay, the rest goes,
+ *                    h_last = the trunk hidden at keep - 1 (the engine saves it per checkpoint).
  * Promises: per-sequence state only; the target context is only borrowed for its model and thread
  * pool (never its KV or outputs); after the drafter has seen a committed stream, its KV equals a
  * fresh warm-up over the same tokens bit for bit.

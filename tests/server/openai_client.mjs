@@ -116,6 +116,50 @@ await check('completions: streaming with a token-id prompt', async () => {
   eq(text, 'NO', 'text');
 });
 
+// logprobs in OpenAI's shapes (the fake reports log(0.75) for the chosen byte and n_probs alternatives).
+function checkChatEntry(e, nTop, what) {
+  if (typeof e.token !== 'string' || typeof e.logprob !== 'number' || !Array.isArray(e.bytes)) throw new Error(`${what}: ${JSON.stringify(e)}`);
+  if (e.logprob > 0) throw new Error(`${what}: logprob ${e.logprob} > 0`);
+  eq(Buffer.from(e.bytes).toString('utf8'), e.token, `${what}: bytes spell the token`);
+  if (!Array.isArray(e.top_logprobs) || e.top_logprobs.length !== nTop) throw new Error(`${what}: top_logprobs ${JSON.stringify(e.top_logprobs)}`);
+  for (const t of e.top_logprobs)
+    if (typeof t.token !== 'string' || typeof t.logprob !== 'number' || !Array.isArray(t.bytes)) throw new Error(`${what}: top entry ${JSON.stringify(t)}`);
+}
+
+await check('chat logprobs: content entries {token, logprob, bytes, top_logprobs}', async () => {
+  const m = [{ role: 'user', content: 'abc' }];
+  const r = await client.chat.completions.create({ model: 'fake', messages: m, max_tokens: 6, logprobs: true, top_logprobs: 3 });
+  const c = r.choices[0].logprobs?.content;
+  if (!Array.isArray(c) || c.length !== 6) throw new Error(`content ${JSON.stringify(r.choices[0].logprobs)}`);
+  c.forEach((e, i) => checkChatEntry(e, 3, `entry ${i}`));
+  eq(c.map((e) => e.token).join(''), r.choices[0].message.content, 'tokens spell the message');
+  const plain = await client.chat.completions.create({ model: 'fake', messages: m, max_tokens: 2 });
+  eq(plain.choices[0].logprobs ?? null, null, 'logprobs absent unless asked');
+  const s = await client.chat.completions.create({ model: 'fake', messages: m, max_tokens: 6, logprobs: true, top_logprobs: 1, stream: true });
+  const got = [];
+  for await (const ch of s) for (const e of ch.choices[0]?.logprobs?.content ?? []) got.push(e);
+  eq(got.length, 6, 'streamed entries');
+  got.forEach((e, i) => checkChatEntry(e, 1, `streamed entry ${i}`));
+});
+
+await check('completions logprobs: tokens, token_logprobs, top_logprobs, text_offset', async () => {
+  const r = await client.completions.create({ model: 'fake', prompt: 'hello', max_tokens: 4, logprobs: 2 });
+  const l = r.choices[0].logprobs;
+  eq(l.tokens, ['u', 'r', 'y', 'y'], 'tokens');
+  eq(l.text_offset, [0, 1, 2, 3], 'text_offset');
+  if (l.token_logprobs.length !== 4 || l.token_logprobs.some((x) => typeof x !== 'number' || x > 0)) throw new Error(`token_logprobs ${l.token_logprobs}`);
+  if (l.top_logprobs.length !== 4 || l.top_logprobs.some((o) => typeof o !== 'object' || Object.keys(o).length < 1 || Object.keys(o).length > 2))
+    throw new Error(`top_logprobs ${JSON.stringify(l.top_logprobs)}`);
+  const s = await client.completions.create({ model: 'fake', prompt: 'hello', max_tokens: 4, logprobs: 0, stream: true });
+  const toks = [], offs = [];
+  for await (const c of s) {
+    const x = c.choices[0]?.logprobs;
+    if (x) { toks.push(...x.tokens); offs.push(...x.text_offset); }
+  }
+  eq(toks, ['u', 'r', 'y', 'y'], 'streamed tokens');
+  eq(offs, [0, 1, 2, 3], 'streamed text_offset');
+});
+
 await check('errors surface as APIError with status and message', async () => {
   try {
     await client.chat.completions.create({ model: 'fake', messages: msgs, n: 2 });
