@@ -67,11 +67,11 @@ AI __m128 ld2f(const float *p) { return _mm_castsi128_ps(_mm_loadl_epi64((const 
         for (int64_t o = 0; o < nw; o++) { \
             const uint8_t *wo = w + (size_t)o * ws; \
             for (int r0 = 0; r0 < na;) { \
-                const int nr = nx_mm_group(na - r0); \
+                const int nr = na - r0 >= 16 ? 16 : nx_mm_group(na - r0); \
                 const nx_mm_act sub = nx_mm_act_rows(a, r0); \
                 float *yo = y + (int64_t)r0 * ldy + o; \
                 switch (nr) { case 1: CALL(1); break; case 2: CALL(2); break; case 3: CALL(3); break; \
-                              case 4: CALL(4); break; default: CALL(8); break; } \
+                              case 4: CALL(4); break; case 8: CALL(8); break; default: CALL(16); break; } \
                 r0 += nr; \
             } \
         } }

@@ -52,7 +52,7 @@ static inline nx_mm_act nx_mm_act_rows(const nx_mm_act *a, int64_t r) {
     return o;
 }
 
-/* SIMD kernels handle a tile in groups of 8, 4, 3, 2 or 1 rows (one compiled body each, to
+/* SIMD kernels handle a tile in groups of 8, 4, 3, 2 or 1 rows (AVX-512: 16 first) (one compiled body each, to
  * keep code size sane); a group's rows share one decode of the weight row. */
 static inline int nx_mm_group(int rem) { return rem >= 8 ? 8 : rem >= 4 ? 4 : rem; }
 
