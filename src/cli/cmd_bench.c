@@ -57,7 +57,7 @@
 
 static void bench_usage(FILE *f) {
     fprintf(f,
-            "usage: nextn bench -m FILE.gguf [-p N] [-n N] [-r N] [-t N] [-ub N] [-c N] [-ctk/-ctv f32|f16] [--bw-mib N]\n"
+            "usage: nextn bench -m FILE.gguf [-p N] [-n N] [-r N] [-t N] [-ub N] [-c N] [-ctk/-ctv f32|f16] [--no-mmap] [--bw-mib N]\n"
             "  -p, --n-prompt N      prompt-processing test of N tokens (default 512, 0 = skip)\n"
             "  -n, --n-gen N         decode test of N tokens (default 128, 0 = skip)\n"
             "  -r, --repetitions N   timed repetitions per test, median reported (default 5)\n"

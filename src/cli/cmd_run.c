@@ -44,6 +44,7 @@ static void run_usage(FILE *f) {
             "  -c, --ctx-size N         context positions (default 0: the model's, at most 4096)\n"
             "  -ub, --ubatch-size N     prompt rows per forward chunk (default 512)\n"
             "  -ctk, -ctv f32|f16       KV cache type (default f32)\n"
+            "  --no-mmap                read the weights into (huge-page) memory instead of mapping the file\n"
             "sampling (llama.cpp defaults; --temp 0 = greedy):\n"
             "  --temp 0.8  --top-k 40  --top-p 0.95  --min-p 0.05  -s, --seed -1 (random)\n"
             "  --repeat-penalty 1.0  --repeat-last-n 64  --presence-penalty 0  --frequency-penalty 0\n"
