@@ -1,5 +1,9 @@
 # serve_lib.sh — sourced by the server script tests (not a test itself).
 #
+# nx_test_setup NAME: the common preamble — NEXTN / NX_BINARY_DIR defaults, $here (the tests
+# folder), $model (the bundled tiny qwen35 MTP model, else shared/models'), $work =
+# $NX_BINARY_DIR/NAME (created), the counters and ok / fail / check / skip.
+#
 # nx_serve_start WORKDIR TRIES ARGS...: starts `$NEXTN serve --port 0 ARGS...` in the background,
 # waits up to TRIES x 0.1 s for its "listening on" line, and sets $pid and $url. An EXIT trap
 # kills the server. If it does not come up: prints its stderr and the closing count line
@@ -22,3 +26,19 @@ nx_serve_start() {
     echo "${passed:-0} passed, $((${failed:-0} + 1)) failed"
     exit 1
 }
+
+nx_test_setup() {
+    NEXTN=${NEXTN:-build/nextn}
+    NX_BINARY_DIR=${NX_BINARY_DIR:-build}
+    here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+    model="$here/../models/tiny-qwen35-mtp-q8_0.gguf"
+    [ -f "$model" ] || model="${NX_SHARED_DIR:-/work/shared}/models/tiny-qwen35-mtp-q8_0.gguf"
+    work="$NX_BINARY_DIR/$1"
+    mkdir -p "$work"
+    passed=0
+    failed=0
+}
+ok() { echo "ok   $1"; passed=$((passed + 1)); }
+fail() { echo "FAIL $1"; failed=$((failed + 1)); }
+check() { if [ "$2" = true ]; then ok "$1"; else fail "$1${3:+: $3}"; fi; }
+skip() { echo "skipped: $*"; echo "0 passed, 0 failed"; exit 0; }

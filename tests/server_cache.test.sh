@@ -9,20 +9,8 @@
 #   - /metrics counters equal the sums of the responses' timings.
 # Needs curl and jq (skipped without them). Bounded: every request has a timeout.
 set -u
-NEXTN=${NEXTN:-build/nextn}
-NX_BINARY_DIR=${NX_BINARY_DIR:-build}
-here="$(cd "$(dirname "$0")" && pwd)"
-model="$here/../models/tiny-qwen35-mtp-q8_0.gguf"
-[ -f "$model" ] || model="${NX_SHARED_DIR:-/work/shared}/models/tiny-qwen35-mtp-q8_0.gguf"
-work="$NX_BINARY_DIR/server-cache"
-mkdir -p "$work"
 . "$(dirname "$0")/serve_lib.sh"
-passed=0
-failed=0
-ok() { echo "ok   $1"; passed=$((passed + 1)); }
-fail() { echo "FAIL $1"; failed=$((failed + 1)); }
-check() { if [ "$2" = true ]; then ok "$1"; else fail "$1${3:+: $3}"; fi; }
-skip() { echo "skipped: $*"; echo "0 passed, 0 failed"; exit 0; }
+nx_test_setup server-cache
 
 command -v curl >/dev/null && command -v jq >/dev/null || skip "curl or jq not installed"
 [ -f "$model" ] || skip "model not found"

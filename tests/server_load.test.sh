@@ -7,22 +7,11 @@
 # SIGTERM exits 0. CI variant: 20 clients, 20 s. Full run: LOAD_CLIENTS=32 LOAD_SECONDS=120.
 # Loopback only; every wait is bounded. Needs cc, curl and jq (skipped without them).
 set -u
-NEXTN=${NEXTN:-build/nextn}
-NX_BINARY_DIR=${NX_BINARY_DIR:-build}
 CLIENTS=${LOAD_CLIENTS:-20}
 SECONDS_RUN=${LOAD_SECONDS:-20}
 SEED=${LOAD_SEED:-7}
-here="$(cd "$(dirname "$0")" && pwd)"
-model="$here/../models/tiny-qwen35-mtp-q8_0.gguf"
-[ -f "$model" ] || model="${NX_SHARED_DIR:-/work/shared}/models/tiny-qwen35-mtp-q8_0.gguf"
-work="$NX_BINARY_DIR/server-load"
-mkdir -p "$work"
 . "$(dirname "$0")/serve_lib.sh"
-passed=0
-failed=0
-ok() { echo "ok   $1"; passed=$((passed + 1)); }
-fail() { echo "FAIL $1"; failed=$((failed + 1)); }
-skip() { echo "skipped: $*"; echo "0 passed, 0 failed"; exit 0; }
+nx_test_setup server-load
 
 command -v curl >/dev/null && command -v jq >/dev/null || skip "curl or jq not installed"
 CC=${CC:-cc}
