@@ -38,6 +38,7 @@ static void usage(FILE *f) {
             "  --shutdown-grace S     seconds streams get to finish on SIGINT/SIGTERM (default 5)\n"
             "  --timeout S            close idle connections after S seconds (default 60)\n"
             "  -t, --threads N        compute threads (default: physical cores)\n"
+            "  --no-mmap              read the weights into (huge-page) memory instead of mapping the file\n"
             "  -ub, --ubatch-size N   prompt rows per forward chunk, and per step over all slots while\n"
             "                         prompts are read beside decoding slots (default 512)\n"
             "  --ctx-checkpoint-interval N  recurrent-state checkpoint every N prompt tokens, so a\n"
@@ -63,7 +64,7 @@ int nx_cmd_serve(int argc, char **argv) {
     long n_slots = 4, n_ctx = 4096, queue_max = 64, step_us = 1000, timeout_s = 60, n_threads = 0, n_ubatch = 0;
     long ckpt_interval = 512, ckpt_max = 8;
     double grace = 5.0;
-    bool fake = false;
+    bool fake = false, no_mmap = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -77,6 +78,7 @@ int nx_cmd_serve(int argc, char **argv) {
         if (consumed) { i--; continue; }   /* i is already past the flag; the loop adds one */
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
         else if (!strcmp(a, "--fake-backend")) { fake = true; continue; }
+        else if (!strcmp(a, "--no-mmap")) { no_mmap = true; continue; }
         else if (!v) { fprintf(stderr, "nextn serve: %s needs a value (or is unknown)\n", a); usage(stderr); return 2; }
         else if (!strcmp(a, "-m") || !strcmp(a, "--model")) model = v;
         else if (!strcmp(a, "--host")) sp.host = v;
@@ -151,6 +153,7 @@ int nx_cmd_serve(int argc, char **argv) {
     mp.n_ctx = (int)n_ctx;
     mp.n_ubatch = (int)n_ubatch;
     mp.n_threads = (int)n_threads;
+    mp.use_mmap = !no_mmap;
     mp.queue_max = (int)queue_max;
     mp.has_chat_format = chat != NULL;
     mp.chat_format = cf;

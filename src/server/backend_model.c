@@ -76,6 +76,7 @@ nx_gen_model_params nx_gen_model_default_params(void) {
     p.queue_max = 64;
     p.checkpoint_interval = 512;
     p.max_checkpoints = 8;
+    p.use_mmap = true;
     p.spec = nx_spec_params_default();
     return p;
 }
@@ -520,6 +521,7 @@ static nx_status load(model_be *be, nx_error *err) {
     const nx_gen_model_params *p = &be->p;
     nx_model_params mp = nx_model_default_params();
     mp.n_threads = p->n_threads;
+    mp.use_mmap = p->use_mmap;
     if (nx_model_load(p->model_path, &mp, &be->model) != NX_OK)
         return nx_fail(err, NX_ERR_IO, "%s: %s", p->model_path, nx_last_error());
     if (!nx_model_can_run(be->model))
