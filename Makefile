@@ -1,7 +1,8 @@
 # nextn — thin wrapper over CMake. `make demo` and `make test` are the two commands of the README.
 #   make                 build (Release) into build/
 #   make test            build and run every test through ctest
-#   make test SANITIZE=address,undefined   the same in build-asan/ with sanitizers (unit tests)
+#   make test SANITIZE=address,undefined   the same in build-asan/ with sanitizers (unit tests and
+#                                          the model server's scripts, incl. the 20 x 20 s load test)
 #   make demo            run the main job on the bundled default model
 #   make bench           kernel and model benchmarks
 #   make fuzz            build the libFuzzer targets with clang into build-fuzz/ (FUZZ_SECONDS=N runs each)
@@ -31,7 +32,7 @@ build: deps configure
 	cmake --build $(BUILD) -j $(JOBS)
 
 test: build
-	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) $(if $(SANITIZE),-L unit,) $(CTEST_ARGS)
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) $(if $(SANITIZE),-L 'unit|sanitize',) $(CTEST_ARGS)
 
 demo: build
 	$(NEXTN) demo -m $(DEMO_MODEL)
