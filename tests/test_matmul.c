@@ -4,7 +4,8 @@
  *     the way the kernels promise: per block d = amax/127, q = rint(x/d)), and against the
  *     plain float product within the activation-quantization error bound;
  *   - SIMD levels against the scalar level;
- *   - batch invariance (row r alone == row r inside a batch of 1..16, 17, 33 rows, bitwise),
+ *   - batch invariance (row r alone == row r inside a batch of 1..16, 17, 33 rows, bitwise;
+ *     and of up to 70 rows across the AVX-512 batched kernels' tiles and panel chunks),
  *     thread invariance (1, 2, 3 threads, bitwise), row subsets, strides, odd shapes;
  *   - bad arguments give errors, not crashes.
  * Weights are random bytes with sane scale fields, so every code pattern is exercised.
@@ -329,6 +330,42 @@ static void test_large_batch(void) {
     wmat_free(&m);
 }
 
+/* The AVX-512 batched 32-block kernels (register tiles of 4 weight rows x 3 activation rows
+ * over a weight panel decoded per 16 steps, up to 64 activation rows per call): every row of
+ * a big batch == that row alone, bitwise, across tile edges (70 rows: 64 + 6), panel chunk
+ * edges (2048 values: two chunks; 2144: three, the last an odd half step; 32: only the half
+ * step), weight-row groups (n_out 11 = 4 + 4 + 3, and 1) and thread counts. */
+static void test_tiled_batch(void) {
+    const nx_type ts[] = {NX_TYPE_Q8_0, NX_TYPE_Q4_0, NX_TYPE_Q5_0, NX_TYPE_IQ4_NL, NX_TYPE_Q4_1};
+    const int64_t shapes[][3] = {{2144, 11, 70}, {2048, 11, 64}, {32, 5, 20}, {96, 1, 17}};   /* n_in, n_out, rows */
+    nx_error err = {0};
+    nx_threadpool *tp = nx_threadpool_create(2, &err);
+    CHECK(tp != NULL);
+    for (size_t ti = 0; ti < sizeof ts / sizeof ts[0]; ti++) {
+        for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+            const int64_t n_in = shapes[si][0], n_out = shapes[si][1], n_rows = shapes[si][2], ldx = n_in + 5;
+            wmat m;
+            wmat_make(&m, ts[ti], n_in, n_out);
+            float *x = make_x(n_rows, ldx);
+            float *y = malloc(sizeof(float) * (size_t)(n_rows * n_out)), *y2 = malloc(sizeof(float) * (size_t)(n_rows * n_out));
+            float *y1 = malloc(sizeof(float) * (size_t)n_out);
+            CHECK(run_mm(NULL, &m, x, n_rows, ldx, y, n_out) == NX_OK);
+            CHECK(run_mm(tp, &m, x, n_rows, ldx, y2, n_out) == NX_OK);
+            CHECK_MSG(same_bits(y, y2, (size_t)(n_rows * n_out)), "%s n_in %lld: 1 vs 2 threads", nx_type_name(ts[ti]), (long long)n_in);
+            int bad = 0;
+            for (int64_t r = 0; r < n_rows; r++) {
+                CHECK(run_mm(NULL, &m, x + r * ldx, 1, ldx, y1, n_out) == NX_OK);
+                if (!same_bits(y + r * n_out, y1, (size_t)n_out)) bad++;
+            }
+            CHECK_MSG(bad == 0, "%s n_in %lld n_out %lld rows %lld: %d rows differ from batch 1", nx_type_name(ts[ti]),
+                      (long long)n_in, (long long)n_out, (long long)n_rows, bad);
+            free(x); free(y); free(y1); free(y2);
+            wmat_free(&m);
+        }
+    }
+    if (tp) nx_threadpool_free(tp);
+}
+
 static void test_errors(void) {
     nx_error err = {0};
     float x[512] = {0}, y[16];
@@ -408,6 +445,7 @@ int main(void) {
     RUN(test_batch_invariance);
     RUN(test_thread_invariance);
     RUN(test_large_batch);
+    RUN(test_tiled_batch);
     RUN(test_multi);
     RUN(test_errors);
     RUN(test_nonfinite);

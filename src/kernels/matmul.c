@@ -161,10 +161,11 @@ static void quantize_rows(act_kind kind, int bias, const float *x, int64_t n_row
 
 /* ===== Dispatch ===== */
 
-static nx_mm_kernel pick_kernel(nx_type type) {
+static nx_mm_kernel pick_kernel(nx_type type, int *tile) {
     nx_mm_kernel k = NULL;
+    *tile = NX_MM_TILE;
     switch (nx_cpu_level_get()) {
-    case NX_CPU_AVX512: k = nx_mm_kernel_avx512(type); if (k) break; /* fall through */
+    case NX_CPU_AVX512: k = nx_mm_kernel_avx512(type); if (k) { *tile = nx_mm_tile_avx512(type); break; } /* fall through */
     case NX_CPU_AVX2:   k = nx_mm_kernel_avx2(type); if (k) break;   /* fall through */
     case NX_CPU_SCALAR: k = nx_mm_kernel_scalar(type); break;
     }
@@ -184,6 +185,7 @@ typedef struct mm_seg {
 
 typedef struct mm_job {
     nx_mm_kernel kern;
+    int tile;              /* activation rows per kernel call */
     int64_t n_in, n_rows;
     nx_mm_act act;
     int n_seg;
@@ -194,7 +196,7 @@ typedef struct mm_job {
 /* Output rows [lo, hi) of one segment. */
 static void mm_run(const mm_job *j, const mm_seg *g, long lo, long hi) {
     if (lo >= hi) return;
-    if (j->n_rows <= NX_MM_TILE) {
+    if (j->n_rows <= j->tile) {
         j->kern(j->n_in, g->w + (size_t)lo * g->w_stride, g->w_stride, hi - lo, &j->act, (int)j->n_rows, g->y + lo, g->ldy);
         return;
     }
@@ -202,8 +204,8 @@ static void mm_run(const mm_job *j, const mm_seg *g, long lo, long hi) {
      * of activation rows over it before moving on. */
     for (long o = lo; o < hi; o += g->chunk) {
         long n_w = hi - o < g->chunk ? hi - o : g->chunk;
-        for (int64_t r = 0; r < j->n_rows; r += NX_MM_TILE) {
-            int n_act = (int)(j->n_rows - r < NX_MM_TILE ? j->n_rows - r : NX_MM_TILE);
+        for (int64_t r = 0; r < j->n_rows; r += j->tile) {
+            int n_act = (int)(j->n_rows - r < j->tile ? j->n_rows - r : j->tile);
             nx_mm_act a = nx_mm_act_rows(&j->act, r);
             j->kern(j->n_in, g->w + (size_t)o * g->w_stride, g->w_stride, n_w, &a, n_act, g->y + r * g->ldy + o, g->ldy);
         }
@@ -270,7 +272,7 @@ static void mm_seg_init(mm_seg *g, const nx_tensor *w, int64_t o0, int64_t o1, f
 /* Quantize the activations for weights of this type (if it needs it) and run the job. */
 static nx_status mm_dispatch(nx_threadpool *tp, nx_matmul_scratch *scratch, nx_type type, act_kind kind,
                              const float *x, int64_t ldx, mm_job *job, nx_error *err) {
-    job->kern = pick_kernel(type);
+    job->kern = pick_kernel(type, &job->tile);
     if (!job->kern) return nx_fail(err, NX_ERR_INTERNAL, "matmul: no kernel for %s", nx_type_name(type));
     nx_matmul_scratch own = {0};
     if (kind == ACT_FLOAT) {

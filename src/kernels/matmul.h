@@ -10,7 +10,7 @@
  * How: the activation rows are quantized once per call to the weight type's "vec dot" format
  * (8-bit, per 32 values for the 32-blocks, per 256 values for K-quants and IQ4_XS; float
  * types use x as is), then each weight row is loaded once and dotted with up to 16
- * activation rows while it is in cache (larger batches are tiled by 16). Output rows are
+ * activation rows while it is in cache (larger batches are tiled by 16 rows, 64 for AVX-512 Q4_0/Q5_0/Q8_0/IQ4_NL). Output rows are
  * split across the pool's threads; the reduction dimension never is.
  *
  * Promises (tested in tests/test_matmul.c):

@@ -10,6 +10,11 @@
  * Q4_K has its own kernel (below): lanes pure per sub-block, so one int->float conversion
  * per super-block and row; it reorders the activations once per call (see q4k_kernel).
  *
+ * Batches of the 32-block types without mins (Q4_0, Q5_0, Q8_0, IQ4_NL) take up to 64
+ * activation rows per call (nx_mm_tile_avx512) and run register tiles of 4 weight rows x 3
+ * activation rows over a decoded weight panel (b32_tiled): per pair the same ops, fewer loads
+ * and decodes. Batch 1 keeps the two-stream b32_pair1 / q4k_pair1 / b256_pair1.
+ *
  * Batch invariance: the per-row work is the same instruction sequence whatever the tile size
  * (the tile size only changes how many rows share one decoded weight step), every float op
  * is an explicit intrinsic (no compiler contraction), and each row's 16 float lanes are
@@ -44,6 +49,25 @@ AI float hsum512(__m512 v) {
     b = _mm_add_ps(b, _mm_movehl_ps(b, b));
     b = _mm_add_ss(b, _mm_movehdup_ps(b));
     return _mm_cvtss_f32(b);
+}
+
+/* out[i] = hsum512(v[i]) for 16 vectors, bit for bit: the same tree (lanes i + i+8, then
+ * i + i+4, i + i+2, i + i+1, each add with the same first operand), run on 16 sums at once. */
+AI void hsum512x16(const __m512 *v, float *out) {
+    __m512 t[8], u[4], w[2];
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; i++)
+        t[i] = _mm512_add_ps(_mm512_shuffle_f32x4(v[i], v[i + 8], 0x44), _mm512_shuffle_f32x4(v[i], v[i + 8], 0xEE));
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++)
+        u[i] = _mm512_add_ps(_mm512_shuffle_f32x4(t[i], t[i + 4], 0x88), _mm512_shuffle_f32x4(t[i], t[i + 4], 0xDD));
+#pragma GCC unroll 2
+    for (int i = 0; i < 2; i++)
+        w[i] = _mm512_add_ps(_mm512_shuffle_ps(u[i], u[i + 2], 0x44), _mm512_shuffle_ps(u[i], u[i + 2], 0xEE));
+    const __m512 z = _mm512_add_ps(_mm512_shuffle_ps(w[0], w[1], 0x88), _mm512_shuffle_ps(w[0], w[1], 0xDD));
+    /* lane 4L + m of z is the sum of v[base[L] + pos[m]] */
+    const __m512i idx = _mm512_set_epi32(15, 13, 14, 12, 7, 5, 6, 4, 11, 9, 10, 8, 3, 1, 2, 0);
+    _mm512_storeu_ps(out, _mm512_permutexvar_ps(idx, z));
 }
 
 AI float hsum128(__m128 b) {
@@ -295,18 +319,175 @@ AI void b32_pair1(const int T, int64_t n, const uint8_t *w, size_t ws, int64_t n
     }
 }
 
-#define B32_CALL_NX_TYPE_Q4_0(nr) b32_kernel(NX_TYPE_Q4_0, nr, n, wo, ws, 1, &sub, yo, ldy)
+/* ===== 32-value blocks, batches (na > 1): register tiles over a decoded weight panel =====
+ *
+ * B32T_WR weight rows are decoded once per chunk of B32T_KC steps into a panel on the stack
+ * (wq, corr, D per row and step, exactly what b32_kernel computes per step); then register
+ * tiles of B32T_WR weight rows x up to B32T_AR activation rows run over the chunk, so every
+ * activation load serves B32T_WR weight rows and every panel load B32T_AR activation rows.
+ * Accumulators live in a small stack array between chunks (stores and reloads are exact).
+ * The activation scales come from the compact d (2 floats per step, spread in a register to
+ * the same 16 lanes as de): half the activation bytes streamed per step.
+ * Per (weight row, activation row) the float ops are b32_kernel's / b32_pair1's, in the same
+ * order: I = dpbusd(corr, q, wq), S = D * de, acc = fma(cvt(I), S, acc), then hsum512.
+ * Types with mins (Q4_1, Q5_1) keep b32_kernel. */
+#define B32T_WR 4
+#define B32T_AR 3
+#define B32T_KC 16
+#ifndef B32T_TILE
+#define B32T_TILE 64   /* activation rows per call (nx_mm_tile_avx512), <= NX_MM_TILE_MAX */
+#endif
+
+typedef struct b32_pstep {
+    __m512i wq, corr;
+    __m512 D;
+} b32_pstep;
+
+/* Steps j0 .. j0+kc-1 of wr weight rows into P[s*wr + w]; step j >= nfull is the odd last block.
+ * The block scales (every 32-block type here starts with its fp16 d) of 8 steps are gathered
+ * and converted at once; D is then spread from them exactly as dec32x2 does (same floats). */
+AI void b32t_panel(const int T, int wr, const uint8_t *w, size_t ws, int64_t j0, int kc, int64_t nb, b32_pstep *P) {
+    const __m512i c128 = _mm512_set1_epi8((char)0x80), zero = _mm512_setzero_si512();
+    const size_t bs = bsize32(T);
+    const int64_t nfull = nb / 2;
+    const __m512i boff = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                                            _mm512_set1_epi32((int)bs));
+    const __m512i spread = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+    for (int k = 0; k < wr; k++) {
+        const uint8_t *wk = w + (size_t)k * ws;
+        for (int s0 = 0; s0 < kc; s0 += 8) {
+            const int64_t b0 = 2 * (j0 + s0);
+            const int64_t nblk = nb - b0 < 16 ? nb - b0 : 16;
+            const __m512i dw = _mm512_mask_i32gather_epi32(zero, (__mmask16)((1u << nblk) - 1), boff, wk + (size_t)b0 * bs, 1);
+            const __m512 dsc = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dw));
+            const int ns = kc - s0 < 8 ? kc - s0 : 8;
+            for (int s = s0; s < s0 + ns; s++) {
+                const int64_t j = j0 + s;
+                const uint8_t *blk = wk + (size_t)(2 * j) * bs;
+                __m512i wq; __m512 D; __m128 M = _mm_setzero_ps();
+                if (j < nfull) dec32x2(T, 1, blk, &wq, &D, &M);
+                else dec32x2(T, 0, blk, &wq, &D, &M);
+                b32_pstep *p = &P[s * wr + k];
+                p->wq = wq;
+                p->D = _mm512_permutexvar_ps(_mm512_add_epi32(spread, _mm512_set1_epi32(2 * (s - s0))), dsc);
+                p->corr = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, c128, wq));
+            }
+        }
+    }
+}
+
+/* acc[w][r] (A[w*NX_MM_TILE_MAX + r]) over kc panel steps starting at activation step j0; HALF:
+ * one step, the odd last block (32 activation bytes). */
+AI void b32t_micro(const int WR, const int AR, const int HALF, int first, const b32_pstep *P, int64_t j0, int kc,
+                   const uint8_t *q, int64_t qs, const float *de, int64_t ds, __m512 *A) {
+    __m512 acc[B32T_WR][B32T_AR];
+#pragma GCC unroll 4
+    for (int k = 0; k < WR; k++)
+#pragma GCC unroll 4
+        for (int r = 0; r < AR; r++) acc[k][r] = first ? _mm512_setzero_ps() : A[k * NX_MM_TILE_MAX + r];
+    for (int s = 0; s < kc; s++) {
+        const int64_t j = j0 + s;
+        const b32_pstep *p = P + s * WR;
+        __m512i wq[B32T_WR], corr[B32T_WR];
+        __m512 D[B32T_WR];
+#pragma GCC unroll 4
+        for (int k = 0; k < WR; k++) { wq[k] = p[k].wq; corr[k] = p[k].corr; D[k] = p[k].D; }
+#pragma GCC unroll 4
+        for (int r = 0; r < AR; r++) {
+            const __m512i qv = HALF ? _mm512_zextsi256_si512(_mm256_loadu_si256((const __m256i *)(q + r * qs + 64 * j)))
+                                    : _mm512_loadu_si512(q + r * qs + 64 * j);
+            /* = de[16j .. 16j+15]: the two block scales spread, as quantize_rows lays them out */
+            const __m512 dv = spread2(HALF ? _mm_load_ss(de + r * ds + 2 * j) : ld2f(de + r * ds + 2 * j));
+#pragma GCC unroll 4
+            for (int k = 0; k < WR; k++) {
+                const __m512i I = _mm512_dpbusd_epi32(corr[k], qv, wq[k]);
+                const __m512 S = _mm512_mul_ps(D[k], dv);
+                acc[k][r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(I), S, acc[k][r]);
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (int k = 0; k < WR; k++)
+#pragma GCC unroll 4
+        for (int r = 0; r < AR; r++) A[k * NX_MM_TILE_MAX + r] = acc[k][r];
+}
+
+#define B32T_CASE(wr, ar) case (wr) * 8 + (ar): \
+    if (half) b32t_micro(wr, ar, 1, first, P, j0, 1, q, qs, de, ds, A); \
+    else b32t_micro(wr, ar, 0, first, P, j0, kc, q, qs, de, ds, A); \
+    break;
+
+static void b32t_run(int wr, int ar, int half, int first, const b32_pstep *P, int64_t j0, int kc,
+                     const uint8_t *q, int64_t qs, const float *de, int64_t ds, __m512 *A) {
+    switch (wr * 8 + ar) {
+    B32T_CASE(1, 1) B32T_CASE(1, 2) B32T_CASE(1, 3)
+    B32T_CASE(2, 1) B32T_CASE(2, 2) B32T_CASE(2, 3)
+    B32T_CASE(3, 1) B32T_CASE(3, 2) B32T_CASE(3, 3)
+    B32T_CASE(4, 1) B32T_CASE(4, 2) default: B32T_CASE(4, 3)
+    }
+}
+
+/* Prefetch bytes [off, off + len) (clipped to the row's rb bytes) of wr rows. */
+AI void b32t_prefetch(const uint8_t *w, size_t ws, int wr, int64_t off, size_t len, size_t rb) {
+    if (off >= (int64_t)rb) return;
+    const size_t end = (size_t)off + len < rb ? (size_t)off + len : rb;
+    for (int k = 0; k < wr; k++)
+        for (size_t b = (size_t)off; b < end; b += 64) _mm_prefetch((const char *)(w + (size_t)k * ws + b), _MM_HINT_T0);
+}
+
+AI void b32_tiled(const int T, int64_t n, const uint8_t *w, size_t ws, int64_t nw, const nx_mm_act *a, int na,
+                  float *y, int64_t ldy) {
+    const int64_t nb = n / 32, nfull = nb / 2, nst = (nb + 1) / 2;
+    _Alignas(64) b32_pstep P[B32T_KC * B32T_WR];
+    _Alignas(64) __m512 A[B32T_WR * NX_MM_TILE_MAX];
+    for (int64_t o = 0; o < nw; o += B32T_WR) {
+        const int wr = nw - o >= B32T_WR ? B32T_WR : (int)(nw - o);
+        const uint8_t *wo = w + (size_t)o * ws;
+        for (int64_t j0 = 0; j0 < nst; j0 += B32T_KC) {
+            const int kc = nst - j0 < B32T_KC ? (int)(nst - j0) : B32T_KC;
+            b32t_panel(T, wr, wo, ws, j0, kc, nb, P);
+            /* the next panel's weight bytes, while the tiles below run (decoding is a burst of
+             * loads that would otherwise wait on L2 or DRAM) */
+            if (j0 + B32T_KC < nst) b32t_prefetch(wo, ws, wr, 2 * (j0 + B32T_KC) * (int64_t)bsize32(T), 2 * B32T_KC * bsize32(T), n / 32 * bsize32(T));
+            else if (o + B32T_WR < nw) b32t_prefetch(wo + B32T_WR * ws, ws, nw - o - B32T_WR < B32T_WR ? (int)(nw - o - B32T_WR) : B32T_WR, 0, 2 * B32T_KC * bsize32(T), n / 32 * bsize32(T));
+            const int kfull = j0 + kc > nfull ? kc - 1 : kc;
+            for (int r0 = 0; r0 < na; r0 += B32T_AR) {
+                const int ar = na - r0 < B32T_AR ? na - r0 : B32T_AR;
+                const uint8_t *q = a->q + r0 * a->q_stride;
+                const float *de = a->d + r0 * a->d_stride;
+                if (kfull > 0) b32t_run(wr, ar, 0, j0 == 0, P, j0, kfull, q, a->q_stride, de, a->d_stride, A + r0);
+                if (kfull < kc) b32t_run(wr, ar, 1, j0 + kfull == 0, P + kfull * wr, j0 + kfull, 1, q, a->q_stride, de, a->d_stride, A + r0);
+            }
+        }
+        /* the wr sums of a row go out in one masked store: y rows are far apart, their lines
+         * are usually not in L1 any more, and one store per line waits less than three */
+        _Alignas(64) float h[B32T_WR][NX_MM_TILE_MAX];
+        for (int k = 0; k < wr; k++) {
+            int r = 0;
+            for (; r + 16 <= na; r += 16) hsum512x16(A + k * NX_MM_TILE_MAX + r, &h[k][r]);
+            for (; r < na; r++) h[k][r] = hsum512(A[k * NX_MM_TILE_MAX + r]);
+        }
+        const __mmask8 m = (__mmask8)((1u << wr) - 1);
+        const __m128i gi = _mm_set_epi32(3 * NX_MM_TILE_MAX, 2 * NX_MM_TILE_MAX, NX_MM_TILE_MAX, 0);
+        for (int r = 0; r < na; r++)
+            _mm_mask_storeu_ps(y + r * ldy + o, m, _mm_mmask_i32gather_ps(_mm_setzero_ps(), m, gi, &h[0][r], 4));
+    }
+}
+
 #define B32_CALL_NX_TYPE_Q4_1(nr) b32_kernel(NX_TYPE_Q4_1, nr, n, wo, ws, 1, &sub, yo, ldy)
-#define B32_CALL_NX_TYPE_Q5_0(nr) b32_kernel(NX_TYPE_Q5_0, nr, n, wo, ws, 1, &sub, yo, ldy)
 #define B32_CALL_NX_TYPE_Q5_1(nr) b32_kernel(NX_TYPE_Q5_1, nr, n, wo, ws, 1, &sub, yo, ldy)
-#define B32_CALL_NX_TYPE_Q8_0(nr) b32_kernel(NX_TYPE_Q8_0, nr, n, wo, ws, 1, &sub, yo, ldy)
-#define B32_CALL_NX_TYPE_IQ4_NL(nr) b32_kernel(NX_TYPE_IQ4_NL, nr, n, wo, ws, 1, &sub, yo, ldy)
-KERNEL_FN_P(k_q4_0, B32_CALL_NX_TYPE_Q4_0, if (na == 1) { b32_pair1(NX_TYPE_Q4_0, n, w, ws, nw, a, y); return; })
 KERNEL_FN_P(k_q4_1, B32_CALL_NX_TYPE_Q4_1, if (na == 1) { b32_pair1(NX_TYPE_Q4_1, n, w, ws, nw, a, y); return; })
-KERNEL_FN_P(k_q5_0, B32_CALL_NX_TYPE_Q5_0, if (na == 1) { b32_pair1(NX_TYPE_Q5_0, n, w, ws, nw, a, y); return; })
 KERNEL_FN_P(k_q5_1, B32_CALL_NX_TYPE_Q5_1, if (na == 1) { b32_pair1(NX_TYPE_Q5_1, n, w, ws, nw, a, y); return; })
-KERNEL_FN_P(k_q8_0, B32_CALL_NX_TYPE_Q8_0, if (na == 1) { b32_pair1(NX_TYPE_Q8_0, n, w, ws, nw, a, y); return; })
-KERNEL_FN_P(k_iq4_nl, B32_CALL_NX_TYPE_IQ4_NL, if (na == 1) { b32_pair1(NX_TYPE_IQ4_NL, n, w, ws, nw, a, y); return; })
+
+#define B32T_FN(name, T) \
+    static void name(int64_t n, const uint8_t *w, size_t ws, int64_t nw, const nx_mm_act *a, int na, float *y, int64_t ldy) { \
+        if (na == 1) b32_pair1(T, n, w, ws, nw, a, y); \
+        else b32_tiled(T, n, w, ws, nw, a, na, y, ldy); \
+    }
+B32T_FN(k_q4_0, NX_TYPE_Q4_0)
+B32T_FN(k_q5_0, NX_TYPE_Q5_0)
+B32T_FN(k_q8_0, NX_TYPE_Q8_0)
+B32T_FN(k_iq4_nl, NX_TYPE_IQ4_NL)
 
 /* ===== 256-value super-blocks ===== */
 
@@ -694,6 +875,13 @@ uint64_t nx_mm_stream_read_avx512(const void *p, size_t n) {
     uint64_t sum = 0;
     for (int i = 0; i < 8; i++) sum += lanes[i];
     return sum;
+}
+
+int nx_mm_tile_avx512(nx_type type) {
+    switch (type) {
+    case NX_TYPE_Q4_0: case NX_TYPE_Q5_0: case NX_TYPE_Q8_0: case NX_TYPE_IQ4_NL: return B32T_TILE;
+    default: return NX_MM_TILE;
+    }
 }
 
 nx_mm_kernel nx_mm_kernel_avx512(nx_type type) {

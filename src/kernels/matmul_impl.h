@@ -18,8 +18,9 @@
  * The float weight types read x directly (x, ldx).
  *
  * A kernel computes, for weight rows o < n_w (row o at w + o*w_stride) and activation rows
- * r < n_act (n_act <= NX_MM_TILE), y[r*ldy + o]. It must give bit-identical results for a
- * given (weight row, activation row) whatever n_w, n_act and the row's position in the tile.
+ * r < n_act (n_act <= NX_MM_TILE, or <= nx_mm_tile_avx512(type) for that level's kernel),
+ * y[r*ldy + o]. It must give bit-identical results for a given (weight row, activation row)
+ * whatever n_w, n_act and the row's position in the tile.
  */
 #ifndef NX_KERNELS_MATMUL_IMPL_H
 #define NX_KERNELS_MATMUL_IMPL_H
@@ -29,6 +30,7 @@
 #include "tensor.h"
 
 #define NX_MM_TILE 16   /* activation rows per pass over a weight row */
+#define NX_MM_TILE_MAX 64   /* the most any kernel takes (see nx_mm_tile_avx512) */
 
 typedef struct nx_mm_act {
     const uint8_t *q;
@@ -64,6 +66,9 @@ typedef void (*nx_mm_kernel)(int64_t n_in, const uint8_t *w, size_t w_stride, in
 nx_mm_kernel nx_mm_kernel_scalar(nx_type type);
 nx_mm_kernel nx_mm_kernel_avx2(nx_type type);
 nx_mm_kernel nx_mm_kernel_avx512(nx_type type);
+/* Activation rows the AVX-512 kernel of a type takes per call (NX_MM_TILE .. NX_MM_TILE_MAX):
+ * kernels that decode a weight panel once per call amortize it over more rows. */
+int nx_mm_tile_avx512(nx_type type);
 
 /* Quantize one activation row of n values (n % B == 0, B = 32 or 256) into the layout
  * above: q, d, and s (if non-NULL) or bs (if non-NULL). Every level gives identical bytes:
