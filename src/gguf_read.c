@@ -552,8 +552,9 @@ static void *copy_file(int fd, size_t size) {
         ssize_t n = pread(fd, (uint8_t *)m + got, size - got, (off_t)got);
         if (n < 0 && errno == EINTR) continue;
         if (n <= 0) {
+            const int e = n < 0 ? errno : EIO;   /* 0 bytes: the file shrank under us */
             munmap(m, size);
-            errno = n < 0 ? errno : EIO;
+            errno = e;
             return MAP_FAILED;
         }
         got += (size_t)n;
@@ -591,7 +592,7 @@ static nx_status map_part(nx_gguf *g, const char *path, nx_error *err) {
     int e = errno;
     close(fd);
     if (m == MAP_FAILED)
-        return nx_fail(err, e == EIO ? NX_ERR_IO : NX_ERR_NOMEM, "%s: %s failed: %s", path,
+        return nx_fail(err, e == ENOMEM ? NX_ERR_NOMEM : NX_ERR_IO, "%s: %s failed: %s", path,
                        g->copy ? "reading the file into memory" : "mmap", strerror(e));
     pt->base = m;
     pt->size = (size_t)st.st_size;

@@ -226,7 +226,7 @@ static void mm_task(void *arg, int ith, int nth) {
     }
 }
 
-/* Checks of one weight against the call; fills *kind and the row size. */
+/* Checks of one weight against the call; fills *kind (the activation format it needs). */
 static nx_status mm_check(const nx_tensor *w, int64_t o0, int64_t o1, const float *x, int64_t n_rows, int64_t ldx,
                           const float *y, int64_t ldy, act_kind *kind, nx_error *err) {
     if (!w) return nx_fail(err, NX_ERR_INVALID_ARG, "matmul: no weight tensor");
@@ -312,8 +312,8 @@ nx_status nx_matmul_multi(nx_threadpool *tp, nx_matmul_scratch *scratch, const n
                           const float *x, int64_t n_rows, int64_t ldx, nx_error *err) {
     if (n_outs < 0 || (n_outs > 0 && !outs)) return nx_fail(err, NX_ERR_INVALID_ARG, "matmul: bad output list");
     bool same = n_outs <= MM_MAX_SEG;
+    act_kind kind = ACT_FLOAT;
     for (int k = 0; k < n_outs; k++) {
-        act_kind kind;
         const nx_tensor *w = outs[k].w;
         nx_status st = mm_check(w, 0, w ? w->ne[1] : 0, x, n_rows, ldx, outs[k].y, outs[k].ldy, &kind, err);
         if (st != NX_OK) return st;
@@ -328,8 +328,6 @@ nx_status nx_matmul_multi(nx_threadpool *tp, nx_matmul_scratch *scratch, const n
         }
         return NX_OK;
     }
-    act_kind kind;
-    mm_type(outs[0].w->type, &kind);
     mm_job job = {.n_in = outs[0].w->ne[0], .n_rows = n_rows, .n_seg = n_outs};
     for (int k = 0; k < n_outs; k++) {
         mm_seg_init(&job.seg[k], outs[k].w, 0, outs[k].w->ne[1], outs[k].y, outs[k].ldy);

@@ -35,12 +35,9 @@
 #ifndef NX_MM_PREFETCH
 #define NX_MM_PREFETCH 2048
 #endif
-#ifndef NX_MM_PREFETCH_HINT
-#define NX_MM_PREFETCH_HINT _MM_HINT_T0
-#endif
 AI void prefetch_w(const uint8_t *p, size_t bytes) {
     if (NX_MM_PREFETCH > 0)
-        for (size_t o = 0; o < bytes; o += 64) _mm_prefetch((const char *)(p + NX_MM_PREFETCH + o), NX_MM_PREFETCH_HINT);
+        for (size_t o = 0; o < bytes; o += 64) _mm_prefetch((const char *)(p + NX_MM_PREFETCH + o), _MM_HINT_T0);
 }
 
 AI float hsum512(__m512 v) {
@@ -699,8 +696,7 @@ AI void b256_pair1(const int T, int64_t n, const uint8_t *w, size_t ws, int64_t 
  * into one exact int32 vector (|lane| <= 16*15*127), converted once and multiplied by the
  * per-lane scale d*sc[j/2]; the mins come from the Q8_K group sums (vpmaddwd). The weight
  * reorder is one vpermt2q per vector (shared by all rows); the activations are reordered
- * once per kernel call into a buffer, or per step into a stack copy if that buffer cannot
- * be allocated (same integers, same float ops: the same bits). */
+ * once per call into the caller's scratch (matmul.c, nx_mm_q4k_perm_avx512). */
 AI void q4k_perm(const uint8_t *src, uint8_t *dst) {
     const __m512i i0 = _mm512_set_epi64(12, 8, 4, 0, 12, 8, 4, 0), i1 = _mm512_set_epi64(13, 9, 5, 1, 13, 9, 5, 1);
     const __m512i i2 = _mm512_set_epi64(14, 10, 6, 2, 14, 10, 6, 2), i3 = _mm512_set_epi64(15, 11, 7, 3, 15, 11, 7, 3);
@@ -763,7 +759,7 @@ AI __m512 q4k_dot(const q4k_dec *D, const uint8_t *q, const int16_t *bs, float d
     return _mm512_fmadd_ps(f, _mm512_set1_ps(d), acc);
 }
 
-AI void q4k_kernel(const int NR, const int PRE, int64_t n, const uint8_t *w, size_t ws, int64_t nw,
+AI void q4k_kernel(const int NR, int64_t n, const uint8_t *w, size_t ws, int64_t nw,
                    const nx_mm_act *a, float *y, int64_t ldy) {
     const int64_t nsb = n / 256;
     const size_t bs = sizeof(nx_block_q4_K);
@@ -778,12 +774,9 @@ AI void q4k_kernel(const int NR, const int PRE, int64_t n, const uint8_t *w, siz
             q4k_dec D;
             q4k_decode(blk, &D);
 #pragma GCC unroll 16
-            for (int r = 0; r < NR; r++) {
-                const uint8_t *q = a->q + r * a->q_stride + 256 * sb;
-                _Alignas(64) uint8_t tmp[PRE ? 1 : 256];
-                if (!PRE) { q4k_perm(q, tmp); q = tmp; }
-                acc[r] = q4k_dot(&D, q, a->bs + r * a->bs_stride + 16 * sb, a->d[r * a->d_stride + sb], acc[r]);
-            }
+            for (int r = 0; r < NR; r++)
+                acc[r] = q4k_dot(&D, a->q + r * a->q_stride + 256 * sb, a->bs + r * a->bs_stride + 16 * sb,
+                                 a->d[r * a->d_stride + sb], acc[r]);
         }
 #pragma GCC unroll 16
         for (int r = 0; r < NR; r++) y[r * ldy + o] = hsum512(acc[r]);
@@ -812,15 +805,10 @@ AI void q4k_pair1(int64_t n, const uint8_t *w, size_t ws, int64_t nw, const nx_m
     }
 }
 
-#define Q4K_CALL_PRE(nr) q4k_kernel(nr, 1, n, wo, ws, 1, &sub, yo, ldy)
-KERNEL_FN(k_q4_K_pre, Q4K_CALL_PRE)
-
 /* The AVX-512 Q4_K kernel reads activations already in its sub-block order: matmul.c permutes
  * them once per call into the caller's scratch (nx_mm_q4k_perm_avx512), so no allocation here. */
-static void k_q4_K(int64_t n, const uint8_t *w, size_t ws, int64_t nw, const nx_mm_act *a, int na, float *y, int64_t ldy) {
-    if (na == 1) { q4k_pair1(n, w, ws, nw, a, y); return; }
-    k_q4_K_pre(n, w, ws, nw, a, na, y, ldy);
-}
+#define Q4K_CALL(nr) q4k_kernel(nr, n, wo, ws, 1, &sub, yo, ldy)
+KERNEL_FN_P(k_q4_K, Q4K_CALL, if (na == 1) { q4k_pair1(n, w, ws, nw, a, y); return; })
 
 void nx_mm_q4k_perm_avx512(const uint8_t *src, uint8_t *dst, int64_t n) {
     for (int64_t i = 0; i < n; i += 256) q4k_perm(src + i, dst + i);
