@@ -144,11 +144,11 @@ typedef struct srv {
     int port;
 } srv;
 
-static bool srv_start(srv *v, int n_ctx) {
+static bool srv_start(srv *v, int n_ctx, int n_slots) {
     memset(v, 0, sizeof *v);
     nx_gen_model_params p = nx_gen_model_default_params();
     p.model_path = model_path;
-    p.n_slots = 4;
+    p.n_slots = n_slots;
     p.n_ctx = n_ctx;
     p.n_threads = 1;
     p.spec.n_types = 1;
@@ -796,6 +796,146 @@ static void test_logprobs(void) {
     free(off);
 }
 
+/* Every per-request size varied up and down across consecutive requests on ONE slot (#14): top
+ * logprobs (completions, chat, native n_probs), stop strings, logit_bias entries, max_tokens and
+ * prompt length. A buffer sized by one request and reused by the next must grow with what the
+ * next one asks (this once overflowed: logprobs 0, then 5). Under ASan this is the real check. */
+typedef struct size_case {
+    const char *path;
+    int top;        /* top logprobs asked (-1: none) */
+    int max_tokens;
+    int n_stop;     /* stop strings that never match */
+    int n_bias;     /* logit_bias entries (bias 0: text unchanged) */
+    int prompt;     /* 0 short, 1 long */
+} size_case;
+
+static char *size_body(const size_case *c) {
+    cJSON *j = cJSON_CreateObject();
+    bool chat = strstr(c->path, "chat") != NULL, native = !strcmp(c->path, "/completion");
+    char *lp = c->prompt ? long_prompt(7) : strdup("def fib(n):");
+    if (chat) {
+        cJSON *ms = cJSON_AddArrayToObject(j, "messages");
+        cJSON *m = cJSON_CreateObject();
+        cJSON_AddStringToObject(m, "role", "user");
+        cJSON_AddStringToObject(m, "content", lp);
+        cJSON_AddItemToArray(ms, m);
+    } else {
+        cJSON_AddStringToObject(j, "prompt", lp);
+    }
+    free(lp);
+    cJSON_AddNumberToObject(j, native ? "n_predict" : "max_tokens", c->max_tokens);
+    cJSON_AddNumberToObject(j, "temperature", 0);
+    cJSON_AddBoolToObject(j, "ignore_eos", true);
+    if (c->top >= 0) {
+        if (chat) {
+            cJSON_AddBoolToObject(j, "logprobs", true);
+            cJSON_AddNumberToObject(j, "top_logprobs", c->top);
+        } else {
+            cJSON_AddNumberToObject(j, native ? "n_probs" : "logprobs", c->top);
+        }
+    }
+    if (c->n_stop) {
+        cJSON *st = cJSON_AddArrayToObject(j, "stop");
+        for (int i = 0; i < c->n_stop; i++) {
+            char b[300];
+            memset(b, 'A' + i % 26, sizeof b);
+            b[40 + 13 * i] = 0;   /* 40..235 bytes, never produced */
+            cJSON_AddItemToArray(st, cJSON_CreateString(b));
+        }
+    }
+    if (c->n_bias) {
+        cJSON *lb = cJSON_AddObjectToObject(j, "logit_bias");
+        for (int i = 0; i < c->n_bias; i++) {
+            char k[16];
+            snprintf(k, sizeof k, "%d", (i * 37) % 200);
+            if (!cJSON_GetObjectItem(lb, k)) cJSON_AddNumberToObject(lb, k, 0);
+        }
+    }
+    char *s = cJSON_PrintUnformatted(j);
+    cJSON_Delete(j);
+    return s;
+}
+
+/* Entries of top logprobs at generated token i in any of the three response shapes (-1: none). */
+static int top_count(const cJSON *j, const char *path, int i, int *n_tok) {
+    const cJSON *ch = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "choices"), 0);
+    if (!strcmp(path, "/completion")) {
+        const cJSON *a = cJSON_GetObjectItem(j, "completion_probabilities");
+        *n_tok = cJSON_GetArraySize(a);
+        const cJSON *e = cJSON_GetArrayItem(a, i);
+        return e ? cJSON_GetArraySize(cJSON_GetObjectItem(e, "top_logprobs")) : -1;
+    }
+    const cJSON *lp = cJSON_GetObjectItem(ch, "logprobs");
+    if (!cJSON_IsObject(lp)) { *n_tok = 0; return -1; }
+    if (strstr(path, "chat")) {
+        const cJSON *a = cJSON_GetObjectItem(lp, "content");
+        *n_tok = cJSON_GetArraySize(a);
+        const cJSON *e = cJSON_GetArrayItem(a, i);
+        return e ? cJSON_GetArraySize(cJSON_GetObjectItem(e, "top_logprobs")) : -1;
+    }
+    const cJSON *a = cJSON_GetObjectItem(lp, "top_logprobs");
+    *n_tok = cJSON_GetArraySize(cJSON_GetObjectItem(lp, "tokens"));
+    const cJSON *e = cJSON_GetArrayItem(a, i);
+    return e ? cJSON_GetArraySize(e) : -1;
+}
+
+static void test_sizes_vary_on_one_slot(void) {
+    srv one;
+    if (!srv_start(&one, 1024, 1)) {
+        CHECK_MSG(false, "cannot start a one-slot server");
+        return;
+    }
+    static const size_case cases[] = {
+        {"/v1/completions", 0, 10, 0, 0, 0},   /* the reported pair: 0 top logprobs ... */
+        {"/v1/completions", 5, 200, 0, 0, 0},  /* ... then 5 on the same slot, more tokens */
+        {"/v1/completions", 1, 3, 16, 4096, 1},
+        {"/v1/completions", 20, 120, 1, 1, 0},
+        {"/v1/completions", -1, 2, 0, 0, 1},
+        {"/v1/chat/completions", 1, 20, 3, 10, 0},
+        {"/v1/chat/completions", 5, 60, 0, 0, 1},
+        {"/v1/chat/completions", 20, 150, 16, 300, 0},
+        {"/v1/chat/completions", 0, 5, 0, 4096, 0},
+        {"/completion", 20, 90, 2, 0, 1},
+        {"/completion", 3, 250, 0, 50, 0},
+        {"/completion", 20, 1, 16, 0, 0},
+        {"/v1/completions", 20, 240, 0, 0, 1},
+        {"/v1/completions", 0, 4, 0, 0, 0},
+    };
+    char *first = NULL;
+    for (int rep = 0; rep < 2; rep++)
+        for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+            const size_case *k = &cases[c];
+            char *body = size_body(k);
+            int st;
+            char *r = request(one.port, "POST", k->path, body, &st);
+            free(body);
+            CHECK_MSG(r && st == 200, "case %zu (%s top %d max %d stops %d bias %d): status %d %.200s", c, k->path,
+                      k->top, k->max_tokens, k->n_stop, k->n_bias, st, r ? r : "");
+            cJSON *j = r ? cJSON_Parse(r) : NULL;
+            int n_tok = 0, n0 = top_count(j, k->path, 0, &n_tok);
+            if (k->top > 0) {
+                CHECK_MSG(n_tok == k->max_tokens, "case %zu: %d logprob entries for %d tokens", c, n_tok, k->max_tokens);
+                bool all = true;
+                for (int i = 0; i < n_tok; i++) all &= top_count(j, k->path, i, &n_tok) == k->top;
+                CHECK_MSG(all, "case %zu: not %d top entries at every token (first: %d)", c, k->top, n0);
+            }
+            /* the text does not depend on what came before on the slot */
+            if (c == 0) {
+                const cJSON *t = cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "choices"), 0), "text");
+                if (rep == 0 && cJSON_IsString(t)) first = strdup(t->valuestring);
+                else if (cJSON_IsString(t)) CHECK_MSG(first && !strcmp(first, t->valuestring), "case 0 text changed on the reused slot");
+            }
+            cJSON_Delete(j);
+            free(r);
+        }
+    free(first);
+    int st;
+    char *h = request(one.port, "GET", "/health", NULL, &st);
+    CHECK_EQ_INT(st, 200);
+    free(h);
+    srv_stop(&one);
+}
+
 int main(void) {
     if (!find_model()) {
         fprintf(stderr, "skip: tiny-qwen35-mtp-q8_0.gguf not found\n");
@@ -806,7 +946,7 @@ int main(void) {
         fprintf(stderr, "FAIL: cannot compute the reference outputs\n");
         return 1;
     }
-    S_up = srv_start(&S, 4096);
+    S_up = srv_start(&S, 4096, 4);
     if (!S_up) {
         fprintf(stderr, "FAIL: cannot start the server\n");
         return 1;
@@ -819,6 +959,7 @@ int main(void) {
     RUN(test_spec_overrides);
     RUN(test_logprobs);
     RUN(test_bad_model);
+    RUN(test_sizes_vary_on_one_slot);
     if (S_up) srv_stop(&S);
     for (int i = 0; i < N_CLIENTS; i++) free(ref_text[i]);
     ref_free();

@@ -47,8 +47,8 @@ typedef struct eng_seq {
     int n_out, cap_out, taken;
     int n_probs;                 /* logprobs kept per output token: 1 + n_top entries */
     int n_top;
-    nx_token_prob *lp;           /* [cap_out][1 + n_top] */
-    int cap_lp;
+    nx_token_prob *lp;           /* [n_out][1 + n_top]; n_top differs between requests */
+    size_t cap_lp;               /* entries (not tokens) lp holds */
     int n_predict;
     nx_token *stop;
     int n_stop;
@@ -333,9 +333,11 @@ static nx_status emit(nx_spec_engine *e, eng_seq *q, const nx_token *t, int n, i
         if (st != NX_OK) return st;
         if (q->n_probs) {
             const int per = 1 + q->n_top;
-            if (q->n_out > q->cap_lp) {
-                const int cap = q->cap_out;
-                nx_token_prob *lp = realloc(q->lp, (size_t)cap * (size_t)per * sizeof *lp);
+            /* Sized in entries: a request with more top logprobs than the last one on this
+             * sequence needs more room per token, not only more tokens. */
+            if ((size_t)q->n_out * (size_t)per > q->cap_lp) {
+                const size_t cap = (size_t)q->cap_out * (size_t)per;
+                nx_token_prob *lp = realloc(q->lp, cap * sizeof *lp);
                 if (!lp) return nx_fail(err, NX_ERR_NOMEM, "spec engine: out of memory for logprobs");
                 q->lp = lp;
                 q->cap_lp = cap;
