@@ -108,6 +108,8 @@ typedef struct cfg {
     int k;
     bool adaptive;
     float p_min;
+    int draft_vocab;         /* MTP draft head over this many tokens (0: all) */
+    const char *head_type;   /* MTP draft head requantized to this type (NULL: as stored) */
 } cfg;
 
 typedef struct result {
@@ -133,6 +135,11 @@ static bool run(nx_model *m, const prompts *pr, int n_prompts, int n_seq, int n_
     p.spec.draft_max = c->k;
     p.spec.adaptive = c->adaptive;
     p.spec.p_min = c->p_min;
+    p.spec.draft_vocab = c->draft_vocab;
+    if (c->head_type) {
+        p.spec.draft_head_requant = nx_type_from_name(c->head_type, &p.spec.draft_head_type);
+        if (!p.spec.draft_head_requant) fprintf(stderr, "  unknown head type %s\n", c->head_type);
+    }
     if (sp) p.sampler = *sp;
     nx_spec_engine *en = NULL;
     bool ok = nx_spec_engine_create(ctx, &p, &en, &e) == NX_OK;
@@ -215,6 +222,12 @@ static void check_lossless(nx_model *m, const prompts *pr, int n_predict, bool f
     cfgs[nc++] = (cfg){"ngram,mtp", 5, false, 0};
     cfgs[nc++] = (cfg){"ngram,mtp", 8, true, 0};
     cfgs[nc++] = (cfg){"mtp,ngram", 3, false, 0};
+    /* cheaper draft heads: a quarter / half of the vocabulary, a Q4_0 copy, both, adaptive */
+    const int V = nx_model_n_vocab(m);
+    cfgs[nc++] = (cfg){"mtp", 3, false, 0, V / 4, NULL};
+    cfgs[nc++] = (cfg){"mtp", 4, false, 0, 0, "q4_0"};
+    cfgs[nc++] = (cfg){"mtp", 8, true, 0, V / 2, "q4_0"};
+    cfgs[nc++] = (cfg){"ngram,mtp", 3, false, 0, V / 4, "q8_0"};
     uint64_t drafted = 0, accepted = 0;
     for (int i = 0; i < nc; i++) {
         for (int ns = 1; ns <= 4; ns += 3) {
@@ -446,11 +459,11 @@ static void test_distribution(void) {
     const int V = nx_model_n_vocab(m), runs = SLOW ? 400 : 2000, n_seq = 8;   /* fewer under ASan */
     prompts pr;
     CHECK(text_prompts(&pr, NX_SOURCE_DIR "/models/tiny-qwen35-mtp-q8_0.gguf"));
-    int *cnt[2][4];
-    for (int a = 0; a < 2; a++)
+    int *cnt[3][4];   /* arms: speculation off, mtp, mtp with a cheap head (a quarter of the vocabulary, Q4_0) */
+    for (int a = 0; a < 3; a++)
         for (int j = 0; j < 4; j++) cnt[a][j] = calloc(NCAT, sizeof(int));
-    uint64_t drafted = 0, accepted = 0;
-    for (int arm = 0; arm < 2; arm++) {
+    uint64_t drafted = 0, accepted = 0, drafted2 = 0, accepted2 = 0;
+    for (int arm = 0; arm < 3; arm++) {
         nx_ctx_params cp = nx_ctx_default_params();
         cp.n_ctx = 16;
         cp.n_seq_max = n_seq;
@@ -459,11 +472,16 @@ static void test_distribution(void) {
         nx_ctx *ctx = NULL;
         CHECK(nx_ctx_create(m, &cp, &ctx) == NX_OK);
         nx_spec_engine_params p = nx_spec_engine_default_params();
-        if (arm == 1) {
+        if (arm >= 1) {
             p.spec.types[0] = NX_SPEC_MTP;
             p.spec.n_types = 1;
             p.spec.draft_max = 3;
             p.spec.adaptive = false;
+        }
+        if (arm == 2) {
+            p.spec.draft_vocab = V / 4;
+            p.spec.draft_head_requant = true;
+            p.spec.draft_head_type = NX_TYPE_Q4_0;
         }
         p.sampler = nx_sampler_default_params(V);
         p.sampler.temperature = 0.8f;
@@ -495,21 +513,29 @@ static void test_distribution(void) {
             drafted = nx_spec_engine_stats_total(en)->n_drafted;
             accepted = nx_spec_engine_stats_total(en)->n_accepted;
         }
+        if (en && arm == 2) {
+            drafted2 = nx_spec_engine_stats_total(en)->n_drafted;
+            accepted2 = nx_spec_engine_stats_total(en)->n_accepted;
+        }
         nx_spec_engine_free(en);
         nx_ctx_free(ctx);
     }
     const char *what[4] = {"token 1", "token 2", "token 3", "tokens 1-3"};
-    for (int j = 0; j < 4; j++) {
-        int dof = 0;
-        double pv = chi2_two_sample(cnt[0][j], cnt[1][j], NCAT, &dof);
-        fprintf(stderr, "  %s: chi-square p = %.3f (%d degrees of freedom)\n", what[j], pv, dof);
-        CHECK(pv > 0.01);
-        CHECK(dof >= 3);   /* a real distribution, not one token */
-    }
-    fprintf(stderr, "  speculation: drafted %llu, accepted %llu\n", (unsigned long long)drafted,
-            (unsigned long long)accepted);
+    for (int arm = 1; arm < 3; arm++)
+        for (int j = 0; j < 4; j++) {
+            int dof = 0;
+            double pv = chi2_two_sample(cnt[0][j], cnt[arm][j], NCAT, &dof);
+            fprintf(stderr, "  %s %s: chi-square p = %.3f (%d degrees of freedom)\n", arm == 1 ? "mtp" : "mtp cheap head",
+                    what[j], pv, dof);
+            CHECK(pv > 0.01);
+            CHECK(dof >= 3);   /* a real distribution, not one token */
+        }
+    fprintf(stderr, "  speculation: drafted %llu, accepted %llu; cheap head: drafted %llu, accepted %llu\n",
+            (unsigned long long)drafted, (unsigned long long)accepted, (unsigned long long)drafted2,
+            (unsigned long long)accepted2);
     CHECK(accepted > 100 && accepted < drafted);
-    for (int a = 0; a < 2; a++)
+    CHECK(accepted2 > 100 && accepted2 < drafted2);
+    for (int a = 0; a < 3; a++)
         for (int j = 0; j < 4; j++) free(cnt[a][j]);
     nx_model_free(m);
 }

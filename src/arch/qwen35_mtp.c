@@ -75,7 +75,7 @@ static nx_status build_draft_head(nx_mtp_head *h, const nx_mtp_head_opts *o, nx_
             const int32_t t = o->vocab[j];
             if (t < 0 || t >= h->V || seen[t]) {
                 free(seen);
-                return nx_fail(err, NX_ERR_INVALID_ARG, "mtp head: draft vocabulary entry %lld: token %d is %s",
+                return nx_fail(err, NX_ERR_INVALID_ARG, "draft vocabulary entry %lld: token %d is %s",
                                (long long)j, t, t < 0 || t >= h->V ? "outside the vocabulary" : "repeated");
             }
             seen[t] = 1;
@@ -87,12 +87,12 @@ static nx_status build_draft_head(nx_mtp_head *h, const nx_mtp_head_opts *o, nx_
     const nx_type_traits *tt = nx_type_info(ty);
     if (rq && (!tt || !nx_can_quantize(ty) || !nx_can_dequantize(W->type) || !nx_matmul_supports(ty) ||
                E % tt->blck_size != 0))
-        return nx_fail(err, NX_ERR_INVALID_ARG, "mtp head: cannot make a %s draft head from %s rows of %lld values",
+        return nx_fail(err, NX_ERR_INVALID_ARG, "cannot make a %s draft head from %s rows of %lld values",
                        tt ? tt->name : "?", nx_type_name(W->type), (long long)E);
     const size_t rs = nx_row_size(ty, E);
     h->own_data = malloc(rs * (size_t)DV);
     float *row = rq ? malloc((size_t)E * sizeof(float)) : NULL;
-    if (!h->own_data || (rq && !row)) { free(row); return nx_fail(err, NX_ERR_NOMEM, "mtp head: out of memory for the draft head"); }
+    if (!h->own_data || (rq && !row)) { free(row); return nx_fail(err, NX_ERR_NOMEM, "out of memory for the draft head"); }
     for (int64_t j = 0; j < DV; j++) {
         const int64_t t = sub ? h->dvocab[j] : j;
         const uint8_t *src = (const uint8_t *)W->data + (size_t)t * W->nb[1];
@@ -104,7 +104,7 @@ static nx_status build_draft_head(nx_mtp_head *h, const nx_mtp_head_opts *o, nx_
     free(row);
     const int64_t ne[2] = {E, DV};
     if (!nx_tensor_init(&h->own, "mtp.draft_head", ty, 2, ne, h->own_data))
-        return nx_fail(err, NX_ERR_INTERNAL, "mtp head: draft head shape");
+        return nx_fail(err, NX_ERR_INTERNAL, "draft head shape");
     h->dhead = &h->own;
     h->DV = (int)DV;
     return NX_OK;
@@ -293,3 +293,4 @@ int nx_mtp_head_n_seq(const nx_mtp_head *h) { return h ? h->n_seq : 0; }
 int nx_mtp_head_n_ctx(const nx_mtp_head *h) { return h ? h->n_ctx : 0; }
 int64_t nx_mtp_head_draft_vocab(const nx_mtp_head *h) { return h ? h->DV : 0; }
 size_t nx_mtp_head_draft_bytes(const nx_mtp_head *h) { return h ? nx_row_size(h->dhead->type, h->E) * (size_t)h->DV : 0; }
+nx_type nx_mtp_head_draft_type(const nx_mtp_head *h) { return h ? h->dhead->type : NX_TYPE_F32; }

@@ -75,6 +75,7 @@ int  nx_mtp_head_n_ctx(const nx_mtp_head *h);
 /* Rows and bytes of the draft head's LM matrix (what one draft step streams for it). */
 int64_t nx_mtp_head_draft_vocab(const nx_mtp_head *h);
 size_t  nx_mtp_head_draft_bytes(const nx_mtp_head *h);
+nx_type nx_mtp_head_draft_type(const nx_mtp_head *h);
 /* Positions a sequence holds in the head's KV (-1: bad id); drop everything from len on. */
 int  nx_mtp_head_seq_len(const nx_mtp_head *h, nx_seq_id seq);
 void nx_mtp_head_seq_trim(nx_mtp_head *h, nx_seq_id seq, int len);

@@ -10,6 +10,7 @@
 int nx_cmd_gguf_info(int argc, char **argv);
 int nx_cmd_gen_model(int argc, char **argv);
 int nx_cmd_bench_kernels(int argc, char **argv);
+int nx_cmd_bench_draft(int argc, char **argv);
 int nx_cmd_tokenize(int argc, char **argv);
 int nx_cmd_detokenize(int argc, char **argv);
 int nx_cmd_convert_tokenizer(int argc, char **argv);

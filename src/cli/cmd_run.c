@@ -109,6 +109,7 @@ static void print_summary(const run_stats *s, const nx_sampler *smp) {
 int nx_cmd_run(int argc, char **argv) {
     nx_cli_args a;
     nx_cli_args_init(&a);
+    a.spec.auto_type = true;   /* speculation on by default where the model carries a drafter */
     nx_error err = {0};
     if (nx_cli_args_parse(&a, RUN_FLAGS, argc, argv, &err) != NX_OK) {
         fprintf(stderr, "nextn run: %s (see nextn run --help)\n", err.msg);
@@ -137,6 +138,7 @@ int nx_cmd_run(int argc, char **argv) {
     double t0 = nx_cli_now();
     if (nx_cli_load_model(&a, &m, &err) != NX_OK) { fprintf(stderr, "nextn run: %s\n", err.msg); goto done; }
     s.t_load = nx_cli_now() - t0;
+    nx_spec_params_resolve_auto(&a.spec, m);
     if (nx_tokenizer_from_gguf(m->gguf, &tok, &err) != NX_OK) { fprintf(stderr, "nextn run: %s: %s\n", a.model, err.msg); goto done; }
     if (run_tokenize(tok, text, text_len, a.chat, &ids, &err) != NX_OK) { fprintf(stderr, "nextn run: %s\n", err.msg); goto done; }
     if (ids.n == 0) { fprintf(stderr, "nextn run: the prompt is empty (0 tokens)\n"); goto done; }

@@ -59,6 +59,7 @@ static bool parse_int(const char *s, long lo, long hi, long *out) {
 int nx_cmd_serve(int argc, char **argv) {
     nx_server_params sp = nx_server_default_params();
     nx_spec_params spec = nx_spec_params_default();
+    spec.auto_type = true;   /* speculation on by default where the model carries a drafter */
     const char *model = NULL, *alias = NULL, *chat = NULL;
     const char *api_key = getenv("NEXTN_API_KEY");
     long n_slots = 4, n_ctx = 4096, queue_max = 64, step_us = 1000, timeout_s = 60, n_threads = 0, n_ubatch = 0;

@@ -18,6 +18,7 @@ static const nx_command commands[] = {
     {"serve", nx_cmd_serve, "OpenAI-compatible HTTP server"},
     {"gguf-info", nx_cmd_gguf_info, "print a GGUF file's metadata and tensor table"},
     {"gen-model", nx_cmd_gen_model, "write a random-weight test model GGUF"},
+    {"bench-draft", nx_cmd_bench_draft, "MTP draft head: acceptance on a text and step cost, full vs cheap head"},
     {"bench-kernels", nx_cmd_bench_kernels, "matmul throughput per weight type vs memory bandwidth"},
     {"tokenize", nx_cmd_tokenize, "text -> token ids with a model's tokenizer"},
     {"detokenize", nx_cmd_detokenize, "token ids -> text"},

@@ -24,6 +24,9 @@
 #include "ctx.h"
 #include "model.h"
 #include "spec/mtp.h"
+#include "spec/draft_vocab.h"
+#include "core/io.h"
+#include "tokenizer.h"
 #include "spec/ngram.h"
 
 /* A recurrent-state checkpoint: the state after the first pos positions, and the trunk hidden
@@ -120,6 +123,37 @@ static nx_status decode_err(nx_error *err, const char *what) {
 }
 /* ===== creation ===== */
 
+/* The MTP drafter with the draft head the options ask for (draft_vocab.h). */
+static nx_status mtp_create(nx_spec_engine *e, nx_drafter **d, nx_error *err) {
+    const nx_spec_params *sp = &e->p.spec;
+    nx_mtp_head_opts o = {.requant = sp->draft_head_requant, .head_type = sp->draft_head_type};
+    const int n = nx_draft_vocab_size(sp->draft_vocab, e->V);
+    int32_t *ids = NULL;
+    nx_status st = NX_OK;
+    if (n < e->V) {
+        ids = malloc((size_t)n * sizeof *ids);
+        char *text = NULL;
+        size_t len = 0;
+        nx_tokenizer *tok = NULL;
+        if (!ids) st = nx_fail(err, NX_ERR_NOMEM, "spec engine: out of memory");
+        if (st == NX_OK && sp->draft_vocab_file)
+            st = nx_read_file(sp->draft_vocab_file, (size_t)1 << 28, &text, &len, err);
+        nx_error terr = {0};
+        if (st == NX_OK && nx_tokenizer_from_gguf(e->ctx->model->gguf, &tok, &terr) != NX_OK) {
+            if (text) st = nx_fail(err, terr.code, "--draft-vocab-file: the model's tokenizer: %s", terr.msg);
+            else for (int i = 0; i < n; i++) ids[i] = i;   /* no tokenizer: plain rank order */
+        }
+        if (st == NX_OK && tok) st = nx_draft_vocab_pick(tok, text, len, n, ids, err);
+        nx_tokenizer_free(tok);
+        free(text);
+        o.vocab = ids;
+        o.n_vocab = n;
+    }
+    if (st == NX_OK) st = nx_mtp_drafter_create_opts(e->ctx, &o, d, err);
+    free(ids);
+    return st != NX_OK ? nx_error_prefix(err, "--spec-type mtp") : NX_OK;
+}
+
 static nx_status build_drafters(nx_spec_engine *e, nx_error *err) {
     const nx_spec_params *sp = &e->p.spec;
     nx_drafter *stages[NX_SPEC_MAX_STAGES];
@@ -139,7 +173,7 @@ static nx_status build_drafters(nx_spec_engine *e, nx_error *err) {
                 NX_WARN("%s; --spec-fallback: continuing without the mtp drafter", tmp.msg);
                 continue;
             }
-            st = nx_mtp_drafter_create(e->ctx, &d, err);
+            st = mtp_create(e, &d, err);
             break;
         case NX_SPEC_NGRAM: {
             nx_ngram_params np = nx_spec_params_ngram(sp);
@@ -203,11 +237,18 @@ void nx_spec_engine_free(nx_spec_engine *e) {
     free(e);
 }
 
+void nx_spec_params_resolve_auto(nx_spec_params *sp, const nx_model *m) {
+    if (!sp || !sp->auto_type || sp->n_types != 0) return;
+    if (nx_mtp_supported(m)) sp->types[sp->n_types++] = NX_SPEC_MTP;
+    else if (sp->draft_model) sp->types[sp->n_types++] = NX_SPEC_ASSISTANT;
+}
+
 nx_status nx_spec_engine_create(nx_ctx *ctx, const nx_spec_engine_params *params, nx_spec_engine **out, nx_error *err) {
     if (!out) return nx_fail(err, NX_ERR_INVALID_ARG, "spec engine: out is NULL");
     *out = NULL;
     if (!ctx) return nx_fail(err, NX_ERR_INVALID_ARG, "spec engine: no context");
     nx_spec_engine_params p = params ? *params : nx_spec_engine_default_params();
+    nx_spec_params_resolve_auto(&p.spec, ctx->model);
     nx_status st = nx_spec_params_validate(&p.spec, err);
     if (st != NX_OK) return st;
     if (p.budget_slack < 1 || p.budget_slack > 64)

@@ -97,6 +97,11 @@ nx_spec_engine_params nx_spec_engine_default_params(void);
 
 typedef struct nx_spec_engine nx_spec_engine;
 
+/* --spec-type auto (sp->auto_type with no drafter named): mtp when the model has an MTP layer,
+ * else assistant when a draft model is given, else none. nx_spec_engine_create applies it; the
+ * CLI calls it after loading to report what runs. */
+void nx_spec_params_resolve_auto(nx_spec_params *sp, const nx_model *m);
+
 /* An engine driving ctx (borrowed; it must outlive the engine, and nothing else may decode on it
  * meanwhile). Sequences are ctx's ids 0..n_seq_max-1. Builds the drafters of p->spec in order
  * (more than one: a chain). Errors: mtp on a model without an MTP layer (NX_ERR_UNSUPPORTED,

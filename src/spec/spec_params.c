@@ -26,6 +26,7 @@ nx_spec_params nx_spec_params_default(void) {
         .n_types = 0, .draft_max = pp.draft_max, .draft_min = pp.draft_min, .p_min = pp.p_min,
         .adaptive = pp.adaptive, .ngram_max = ng.ngram_max, .ngram_min = ng.ngram_min,
         .draft_positions = NX_ASST_POS_CONSTANT, .assistant_dense_head = false,
+        .auto_type = false, .draft_vocab = -1,
     };
 }
 
@@ -120,7 +121,8 @@ static nx_status parse_onoff(const char *flag, const char *v, bool *out, nx_erro
 
 /* ===== Flags ===== */
 
-enum { F_TYPE, F_DMAX, F_DMIN, F_PMIN, F_ADAPT, F_NGMAX, F_NGMIN, F_MODEL, F_TRACE, F_FALLBACK, F_DPOS, F_DENSE };
+enum { F_TYPE, F_DMAX, F_DMIN, F_PMIN, F_ADAPT, F_NGMAX, F_NGMIN, F_MODEL, F_TRACE, F_FALLBACK, F_DPOS, F_DENSE,
+       F_DVOCAB, F_DVFILE, F_DHTYPE };
 
 static const struct flag { const char *name; int id; bool has_value; } flags[] = {
     {"--spec-type", F_TYPE, true},       {"--draft-max", F_DMAX, true},
@@ -130,6 +132,8 @@ static const struct flag { const char *name; int id; bool has_value; } flags[] =
     {"--mtp-head", F_MODEL, true},       {"--spec-trace", F_TRACE, true},
     {"--spec-fallback", F_FALLBACK, false},
     {"--draft-positions", F_DPOS, true}, {"--assistant-dense-head", F_DENSE, false},
+    {"--draft-vocab", F_DVOCAB, true},   {"--draft-vocab-file", F_DVFILE, true},
+    {"--draft-head-type", F_DHTYPE, true},
 };
 
 nx_status nx_spec_params_parse_arg(nx_spec_params *p, int argc, char **argv, int *i, bool *consumed, nx_error *err) {
@@ -154,12 +158,34 @@ nx_status nx_spec_params_parse_arg(nx_spec_params *p, int argc, char **argv, int
     nx_status st = NX_OK;
     switch (f->id) {
     case F_TYPE: {
+        if (!strcmp(v, "auto")) {
+            memset(p->types, 0, sizeof p->types);
+            p->n_types = 0;
+            p->auto_type = true;
+            break;
+        }
         nx_spec_type t[NX_SPEC_MAX_STAGES] = {NX_SPEC_NONE};
         int n = 0;
         if (!(st = nx_spec_types_parse(v, t, NX_SPEC_MAX_STAGES, &n, err))) {
             memcpy(p->types, t, sizeof t);
             p->n_types = n;
+            p->auto_type = false;
         }
+        break;
+    }
+    case F_DVOCAB: st = parse_int(f->name, v, 0, 1 << 24, &p->draft_vocab, err); break;
+    case F_DVFILE:
+        if (!*v) { st = nx_fail(err, NX_ERR_INVALID_ARG, "%s: empty file name", f->name); break; }
+        p->draft_vocab_file = v;
+        break;
+    case F_DHTYPE: {
+        nx_type t;
+        if (!nx_type_from_name(v, &t)) {
+            st = nx_fail(err, NX_ERR_INVALID_ARG, "%s: unknown weight type '%s' (e.g. q4_0, q8_0, f16)", f->name, v);
+            break;
+        }
+        p->draft_head_requant = true;
+        p->draft_head_type = t;
         break;
     }
     case F_DMAX:  st = parse_int(f->name, v, 1, NX_SPEC_DRAFT_CAP, &p->draft_max, err); break;
@@ -247,7 +273,8 @@ size_t nx_spec_params_describe(const nx_spec_params *p, char *buf, size_t size) 
 
 const char *nx_spec_params_usage(void) {
     return "  --spec-type LIST         drafters tried in order, comma-separated: mtp, assistant, draft, ngram\n"
-           "                           (e.g. ngram,mtp), or none (default)\n"
+           "                           (e.g. ngram,mtp), none, or auto (mtp when the model has an MTP layer,\n"
+           "                           assistant with --draft-model, else none)\n"
            "  --draft-max N            largest draft length (default 8)\n"
            "  --draft-min N            smallest draft length when drafting (default 0)\n"
            "  --draft-p-min P          stop drafting below this drafter probability (default 0: off)\n"
@@ -259,5 +286,9 @@ const char *nx_spec_params_usage(void) {
            "  --draft-positions P      assistant draft positions: constant (default) or increment\n"
            "  --assistant-dense-head   the assistant drafts with its dense head even when it has centroids\n"
            "  --spec-trace FILE        write one JSON line per draft and accept (or env NEXTN_SPEC_TRACE)\n"
+           "  --draft-vocab N          MTP draft head over the N most frequent tokens (default 32768 when the\n"
+           "                           vocabulary is larger; 0 = whole vocabulary); output stays lossless\n"
+           "  --draft-vocab-file F     text whose token counts pick those tokens (default: BPE rank order)\n"
+           "  --draft-head-type T      MTP draft head requantized to T, e.g. q4_0 (default: as stored)\n"
            "  --spec-fallback          plain decoding with a warning when the model has no such drafter\n";
 }

@@ -3,8 +3,9 @@
  * so that `run`, `bench`, `eval` and the server accept exactly the same flags.
  *
  *   --spec-type LIST         comma-separated drafters, tried in order: mtp, assistant, draft,
- *                            ngram (e.g. "ngram,mtp"), or none. Unknown names fail with the list
- *                            of known ones.
+ *                            ngram (e.g. "ngram,mtp"), none, or auto (the engine picks: mtp when
+ *                            the model has a NextN layer, assistant with --draft-model, else none;
+ *                            the CLI's default). Unknown names fail with the list of known ones.
  *   --draft-max N            largest draft length (default 8; 1..NX_SPEC_DRAFT_CAP)
  *   --draft-min N            smallest draft length when drafting (default 0)
  *   --draft-p-min P          stop drafting when the drafter's top probability < P (default 0 = off)
@@ -15,6 +16,10 @@
  *   --draft-positions constant|increment   assistant draft positions (default constant)
  *   --assistant-dense-head   the assistant scores with its dense head even when it has centroids
  *   --spec-trace FILE        NDJSON trace (env NEXTN_SPEC_TRACE when the flag is absent)
+ *   --draft-vocab N          MTP draft head over the N most frequent tokens (draft_vocab.h; default
+ *                            32768 when the vocabulary is larger, 0 = the whole vocabulary)
+ *   --draft-vocab-file F     calibration text for those frequencies (default: BPE rank order)
+ *   --draft-head-type T      MTP draft head requantized to T (e.g. q4_0; default: as stored)
  *   --spec-fallback          a drafter the model cannot support (mtp without an MTP layer) is a
  *                            warning and plain decoding instead of an error
  * Both "--flag VALUE" and "--flag=VALUE" are accepted.
@@ -25,6 +30,7 @@
 
 #include <stdbool.h>
 #include "core/error.h"
+#include "tensor.h"
 #include "spec/assistant.h"
 #include "spec/drafter.h"
 #include "spec/ngram.h"
@@ -51,6 +57,13 @@ typedef struct nx_spec_params {
     bool  assistant_dense_head;  /* assistant: dense head even with a centroid head */
     const char *trace_path;      /* NULL unless given (see nx_spec_params_trace_path) */
     bool  fallback;
+    bool  auto_type;             /* n_types 0 + auto: the engine picks (mtp when the model has a NextN
+                                    layer, assistant when draft_model is given, else none) */
+    int   draft_vocab;           /* MTP draft head over the N most frequent tokens (-1: default, see
+                                    draft_vocab.h; 0: the whole vocabulary) */
+    const char *draft_vocab_file;/* calibration text for the token frequencies (NULL: rank order) */
+    bool  draft_head_requant;    /* MTP draft head requantized to draft_head_type */
+    nx_type draft_head_type;
 } nx_spec_params;
 
 /* Speculation off, the defaults listed above. */
