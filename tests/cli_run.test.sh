@@ -50,15 +50,20 @@ def main():
 '
 
 # ---- greedy run: text, summary, reproducible ----
-run greedy1 run -m "$MODEL" -p "$PROMPT" -n 16 --temp 0 -t 2
+run greedy1 run -m "$MODEL" -p "$PROMPT" -n 16 --temp 0 -t 2 --spec-type none
 if [ "$rc" -eq 0 ] && [ -s "$work/greedy1.out" ] && grep -q "^nextn run: prompt 9 tokens, .* tok/s | generated 16 tokens (15 decodes), .* tok/s | stop: -n limit" "$work/greedy1.err"; then
     ok "greedy run: $(head -c 60 "$work/greedy1.out" | tr '\n' '~')..."
 else
     bad "greedy run" "rc $rc, stderr: $(cat "$work/greedy1.err")"
 fi
 if [ "$(lines "$work/greedy1.err")" -eq 1 ]; then ok "summary is one stderr line"; else bad "summary is one stderr line" "$(cat "$work/greedy1.err")"; fi
-run greedy2 run -m "$MODEL" -p "$PROMPT" -n 16 --temp 0 -t 1 -ub 3
+run greedy2 run -m "$MODEL" -p "$PROMPT" -n 16 --temp 0 -t 1 -ub 3 --spec-type none
 if [ "$rc" -eq 0 ] && cmp -s "$work/greedy1.out" "$work/greedy2.out"; then ok "same greedy text twice (other -t and -ub)"; else bad "same greedy text twice" "$(cat "$work/greedy2.out")"; fi
+# the default is --spec-type auto: this model has an MTP layer, so it speculates, with the same text
+run greedy3 run -m "$MODEL" -p "$PROMPT" -n 16 --temp 0 -t 2
+if [ "$rc" -eq 0 ] && cmp -s "$work/greedy1.out" "$work/greedy3.out" && grep -q "^nextn run: speculation mtp " "$work/greedy3.err"; then
+    ok "default speculates (auto: mtp) with the same greedy text"
+else bad "default speculates (auto: mtp)" "$(cat "$work/greedy3.err")"; fi
 
 # the greedy continuation equals `nextn eval --greedy` (the golden interface) detokenized
 ids=$("$NEXTN" tokenize -m "$MODEL" --special "$PROMPT" 2>/dev/null)
@@ -100,7 +105,7 @@ if [ "$rc" -eq 0 ] && [ ! -s "$work/n0.out" ] && grep -q "generated 0 tokens" "$
 
 # ---- context limits (-c 12 with a 9-token prompt: 3 more positions, so 4 tokens, the last not stored) ----
 expect_error too_long 1 "the prompt is 9 tokens but the context holds 8" run -m "$MODEL" -p "$PROMPT" -c 8 -n 4
-run ctxfull run -m "$MODEL" -p "$PROMPT" -c 12 --temp 0
+run ctxfull run -m "$MODEL" -p "$PROMPT" -c 12 --temp 0 --spec-type none
 if [ "$rc" -eq 0 ] && grep -q "generated 4 tokens (3 decodes).*stop: context full" "$work/ctxfull.err"; then ok "stops when the context is full"
 else bad "stops when the context is full" "$(cat "$work/ctxfull.err")"; fi
 

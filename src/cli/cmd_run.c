@@ -28,6 +28,7 @@
 #include "model.h"
 #include "sample.h"
 #include "spec/engine.h"
+#include "spec/mtp.h"
 #include "tokenizer.h"
 
 #define RUN_FLAGS (NX_ARGS_MODEL | NX_ARGS_PROMPT | NX_ARGS_PREDICT | NX_ARGS_RUNTIME | NX_ARGS_SAMPLING | NX_ARGS_SPEC)
@@ -48,7 +49,8 @@ static void run_usage(FILE *f) {
             "sampling (llama.cpp defaults; --temp 0 = greedy):\n"
             "  --temp 0.8  --top-k 40  --top-p 0.95  --min-p 0.05  -s, --seed -1 (random)\n"
             "  --repeat-penalty 1.0  --repeat-last-n 64  --presence-penalty 0  --frequency-penalty 0\n"
-            "speculative decoding (default off; output identical to off when greedy):\n%s"
+            "speculative decoding (default --spec-type auto: mtp when the model has an MTP layer; greedy output\n"
+            "is identical to --spec-type none; with sampling and a fixed --seed auto stays off):\n%s"
             "stdout: the generated text only; stderr: a summary line (prompt and generation tok/s),\n"
             "then with speculation on the acceptance summary.\n",
             nx_spec_params_usage());
@@ -138,7 +140,14 @@ int nx_cmd_run(int argc, char **argv) {
     double t0 = nx_cli_now();
     if (nx_cli_load_model(&a, &m, &err) != NX_OK) { fprintf(stderr, "nextn run: %s\n", err.msg); goto done; }
     s.t_load = nx_cli_now() - t0;
-    nx_spec_params_resolve_auto(&a.spec, m);
+    /* A fixed seed with sampling asks for the same text every time; adaptive k follows measured
+     * timings, which would change where the random draws fall. So auto stays off then. */
+    const bool keep_seed = a.spec.auto_type && a.spec.n_types == 0 && a.temp > 0 && a.seed != NX_SAMPLER_SEED_RANDOM;
+    if (!keep_seed) nx_spec_params_resolve_auto(&a.spec, m);
+    a.spec.auto_type = false;
+    if (keep_seed && nx_mtp_supported(m))
+        fprintf(stderr, "nextn run: --seed with sampling: speculation off so the text repeats (--spec-type mtp "
+                        "--draft-adaptive off speculates and repeats too)\n");
     if (nx_tokenizer_from_gguf(m->gguf, &tok, &err) != NX_OK) { fprintf(stderr, "nextn run: %s: %s\n", a.model, err.msg); goto done; }
     if (run_tokenize(tok, text, text_len, a.chat, &ids, &err) != NX_OK) { fprintf(stderr, "nextn run: %s\n", err.msg); goto done; }
     if (ids.n == 0) { fprintf(stderr, "nextn run: the prompt is empty (0 tokens)\n"); goto done; }
