@@ -180,30 +180,117 @@ static void test_policy_low_acceptance_and_probing(void) {
     }
     CHECK_EQ_INT(k, 0);
     CHECK(rounds < 10);
-    /* at k* = 0: a probe with k = 1 every probe_every (16) rounds */
+    /* at k* = 0: a shadow probe of depth 1 (k = 0, one unverified draft) every probe_every (8) rounds */
     int probes = 0, first_probe = -1;
-    for (int r = 1; r <= 48; r++) {
-        int kk = nx_spec_policy_next_k(&pol, &c);
-        if (kk) {
+    for (int r = 1; r <= 24; r++) {
+        nx_spec_plan pl = nx_spec_policy_plan(&pol, &c);
+        CHECK_EQ_INT(pl.k, 0);
+        if (pl.shadow) {
             probes++;
             if (first_probe < 0) first_probe = r;
-            CHECK_EQ_INT(kk, 1);
-            nx_spec_policy_observe(&pol, 1, 0);  /* the probe fails */
+            nx_spec_policy_observe_shadow(&pol, 1, false);   /* the probe fails */
         }
     }
     CHECK_EQ_INT(probes, 3);
-    CHECK_EQ_INT(first_probe, 15);               /* 1 idle round counted above + 15 */
+    CHECK_EQ_INT(first_probe, 7);                /* 1 idle round counted above + 7 */
     CHECK_EQ_INT((int)pol.n_probes, 3);
-    /* the text becomes predictable: successful probes bring speculation back */
+    /* the text becomes predictable: successful shadow probes bring speculation back */
     int back = 0;
     for (int r = 0; r < 400 && !back; r++) {
-        int kk = nx_spec_policy_next_k(&pol, &c);
-        if (kk) {
-            nx_spec_policy_observe(&pol, kk, kk);
-            if (nx_spec_policy_best_k(&pol, &c, NULL) > 0) back = 1;
+        nx_spec_plan pl = nx_spec_policy_plan(&pol, &c);
+        if (pl.shadow) nx_spec_policy_observe_shadow(&pol, pl.k + 1, true);
+        if (pl.k) {
+            nx_spec_policy_observe(&pol, pl.k, pl.k);
+            back = 1;
         }
     }
     CHECK(back);
+}
+
+/* At k* > 0 a shadow draft every shadow_every rounds observes depth k + 1: a depth whose estimate
+ * fell once is measured again, and k grows back when it is good (no real deeper verify needed). */
+static void test_policy_shadow_depth(void) {
+    nx_spec_policy pol;
+    nx_spec_costs c;
+    linear_costs(&c, 0.1);
+    nx_spec_policy_params p = nx_spec_policy_default_params();
+    p.draft_max = 4;
+    p.guard = false;
+    CHECK(nx_spec_policy_init(&pol, &p, NULL) == NX_OK);
+    /* depth 1 always passes; depth 2 failed a few times early: k settles at 1 */
+    for (int r = 0; r < 30; r++) nx_spec_policy_observe(&pol, 1, 1);
+    for (int r = 0; r < 6; r++) nx_spec_policy_observe(&pol, 2, 1);
+    CHECK_EQ_INT(nx_spec_policy_best_k(&pol, &c, NULL), 1);
+    int shadows = 0, k = 1;
+    for (int r = 0; r < 200; r++) {
+        nx_spec_plan pl = nx_spec_policy_plan(&pol, &c);
+        k = pl.k;
+        if (k) nx_spec_policy_observe(&pol, k, k);              /* the text is predictable now */
+        if (pl.shadow) {
+            shadows++;
+            CHECK(pl.k < p.draft_max);
+            nx_spec_policy_observe_shadow(&pol, pl.k + 1, true);
+        }
+    }
+    CHECK(shadows >= 3);                                        /* one per depth grown, at least */
+    CHECK_EQ_INT(k, 4);                                         /* grown to draft_max */
+    CHECK(pol.n_shadow == (uint64_t)shadows && pol.n_shadow_ok == (uint64_t)shadows);
+    /* a dear draft step stretches the period (~1% of the rounds' cost) */
+    nx_spec_policy_init(&pol, &p, NULL);
+    for (int r = 0; r < 30; r++) { nx_spec_policy_observe(&pol, 1, 1); nx_spec_policy_observe_draft_cost(&pol, 0.3, 1); }
+    nx_spec_policy_observe(&pol, 2, 1);
+    shadows = 0;
+    for (int r = 0; r < 300; r++) shadows += nx_spec_policy_plan(&pol, &c).shadow;
+    CHECK(shadows >= 5 && shadows <= 12);
+}
+
+/* The wall-clock guard: speculation measured slower than plain rounds -> k = 0 (switch reported
+ * once), re-tries every guard_probe_every rounds, back on when a re-try is faster. */
+static void test_policy_guard(void) {
+    nx_spec_policy pol;
+    nx_spec_costs c;
+    linear_costs(&c, 0.1);
+    CHECK(nx_spec_policy_init(&pol, NULL, NULL) == NX_OK);
+    for (int r = 0; r < 40; r++) nx_spec_policy_observe(&pol, 3, 3);   /* the model says speculate */
+    int switches = 0, plain = 0;
+    for (int r = 0; r < 200 && !pol.off; r++) {
+        nx_spec_plan pl = nx_spec_policy_plan(&pol, &c);
+        /* but every committed token costs 2 ms with drafts and 1 ms without */
+        const int committed = pl.k ? pl.k + 1 : 1;
+        const int sw = nx_spec_policy_observe_round(&pol, pl.k, committed, pl.k ? 2e-3 * committed : 1e-3);
+        plain += pl.k == 0;
+        if (sw) { CHECK_EQ_INT(sw, 1); switches++; }
+    }
+    CHECK(pol.off);
+    CHECK_EQ_INT(switches, 1);
+    CHECK(plain >= 2);                           /* it measured plain rounds while speculating */
+    /* off: k = 0 except one re-try every 32 rounds, which is faster now -> back on */
+    int retries = 0, on_again = 0;
+    for (int r = 0; r < 40 && !on_again; r++) {
+        nx_spec_plan pl = nx_spec_policy_plan(&pol, &c);
+        if (pl.k) {
+            retries++;
+            CHECK(pol.retry);
+        }
+        const int committed = pl.k ? pl.k + 1 : 1;
+        const int sw = nx_spec_policy_observe_round(&pol, pl.k, committed, pl.k ? 0.3e-3 * committed : 1e-3);
+        if (sw == -1) on_again = 1;
+        else CHECK_EQ_INT(sw, 0);
+    }
+    CHECK_EQ_INT(retries, 1);
+    CHECK(on_again && !pol.off);
+    CHECK_EQ_INT((int)pol.n_switches, 2);
+    /* fixed k: no guard */
+    nx_spec_policy_params p = nx_spec_policy_default_params();
+    p.adaptive = false;
+    CHECK(nx_spec_policy_init(&pol, &p, NULL) == NX_OK);
+    for (int r = 0; r < 100; r++) {
+        nx_spec_plan pl = nx_spec_policy_plan(&pol, &c);
+        CHECK_EQ_INT(pl.k, p.draft_max);
+        CHECK(!pl.shadow);
+        CHECK_EQ_INT(nx_spec_policy_observe_round(&pol, pl.k, 1, 1.0), 0);
+    }
+    CHECK(!pol.off);
 }
 
 static void test_policy_fixed_and_bounds(void) {
@@ -230,11 +317,11 @@ static void test_policy_fixed_and_bounds(void) {
     for (int r = 0; r < 20; r++) nx_spec_policy_observe(&pol, 3, 0);
     int probe = 0;
     for (int r = 0; r < 16; r++) {
-        int kk = nx_spec_policy_next_k(&pol, &c);
-        CHECK(kk == 0 || kk == 3);
-        if (kk) probe = kk;
+        nx_spec_plan pl = nx_spec_policy_plan(&pol, &c);
+        CHECK(pl.k == 0 || pl.k == 3);
+        if (pl.shadow) probe++;                  /* probes are shadow drafts at k = 0 */
     }
-    CHECK_EQ_INT(probe, 3);
+    CHECK(probe >= 1);
 
     nx_error err = {0};
     p = nx_spec_policy_default_params();
@@ -405,6 +492,8 @@ int main(void) {
     RUN(test_policy_high_acceptance_grows);
     RUN(test_policy_low_acceptance_and_probing);
     RUN(test_policy_fixed_and_bounds);
+    RUN(test_policy_shadow_depth);
+    RUN(test_policy_guard);
     RUN(test_pmin);
     RUN(test_spec_type_parsing);
     RUN(test_flag_parsing);

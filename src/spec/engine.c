@@ -71,6 +71,8 @@ typedef struct eng_seq {
     int n_ck;
     /* this step */
     int k, row0;
+    nx_token shadow;             /* this round's unverified extra draft (-1: none) */
+    int round_n;                 /* tokens this round committed */
     int prow0, pn;               /* prompt rows in the batch */
     nx_draft_req req;
     nx_token drafts[NX_SPEC_DRAFT_CAP];
@@ -745,9 +747,11 @@ nx_status nx_spec_engine_step(nx_spec_engine *e, nx_error *err) {
     for (int s = 0; s < e->n_seq; s++) {
         eng_seq *q = &e->seqs[s];
         if (!q->active) continue;
-        int k = 0;
+        int k = 0, k_ask = 0;
+        q->shadow = -1;
         if (q->draft_on) {
-            k = nx_spec_policy_next_k(&q->pol, &e->costs);
+            const nx_spec_plan plan = nx_spec_policy_plan(&q->pol, &e->costs);
+            k = plan.k;
             const int room = e->n_ctx - q->P - 1;
             if (k > room) k = room;
             if (q->n_predict > 0) {
@@ -756,8 +760,11 @@ nx_status nx_spec_engine_step(nx_spec_engine *e, nx_error *err) {
             }
             if (k > q->pp.draft_max) k = q->pp.draft_max;
             if (k < 0) k = 0;
+            /* a shadow draft is never verified: it needs head room only, no budget */
+            k_ask = k + (plan.shadow && k == plan.k && k + 1 <= room && k + 1 <= NX_SPEC_DRAFT_CAP);
         }
         q->k = k;
+        k = k_ask;
         nx_draft_req *r = &q->req;
         memset(r, 0, sizeof *r);
         r->n = 0;
@@ -796,6 +803,10 @@ nx_status nx_spec_engine_step(nx_spec_engine *e, nx_error *err) {
             q->req = e->reqs[i];
             q->req.k_max_by_stage = NULL;
             if (steps > 0) nx_spec_policy_observe_draft_cost(&q->pol, t_draft * q->req.n / steps, q->req.n);
+            if (q->req.n > q->k) {     /* the shadow draft: kept apart, not verified */
+                q->shadow = q->drafts[q->k];
+                q->req.n = q->k;
+            }
             if (e->trace) {
                 const char *src = q->req.stage >= 0 && q->req.stage < e->n_stages ? e->stage_names[q->req.stage] : NULL;
                 nx_spec_trace_draft(e->trace, e->req_seq[i], q->P, q->k, src, q->drafts, q->dp, q->req.n, NULL);
@@ -868,9 +879,15 @@ nx_status nx_spec_engine_step(nx_spec_engine *e, nx_error *err) {
         nx_spec_stats_round(&q->st, q->req.stage, n, a);
         nx_spec_stats_round(&e->total, q->req.stage, n, a);
         nx_spec_policy_observe(&q->pol, n, a);
+        if (q->shadow >= 0 && a == n) {
+            nx_spec_policy_observe_shadow(&q->pol, n + 1, tok == q->shadow);
+            nx_spec_stats_shadow(&q->st, tok == q->shadow);
+            nx_spec_stats_shadow(&e->total, tok == q->shadow);
+        }
         bool ended = false;
         if ((st = emit(e, q, e->ids, a + 1, q->row0, &ended, err)) != NX_OK) break;
         const nx_pos P = q->P;
+        q->round_n = a + 1;
         q->P += a + 1;
         q->id_last = tok;
         if (ended || q->P >= e->n_ctx) q->active = false;
@@ -903,8 +920,18 @@ nx_status nx_spec_engine_step(nx_spec_engine *e, nx_error *err) {
     const double t3 = nx_spec_time_now(), t_other = t3 - t2 + t_sync;
     for (int s = 0; s < e->n_seq; s++) {
         eng_seq *q = &e->seqs[s];
-        if (q->in_round)   /* this round's wall time, shared by the sequences that took part */
+        if (q->in_round) {   /* this round's wall time, shared by the sequences that took part */
             nx_spec_stats_add_time(&q->st, t_draft / n_act, t_verify / n_act, t_other / n_act);
+            /* the guard compares whole steps: each sequence waited for all of it; a step that
+             * also read prompt rows says nothing about decoding speed */
+            if (q->draft_on && n_rows == n_vrows && !(q->req.n == 0 && q->shadow >= 0)) {
+                const int sw = nx_spec_policy_observe_round(&q->pol, q->req.n, q->round_n, t3 - t0);
+                if (sw)
+                    NX_INFO("speculation guard: sequence %d: speculation %s (%.3f ms/token with drafts, %.3f plain)", s,
+                            sw > 0 ? "off, plain decoding is faster" : "back on", q->pol.t_spec * 1e3,
+                            q->pol.t_plain * 1e3);
+            }
+        }
         q->in_round = false;
     }
     nx_spec_stats_add_time(&e->total, t_draft, t_verify, t_other);

@@ -151,7 +151,8 @@ double nx_spec_predicted_speedup_stats(const nx_spec_stats *st, double c_d, cons
 nx_spec_policy_params nx_spec_policy_default_params(void) {
     return (nx_spec_policy_params){
         .draft_max = 8, .draft_min = 0, .adaptive = true, .p_min = 0.0f, .ema_alpha = 0.1,
-        .accept_prior = 0.6, .draft_cost_prior = 0.05, .probe_every = 16,
+        .accept_prior = 0.6, .draft_cost_prior = 0.05, .probe_every = 8, .shadow_every = 4, .guard = true,
+        .guard_margin = 0.03, .guard_probe_every = 32, .plain_every = 64,
     };
 }
 
@@ -172,6 +173,10 @@ nx_status nx_spec_policy_init(nx_spec_policy *pol, const nx_spec_policy_params *
         return nx_fail(err, NX_ERR_INVALID_ARG, "draft policy: draft_cost_prior %g < 0", p.draft_cost_prior);
     if (p.probe_every < 1)
         return nx_fail(err, NX_ERR_INVALID_ARG, "draft policy: probe_every %d < 1", p.probe_every);
+    if (p.shadow_every < 0 || p.guard_probe_every < 1 || p.plain_every < 1 || !(p.guard_margin >= 0.0))
+        return nx_fail(err, NX_ERR_INVALID_ARG, "draft policy: shadow_every %d (>= 0), guard_probe_every %d, plain_every "
+                       "%d (>= 1), guard_margin %g (>= 0)", p.shadow_every, p.guard_probe_every, p.plain_every,
+                       p.guard_margin);
     memset(pol, 0, sizeof *pol);
     pol->p = p;
     return NX_OK;
@@ -218,16 +223,92 @@ int nx_spec_policy_best_k(const nx_spec_policy *pol, const nx_spec_costs *c, dou
     return nx_spec_best_k(a, pol->p.draft_min, pol->p.draft_max, nx_spec_policy_draft_cost(pol, c), c, speedup);
 }
 
-int nx_spec_policy_next_k(nx_spec_policy *pol, const nx_spec_costs *c) {
-    int k = nx_spec_policy_best_k(pol, c, NULL);
-    if (k > 0 || !pol->p.adaptive || pol->p.draft_max == 0) {
+/* Rounds between shadow drafts at k* > 0: shadow_every, stretched so that the extra draft step
+ * costs at most ~1% of the rounds in between (round cost ~ c_v(1) or more). */
+static int shadow_period(const nx_spec_policy *pol, const nx_spec_costs *c) {
+    if (pol->p.shadow_every <= 0) return 0;
+    const double rel = nx_spec_policy_draft_cost(pol, c) / nx_spec_costs_verify(c, 1);
+    int every = pol->p.shadow_every;
+    if (rel > 0 && 100.0 * rel > every) every = (int)(100.0 * rel);
+    return every > 1000 ? 1000 : every;
+}
+
+nx_spec_plan nx_spec_policy_plan(nx_spec_policy *pol, const nx_spec_costs *c) {
+    nx_spec_plan plan = {nx_spec_policy_best_k(pol, c, NULL), false};
+    pol->retry = false;
+    if (!pol->p.adaptive || pol->p.draft_max == 0) {
         pol->idle_rounds = 0;
-        return k;
+        return plan;
     }
-    if (++pol->idle_rounds < pol->p.probe_every) return 0;
+    if (pol->p.guard && pol->off) {
+        if (plan.k > 0 && ++pol->since_retry >= pol->p.guard_probe_every) {
+            pol->since_retry = 0;
+            pol->retry = true;         /* the model's k once more, measured */
+            return plan;
+        }
+        plan.k = 0;
+    } else if (pol->p.guard && plan.k > 0 && ++pol->since_plain >= pol->p.plain_every) {
+        pol->since_plain = 0;          /* plain speed, for the guard's comparison */
+        return (nx_spec_plan){0, false};
+    }
+    if (plan.k == 0) {
+        if (++pol->idle_rounds >= pol->p.probe_every) {
+            pol->idle_rounds = 0;
+            pol->n_probes++;
+            plan.shadow = true;        /* d_1 against the token this plain round samples */
+        }
+        return plan;
+    }
     pol->idle_rounds = 0;
-    pol->n_probes++;
-    return pol->p.draft_min > 1 ? pol->p.draft_min : 1;
+    const int every = shadow_period(pol, c);
+    if (every && plan.k < pol->p.draft_max && ++pol->since_shadow >= every) {
+        pol->since_shadow = 0;
+        plan.shadow = true;
+    }
+    return plan;
+}
+
+int nx_spec_policy_next_k(nx_spec_policy *pol, const nx_spec_costs *c) {
+    return nx_spec_policy_plan(pol, c).k;
+}
+
+void nx_spec_policy_observe_shadow(nx_spec_policy *pol, int depth, bool accepted) {
+    if (depth < 1 || depth > NX_SPEC_DRAFT_CAP) return;
+    double est[NX_SPEC_DRAFT_CAP];
+    accept_estimates(pol, est, depth);
+    const int i = depth - 1;
+    double w = 1.0 / (double)(pol->n_a[i] + 2);
+    if (w < pol->p.ema_alpha) w = pol->p.ema_alpha;
+    pol->a[i] = est[i] + w * ((accepted ? 1.0 : 0.0) - est[i]);
+    if (pol->n_a[i] < UINT32_MAX) pol->n_a[i]++;
+    pol->n_shadow++;
+    pol->n_shadow_ok += accepted;
+}
+
+int nx_spec_policy_observe_round(nx_spec_policy *pol, int k, int committed, double seconds) {
+    if (committed <= 0 || !isfinite(seconds) || seconds <= 0) return 0;
+    const double x = seconds / committed;
+    double *t = k > 0 ? &pol->t_spec : &pol->t_plain;
+    uint32_t *n = k > 0 ? &pol->n_spec : &pol->n_plain;
+    double w = 1.0 / (double)(*n + 1);
+    if (w < pol->p.ema_alpha) w = pol->p.ema_alpha;
+    if (pol->retry && k > 0) w = 1.0;   /* a re-try measures speculation as it is now */
+    *t = *n ? *t + w * (x - *t) : x;
+    if (*n < UINT32_MAX) (*n)++;
+    if (!pol->p.guard || !pol->p.adaptive) return 0;
+    const double m = 1.0 + pol->p.guard_margin;
+    if (!pol->off && pol->n_spec >= 8 && pol->n_plain >= 2 && pol->t_spec > pol->t_plain * m) {
+        pol->off = true;
+        pol->since_retry = 0;
+        pol->n_switches++;
+        return 1;
+    }
+    if (pol->off && pol->retry && pol->t_spec * m < pol->t_plain) {
+        pol->off = false;
+        pol->n_switches++;
+        return -1;
+    }
+    return 0;
 }
 
 void nx_spec_policy_observe(nx_spec_policy *pol, int k_drafted, int n_accepted) {

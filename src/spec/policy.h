@@ -16,7 +16,19 @@
  *   nx_spec_policy  one per sequence (per chain stage if the engine wishes): EMAs of a_i and c_d,
  *                   the probe counter. Plain data, no allocation.
  * Unmeasured depths borrow the estimate of the depth below (depth 1: accept_prior), so a policy
- * can grow k past what it has tried. Costs: unmeasured row counts are interpolated between
+ * can grow k past what it has tried.
+ * Exploration without verify cost (shadow drafts): every shadow_every rounds the plan asks the
+ * drafter for one draft more than it verifies; when the verified drafts all pass, the round's
+ * bonus token equals that extra draft exactly when the target would have accepted it (greedy: the
+ * argmax; sampled: P(bonus = d) = p(d), the acceptance probability of a deterministic draft), so
+ * depth k+1 is observed for one draft step. At k* = 0 the shadow draft is d_1 itself. Without it
+ * a depth whose estimate once fell would never be measured again (k stays below it).
+ * Wall-clock guard (adaptive mode): the measured seconds per committed token of rounds with
+ * drafts against rounds without (plain rounds come every plain_every rounds while speculating);
+ * when speculation is slower by more than guard_margin the policy decodes plainly (k = 0) and
+ * re-tries the model's k once every guard_probe_every rounds; it turns back on when a re-try is
+ * faster. This catches every cost the model leaves out (sampling, bookkeeping, a drafter's
+ * queued work). Costs: unmeasured row counts are interpolated between
  * measured ones, or follow c_v(1) (1 + slope_prior (n - 1)) scaled to the nearest measurement;
  * the table is made non-decreasing in n (noise must not make a larger verify look cheaper).
  * Never: global state, allocation, printing.
@@ -79,7 +91,13 @@ typedef struct nx_spec_policy_params {
     double ema_alpha;            /* 0.1: weight of a new observation once warmed up */
     double accept_prior;         /* 0.6: a_1 before any observation (one pseudo-observation) */
     double draft_cost_prior;     /* 0.05: c_d before any measurement, as a fraction of c_v(1) */
-    int    probe_every;          /* 16: rounds at k* = 0 between probes */
+    int    probe_every;          /* 8: rounds at k* = 0 between shadow probes of depth 1 */
+    int    shadow_every;         /* 4: rounds between shadow drafts at k* > 0 (0: none); stretched
+                                    so that shadow steps stay under ~1% of the rounds' cost */
+    bool   guard;                /* true: the wall-clock guard (adaptive mode only) */
+    double guard_margin;         /* 0.03: speculation must not be slower than plain by more */
+    int    guard_probe_every;    /* 32: rounds between re-tries while the guard holds k at 0 */
+    int    plain_every;          /* 64: a plain round among speculative ones (measures plain speed) */
 } nx_spec_policy_params;
 
 typedef struct nx_spec_policy {
@@ -89,8 +107,24 @@ typedef struct nx_spec_policy {
     double   c_d;                      /* EMA of the drafter cost per step (caller's units) */
     uint32_t n_cd;                     /* cost measurements */
     int      idle_rounds;              /* rounds at k = 0 since the last probe */
-    uint64_t n_probes;                 /* probes made */
+    uint64_t n_probes;                 /* probes made (shadow probes at k* = 0) */
+    int      since_shadow;             /* rounds since the last shadow draft at k* > 0 */
+    uint64_t n_shadow, n_shadow_ok;    /* shadow observations, how many the target would have taken */
+    /* the wall-clock guard */
+    double   t_spec, t_plain;          /* EMA seconds per committed token: rounds with / without drafts */
+    uint32_t n_spec, n_plain;
+    bool     off;                      /* the guard holds k at 0 */
+    bool     retry;                    /* this round is a re-try while off */
+    int      since_plain, since_retry;
+    uint64_t n_switches;               /* times the guard turned speculation off or back on */
 } nx_spec_policy;
+
+/* One round's plan: verify k drafts; shadow: ask the drafter for k + 1 and keep the last one
+ * unverified (see above). */
+typedef struct nx_spec_plan {
+    int  k;
+    bool shadow;
+} nx_spec_plan;
 
 nx_spec_policy_params nx_spec_policy_default_params(void);
 
@@ -101,7 +135,9 @@ nx_status nx_spec_policy_init(nx_spec_policy *pol, const nx_spec_policy_params *
 /* Forget the observations, keep the params. */
 void      nx_spec_policy_reset(nx_spec_policy *pol);
 
-/* The k for this round (call once per round: it counts rounds for re-probing). */
+/* This round's plan (call once per round: it counts rounds for probes, shadows and the guard). */
+nx_spec_plan nx_spec_policy_plan(nx_spec_policy *pol, const nx_spec_costs *c);
+/* The plan's k alone (the shadow draft not wanted). */
 int    nx_spec_policy_next_k(nx_spec_policy *pol, const nx_spec_costs *c);
 /* k* without side effects (speedup as in nx_spec_best_k; fixed mode gives draft_max). */
 int    nx_spec_policy_best_k(const nx_spec_policy *pol, const nx_spec_costs *c, double *speedup);
@@ -109,6 +145,13 @@ int    nx_spec_policy_best_k(const nx_spec_policy *pol, const nx_spec_costs *c, 
 /* A round drafted k_drafted tokens (what the drafter produced, not what was asked) of which
  * n_accepted were accepted: depths 1..n_accepted succeeded, depth n_accepted + 1 failed. */
 void   nx_spec_policy_observe(nx_spec_policy *pol, int k_drafted, int n_accepted);
+/* A shadow draft at `depth` (1 + the verified drafts, all of which passed) would have been
+ * accepted or not. */
+void   nx_spec_policy_observe_shadow(nx_spec_policy *pol, int depth, bool accepted);
+/* A whole round (draft + verify + the rest) took `seconds` and committed `committed` tokens with
+ * k drafts verified; feeds the guard. Returns +1 when the guard turned speculation off in this
+ * call, -1 when it turned it back on, 0 otherwise (so the caller can log a switch once). */
+int    nx_spec_policy_observe_round(nx_spec_policy *pol, int k, int committed, double seconds);
 /* The drafter took `cost` for `steps` steps (ignored when steps <= 0 or cost is not finite). */
 void   nx_spec_policy_observe_draft_cost(nx_spec_policy *pol, double cost, int steps);
 

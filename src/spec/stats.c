@@ -57,8 +57,16 @@ void nx_spec_stats_add_time(nx_spec_stats *st, double t_draft, double t_verify, 
     st->t_other = add_secs(st->t_other, t_other);
 }
 
+void nx_spec_stats_shadow(nx_spec_stats *st, bool would_pass) {
+    if (!st) return;
+    st->n_shadow++;
+    st->n_shadow_ok += would_pass;
+}
+
 void nx_spec_stats_merge(nx_spec_stats *dst, const nx_spec_stats *src) {
     if (!dst || !src) return;
+    dst->n_shadow += src->n_shadow;
+    dst->n_shadow_ok += src->n_shadow_ok;
     dst->n_rounds += src->n_rounds;
     dst->n_rounds_drafted += src->n_rounds_drafted;
     dst->n_drafted += src->n_drafted;

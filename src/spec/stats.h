@@ -30,6 +30,7 @@
 #ifndef NX_SPEC_STATS_H
 #define NX_SPEC_STATS_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <cjson/cJSON.h>
@@ -50,6 +51,7 @@ typedef struct nx_spec_stats {
     uint64_t stage_drafted[NX_SPEC_MAX_STAGES];
     uint64_t stage_accepted[NX_SPEC_MAX_STAGES];
     double   t_draft, t_verify, t_other;             /* seconds */
+    uint64_t n_shadow, n_shadow_ok;                  /* policy shadow drafts (policy.h): judged / would pass */
 } nx_spec_stats;
 
 void nx_spec_stats_reset(nx_spec_stats *st);
@@ -57,6 +59,8 @@ void nx_spec_stats_reset(nx_spec_stats *st);
  * counted per stage), k_drafted drafts verified, n_accepted of them accepted (clamped to
  * 0..k_drafted; k_drafted clamped to 0..NX_SPEC_DRAFT_CAP). */
 void nx_spec_stats_round(nx_spec_stats *st, int stage, int k_drafted, int n_accepted);
+/* One shadow draft (an extra draft the policy asked for and the round did not verify). */
+void nx_spec_stats_shadow(nx_spec_stats *st, bool would_pass);
 /* Add measured seconds (non-finite or negative values are ignored). */
 void nx_spec_stats_add_time(nx_spec_stats *st, double t_draft, double t_verify, double t_other);
 /* dst += src */
