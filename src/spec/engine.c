@@ -954,6 +954,16 @@ bool nx_spec_engine_prompt_pending(const nx_spec_engine *e, nx_seq_id seq) {
     return e && seq >= 0 && seq < e->n_seq && e->seqs[seq].pending;
 }
 
+bool nx_spec_engine_guard(const nx_spec_engine *e, nx_seq_id seq, nx_spec_guard_info *out) {
+    if (!e || seq < 0 || seq >= e->n_seq || !out) return false;
+    const eng_seq *q = &e->seqs[seq];
+    *out = (nx_spec_guard_info){
+        .off = q->pol.off, .switches = q->pol.n_switches, .s_per_tok_spec = q->pol.n_spec ? q->pol.t_spec : 0,
+        .s_per_tok_plain = q->pol.n_plain ? q->pol.t_plain : 0, .k_last = q->req.n,
+    };
+    return true;
+}
+
 int nx_spec_engine_n_reused(const nx_spec_engine *e, nx_seq_id seq) {
     if (!e || seq < 0 || seq >= e->n_seq) return 0;
     return e->seqs[seq].n_reused;

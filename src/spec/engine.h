@@ -192,6 +192,16 @@ void nx_spec_engine_forget(nx_spec_engine *e, nx_seq_id seq);
 /* Stats of one request (NULL for an unused id) and of the whole run (time = wall time of the
  * rounds, so tokens/s counts every sequence). */
 const nx_spec_stats *nx_spec_engine_stats(const nx_spec_engine *e, nx_seq_id seq);
+
+/* The draft policy's state of a sequence (its current request): the wall-clock guard (policy.h)
+ * and the measured seconds per committed token with drafts / without. false: bad seq. */
+typedef struct nx_spec_guard_info {
+    bool     off;                /* the guard holds speculation off (plain decoding is faster) */
+    uint64_t switches;           /* times it switched (off or back on) */
+    double   s_per_tok_spec, s_per_tok_plain;   /* 0 when not measured yet */
+    int      k_last;             /* drafts verified in the sequence's last round */
+} nx_spec_guard_info;
+bool nx_spec_engine_guard(const nx_spec_engine *e, nx_seq_id seq, nx_spec_guard_info *out);
 const nx_spec_stats *nx_spec_engine_stats_total(const nx_spec_engine *e);
 /* The verify-cost table the policies use (seconds). */
 const nx_spec_costs *nx_spec_engine_costs(const nx_spec_engine *e);
