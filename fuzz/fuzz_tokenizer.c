@@ -2,9 +2,9 @@
  * fuzz_tokenizer.c — libFuzzer target for the tokenizers.
  *
  * Every input is encoded and decoded with:
- *   - a byte-level BPE vocabulary (the qwen35 golden GGUF, path from NX_FUZZ_TOK_GGUF or the
- *     repo's ../shared default, else a vocabulary built in code): decode(encode(x)) must equal
- *     x byte for byte, with and without special-token parsing;
+ *   - a byte-level BPE vocabulary (the qwen35 golden GGUF: NX_FUZZ_TOK_GGUF, else the repo's
+ *     tests/data/golden/qwen35-tiny/model.gguf; NX_FUZZ_TOK_GGUF=builtin: a vocabulary built in
+ *     code): decode(encode(x)) must equal x byte for byte, with and without special-token parsing;
  *   - gemma4-style and SentencePiece vocabularies built in code: the round trip must equal x
  *     with U+2581 read as a space (those vocabularies write spaces as U+2581);
  *   - the streaming UTF-8 assembler fed token pieces must reproduce the decoded text.
@@ -117,8 +117,12 @@ static fuzz_vocabs *vocabs(void) {
     if (v.bpe) return &v;
     const char *path = getenv("NX_FUZZ_TOK_GGUF");
     nx_error err = {0};
-    if (!path) path = "../shared/golden/qwen35-tiny/model.gguf";
-    if (nx_tokenizer_load(path, &v.bpe, &err) != NX_OK) v.bpe = builtin_bpe();
+    if (!path) path = NX_SOURCE_DIR "/tests/data/golden/qwen35-tiny/model.gguf";   /* set by CMake */
+    if (!strcmp(path, "builtin")) v.bpe = builtin_bpe();
+    else if (nx_tokenizer_load(path, &v.bpe, &err) != NX_OK) {
+        fprintf(stderr, "fuzz_tokenizer: %s (NX_FUZZ_TOK_GGUF=builtin for the built-in vocabulary)\n", err.msg);
+        abort();   /* a missing golden is a broken checkout, not a reason to fuzz less */
+    }
     v.gemma = builtin_sp("gemma4");
     v.spm = builtin_sp("llama");
     return &v;

@@ -14,10 +14,11 @@
 # bad value and a target given as --draft-model are refused; --draft-positions increment moves the
 # positions. --spec 64 --spec-type assistant reproduces spec_trace.json round by round (committed
 # ids, positions, acceptance; a rejected draft may differ on a near-tie, at most 2 rounds).
-# Skips cleanly (0 failed) without the goldens or /usr/bin/python3. A few seconds.
+# Skips cleanly (0 failed) only without /usr/bin/python3; the goldens (tests/data/golden) are part
+# of the repository, so a missing one fails. A few seconds.
 set -u
 NEXTN=${NEXTN:-build/nextn}
-SHARED=${NX_SHARED_DIR:-/work/shared}
+GOLDEN="$(cd "$(dirname "$0")" && pwd)/data/golden"
 PY=/usr/bin/python3
 work="$(mktemp -d "${TMPDIR:-/tmp}/nx_eval_asst.XXXXXX")"
 trap 'rm -rf "$work"' EXIT
@@ -28,8 +29,8 @@ bad() { failed=$((failed + 1)); echo "FAIL $1"; [ $# -gt 1 ] && echo "     $2"; 
 
 if [ ! -x "$NEXTN" ]; then echo "no nextn binary at $NEXTN"; echo "0 passed, 1 failed"; exit 1; fi
 if [ ! -x "$PY" ]; then echo "skip: no $PY"; echo "0 passed, 0 failed"; exit 0; fi
-if [ ! -f "$SHARED/golden/gemma4-tiny/assistant.gguf" ]; then
-    echo "skip: no golden gemma4-tiny under $SHARED"; echo "0 passed, 0 failed"; exit 0
+if [ ! -f "$GOLDEN/gemma4-tiny/assistant.gguf" ]; then
+    echo "FAIL: no golden gemma4-tiny under $GOLDEN"; echo "0 passed, 1 failed"; exit 1
 fi
 
 # compare.py MODE GOLDEN_DIR OUT_JSON OUT_PREFIX BOUND : prints one line per problem, exit 1 on any
@@ -93,7 +94,7 @@ EOF
 ids_of() { "$PY" -c "import json,sys;print(','.join(map(str,json.load(open(sys.argv[1]))['prompt']['token_ids'])))" "$1/case.json"; }
 
 for case in gemma4-tiny gemma4-tiny-centroid; do
-    G="$SHARED/golden/$case"
+    G="$GOLDEN/$case"
     if [ ! -f "$G/drafts.json" ]; then echo "skip $case: golden missing"; continue; fi
     IDS=$(ids_of "$G")
     masked=()
@@ -115,7 +116,7 @@ for case in gemma4-tiny gemma4-tiny-centroid; do
     done
 done
 
-G="$SHARED/golden/gemma4-tiny-centroid"
+G="$GOLDEN/gemma4-tiny-centroid"
 if [ -f "$G/drafts.json" ]; then
     IDS=$(ids_of "$G")
     if "$NEXTN" eval -m "$G/model.gguf" --prompt-ids "$IDS" -t 2 --drafts 3 --draft-model "$G/assistant.gguf" \
@@ -132,7 +133,7 @@ EOF
     else bad "centroid --masked-head" "$(head -c 300 "$work/err")"; fi
 fi
 
-G="$SHARED/golden/gemma4-tiny"
+G="$GOLDEN/gemma4-tiny"
 IDS=$(ids_of "$G")
 # increment positions: step 1 is the constant chain's step 1, then positions n+1, n+2
 if "$NEXTN" eval -m "$G/model.gguf" --prompt-ids "$IDS" -t 2 --drafts 3 --draft-model "$G/assistant.gguf" \
@@ -199,7 +200,7 @@ fi
 
 # losslessness through the engine with the new flags: --spec output == greedy.json tokens
 for case in gemma4-tiny gemma4-tiny-centroid; do
-    G="$SHARED/golden/$case"
+    G="$GOLDEN/$case"
     [ -f "$G/greedy.json" ] || continue
     IDS=$(ids_of "$G")
     for flags in "--draft-positions increment" "--assistant-dense-head" "--draft-max 5 --draft-positions constant"; do

@@ -1,6 +1,8 @@
 /*
- * golden_util.h — helpers shared by the tests that compare with ../shared/golden: raw float32
- * files, case.json parsing, max |a - b|, and a context with explicit settings.
+ * golden_util.h — helpers shared by the tests that compare with the golden cases in
+ * tests/data/golden (formats: its README.md): raw float32 files, case.json parsing, max |a - b|,
+ * and a context with explicit settings. The cases are part of the repository, so a missing file
+ * is a broken checkout and the tests fail on it (they never skip).
  */
 #ifndef NX_TEST_GOLDEN_UTIL_H
 #define NX_TEST_GOLDEN_UTIL_H
@@ -12,6 +14,9 @@
 #include <string.h>
 #include "core/io.h"
 #include "nextn.h"
+
+/* The golden cases (one directory each), with a trailing slash. */
+#define NX_GOLDEN_DIR NX_SOURCE_DIR "/tests/data/golden/"
 
 /* A raw little-endian float32 file (malloc'ed; *n = number of floats), or NULL. */
 static inline float *read_f32(const char *path, size_t *n) {

@@ -1,7 +1,7 @@
 # serve_lib.sh — sourced by the server script tests (not a test itself).
 #
 # nx_test_setup NAME: the common preamble — NEXTN / NX_BINARY_DIR defaults, $here (the tests
-# folder), $model (the bundled tiny qwen35 MTP model, else shared/models'), $work =
+# folder), $model (the bundled tiny qwen35 MTP model; missing = a failure), $work =
 # $NX_BINARY_DIR/NAME (created), the counters and ok / fail / check / skip.
 #
 # nx_serve_start WORKDIR TRIES ARGS...: starts `$NEXTN serve --port 0 ARGS...` in the background,
@@ -32,7 +32,6 @@ nx_test_setup() {
     NX_BINARY_DIR=${NX_BINARY_DIR:-build}
     here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
     model="$here/../models/tiny-qwen35-mtp-q8_0.gguf"
-    [ -f "$model" ] || model="${NX_SHARED_DIR:-/work/shared}/models/tiny-qwen35-mtp-q8_0.gguf"
     work="$NX_BINARY_DIR/$1"
     mkdir -p "$work"
     passed=0

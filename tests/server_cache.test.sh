@@ -13,7 +13,7 @@ set -u
 nx_test_setup server-cache
 
 command -v curl >/dev/null && command -v jq >/dev/null || skip "curl or jq not installed"
-[ -f "$model" ] || skip "model not found"
+[ -f "$model" ] || { fail "$model missing"; echo "0 passed, 1 failed"; exit 1; }
 
 flags=(-m "$model" -np 2 -c 2048 -t 1 -ub 32 --spec-type mtp --draft-max 4 --ctx-checkpoint-interval 16)
 post() {   # post PATH BODY OUT

@@ -16,7 +16,7 @@ nx_test_setup server-load
 command -v curl >/dev/null && command -v jq >/dev/null || skip "curl or jq not installed"
 CC=${CC:-cc}
 command -v "$CC" >/dev/null || skip "no C compiler ($CC)"
-[ -f "$model" ] || skip "model not found"
+[ -f "$model" ] || { fail "$model missing"; echo "0 passed, 1 failed"; exit 1; }
 
 if "$CC" -std=c11 -O2 -Wall -Wextra -pthread "$here/load/nx_load.c" -o "$work/nx_load" 2>"$work/cc.err"; then
     ok "load client builds"

@@ -11,7 +11,7 @@ set -u
 nx_test_setup server-model
 
 command -v curl >/dev/null && command -v jq >/dev/null || skip "curl or jq not installed"
-[ -f "$model" ] || skip "model not found"
+[ -f "$model" ] || { fail "$model missing"; echo "0 passed, 1 failed"; exit 1; }
 
 # ---- startup errors ----
 if "$NEXTN" serve --port 0 >/dev/null 2>"$work/e1"; then fail "serve without -m"; else

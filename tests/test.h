@@ -38,6 +38,10 @@ static const char *t_cur_name;
     if (t_cur_failed) { t_failed++; fprintf(stderr, "FAIL %s\n", #fn); } \
     else { t_passed++; fprintf(stderr, "ok   %s\n", #fn); } } while (0)
 
+/* A precondition of the current test: a failed check that also ends it. The data the tests read
+ * are part of the repository (tests/data, models), so a missing file is a failure, never a skip. */
+#define REQUIRE_MSG(cond, ...) do { if (!(cond)) { CHECK_MSG(cond, __VA_ARGS__); return; } } while (0)
+
 /* Mark the current test as skipped-with-reason (counts as passed; prints why). */
 #define SKIP(...) do { fprintf(stderr, "  skip (%s): ", t_cur_name); fprintf(stderr, __VA_ARGS__); fputc('\n', stderr); return; } while (0)
 

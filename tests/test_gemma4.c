@@ -22,7 +22,7 @@
 #include "quant/quant.h"
 #include "nextn.h"
 
-#define GOLDEN NX_SHARED_DIR "/golden/"
+#define GOLDEN NX_GOLDEN_DIR
 
 static char g_tmpdir[] = "/tmp/nx_test_gemma4_XXXXXX";
 
@@ -131,7 +131,7 @@ static float *golden_file(const golden *g, const char *file, size_t want) {
 
 static void check_golden(const char *name) {
     golden g = {0};
-    if (!golden_open(&g, name)) { golden_close(&g); SKIP("%s missing", name); }
+    if (!golden_open(&g, name)) { CHECK_MSG(0, "golden %s missing or unreadable", name); golden_close(&g); return; }
     char path[600];
     snprintf(path, sizeof path, "%s/model.gguf", g.dir);
     nx_model *m = NULL;
@@ -451,7 +451,7 @@ static void compare_with_numpy(const char *path, const char *what, int n, int ub
 static void test_vs_numpy_derived(void) {
     if (!have_numpy()) SKIP("no /usr/bin/python3 with numpy");
     const char *src = GOLDEN "gemma4-tiny/model.gguf";
-    if (access(src, R_OK) != 0) SKIP("golden missing");
+    REQUIRE_MSG(access(src, R_OK) == 0, "%s missing", src);
     const char *kinds[3] = {"no-ple", "moe", "moe-split"};
     for (int k = 0; k < 3; k++) {
         char dst[600], cmd[2048], what[64];
@@ -535,7 +535,7 @@ static void expect_load_error(const char *path, nx_status want, const char *s1, 
 
 static void test_bad_input(void) {
     const char *src = GOLDEN "gemma4-tiny/model.gguf";
-    if (access(src, R_OK) != 0) SKIP("golden missing");
+    REQUIRE_MSG(access(src, R_OK) == 0, "%s missing", src);
     char bad[600];
     snprintf(bad, sizeof bad, "%s/bad.gguf", g_tmpdir);
     CHECK(write_variant(src, bad, "blk.1.attn_k.weight", NULL, NULL, NULL));
@@ -574,7 +574,7 @@ static void test_bad_input(void) {
  * but a context (and so `-m` in the CLI) says it is a drafter to pass with --draft-model. */
 static void test_assistant_as_model(void) {
     const char *asst = GOLDEN "gemma4-tiny/assistant.gguf";
-    if (access(asst, R_OK) != 0) SKIP("golden missing");
+    REQUIRE_MSG(access(asst, R_OK) == 0, "%s missing", asst);
     nx_model *m = NULL;
     CHECK_MSG(nx_model_load(asst, NULL, &m) == NX_OK, "%s", nx_last_error());
     if (!m) return;

@@ -815,19 +815,19 @@ static void test_files_and_splits(void) {
 
 /* ===== Golden files and the CLI ===== */
 
+/* every GGUF of the repository (paths from its root) */
 static const char *golden_files[] = {
-    "golden/qwen35-tiny/model.gguf", "golden/qwen35-tiny-q8/model.gguf", "golden/qwen35-small/model.gguf",
-    "golden/qwen35-small-q4km/model.gguf", "golden/gemma4-tiny/model.gguf", "golden/gemma4-tiny/assistant.gguf",
-    "golden/gemma4-tiny-centroid/model.gguf", "golden/gemma4-tiny-centroid/assistant.gguf",
-    "models/tiny-qwen35-mtp-f32.gguf", "models/tiny-qwen35-mtp-q8_0.gguf",
+    "tests/data/golden/qwen35-tiny/model.gguf", "tests/data/golden/qwen35-tiny-q8/model.gguf",
+    "tests/data/golden/qwen35-small-q4km/model.gguf", "tests/data/golden/qwen35-small-q4km/f32_subset.gguf",
+    "tests/data/golden/gemma4-tiny/model.gguf", "tests/data/golden/gemma4-tiny/assistant.gguf",
+    "tests/data/golden/gemma4-tiny-centroid/model.gguf", "tests/data/golden/gemma4-tiny-centroid/assistant.gguf",
+    "models/tiny-qwen35-mtp-q8_0.gguf",
 };
 
 static void test_golden(void) {
     char path[512];
-    snprintf(path, sizeof path, "%s/golden", NX_SHARED_DIR);
-    if (access(path, R_OK)) SKIP("%s not present", path);
     for (size_t f = 0; f < sizeof golden_files / sizeof golden_files[0]; f++) {
-        snprintf(path, sizeof path, "%s/%s", NX_SHARED_DIR, golden_files[f]);
+        snprintf(path, sizeof path, "%s/%s", NX_SOURCE_DIR, golden_files[f]);
         nx_gguf *g = NULL;
         nx_error err = {0};
         nx_status st = nx_gguf_open(path, &g, &err);
@@ -919,22 +919,21 @@ static void test_cli(void) {
     CHECK_EQ_INT(run_cli("", out), 2);
     unlink(mine);
 
-    snprintf(path, sizeof path, "%s/golden/qwen35-tiny/model.gguf", NX_SHARED_DIR);
-    if (!access(path, R_OK)) {
-        snprintf(args, sizeof args, "'%s' --tensors", path);
-        CHECK_EQ_INT(run_cli(args, out), 0);
-        text = slurp(out, NULL);
-        CHECK(text && strstr(text, "qwen35.block_count = 5") && strstr(text, "tokenizer.ggml.tokens = [") &&
-              strstr(text, "token_embd.weight"));
-        free(text);
-        snprintf(args, sizeof args, "'%s' --json", path);
-        CHECK_EQ_INT(run_cli(args, out), 0);
-        text = slurp(out, NULL);
-        j = text ? cJSON_Parse(text) : NULL;
-        CHECK(j && cJSON_GetObjectItem(j, "summary"));
-        cJSON_Delete(j);
-        free(text);
-    }
+    snprintf(path, sizeof path, "%s/tests/data/golden/qwen35-tiny/model.gguf", NX_SOURCE_DIR);
+    CHECK_MSG(!access(path, R_OK), "%s missing", path);
+    snprintf(args, sizeof args, "'%s' --tensors", path);
+    CHECK_EQ_INT(run_cli(args, out), 0);
+    text = slurp(out, NULL);
+    CHECK(text && strstr(text, "qwen35.block_count = 5") && strstr(text, "tokenizer.ggml.tokens = [") &&
+          strstr(text, "token_embd.weight"));
+    free(text);
+    snprintf(args, sizeof args, "'%s' --json", path);
+    CHECK_EQ_INT(run_cli(args, out), 0);
+    text = slurp(out, NULL);
+    j = text ? cJSON_Parse(text) : NULL;
+    CHECK(j && cJSON_GetObjectItem(j, "summary"));
+    cJSON_Delete(j);
+    free(text);
     unlink(out);
 }
 
@@ -1050,7 +1049,7 @@ static void test_fuzz_seeds(void) {
         write_seeds(dir);
     }
     DIR *d = opendir(dir);
-    if (!d) SKIP("%s missing", dir);
+    REQUIRE_MSG(d != NULL, "%s missing", dir);
     struct dirent *e;
     int n = 0;
     while ((e = readdir(d))) {

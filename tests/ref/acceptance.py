@@ -65,7 +65,9 @@ def stdlib_heldout(root="/usr/lib/python3.11"):
 
 def main(argv):
     ap = argparse.ArgumentParser()
-    ap.add_argument("models", nargs="?", default=os.environ.get("NX_SHARED_DIR", "/work/shared") + "/models")
+    ap.add_argument("models", nargs="?", help="directory holding tiny-qwen35-mtp-f32.gguf, -q8_0.gguf and "
+                    "heldout.py.txt (default: the repository's models/, which lacks the 13 MB F32 file)",
+                    default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "models"))
     ap.add_argument("--n-gen", type=int, default=256)
     ap.add_argument("--n-prompt", type=int, default=64)
     ap.add_argument("--draft-max", type=int, default=3)

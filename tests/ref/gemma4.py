@@ -9,7 +9,7 @@ optional fixed-capacity SWA ring: n_swa - 1 + max batch cells per SWA layer), th
 attention on the target KV, chaining, constant/increment draft positions, dense and centroid-masked
 LM heads), chained greedy drafting (`drafts.json` layout), a greedy speculative loop
 (`spec_trace.json` layout), derived test models (no PLE, MoE, ik dialect) and the CLI.
-Promises: the math of /work/shared/spec/gemma4.md (Decisions first); float32 activations with
+Promises: the math of docs/spec/gemma4.md (Decisions first); float32 activations with
 float64 accumulation in matmuls, norms and softmax; optional emulation of the reference engine's
 f16 K/V cache (`kv_f16`). Must never: share code with nextn's C sources (it is their oracle), or
 modify gguf_np.py (imported, not copied).

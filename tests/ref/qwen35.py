@@ -4,7 +4,7 @@
 Owns: the trunk forward (Gated DeltaNet + gated full attention + dense/MoE FFN), per-sequence state
 (attention KV, conv + SSM state, per-token recurrent snapshots), the MTP (NextN) head with its own
 KV, chained greedy drafting, a greedy speculative loop, and the CLI `eval` mirroring `nextn eval`.
-Promises: the math of /work/shared/spec/qwen35.md (Decisions included), float32 activations
+Promises: the math of docs/spec/qwen35.md (Decisions included), float32 activations
 (float64 only for the RMSNorm sum of squares, as the engine), weights dequantized exactly.
 Optional emulation of the reference engine's numerics: V cache in f16 (`v_f16`) and 8-bit
 activation rounding for quantized-weight matmuls (`aq8`).
