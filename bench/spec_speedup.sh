@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# spec_speedup.sh — MTP speculative speedup on a bandwidth-bound model (issue #11's table):
+# greedy `nextn run` of N tokens from the same prompt with speculation off, fixed k = 1..K and the
+# default (adaptive k with the guard), REPS alternating rounds (every mode once per round), median
+# tok/s per mode, speedup vs off, and whether every run's text equals the speculation-off text.
+#
+# Usage: bench/spec_speedup.sh [MODEL.gguf] [--tokens N] [--reps R] [--threads T] [--kmax K] [-- EXTRA...]
+# Default model: build/inflated-24x45056-q8_0.gguf, made from the bundled model by
+# `nextn gen-model --inflate` (24 trunk layers + MTP, n_ff 45056, Q8_0: same tokens, ~700 MB) when
+# missing. EXTRA flags go to every run (e.g. --draft-vocab 0). NEXTN_CPU=avx2 forces the AVX2 kernels.
+# Speed is measured, never asserted.
+set -u
+here=$(cd "$(dirname "$0")/.." && pwd)
+NEXTN=${NEXTN:-$here/build/nextn}
+model= tokens=128 reps=5 threads=2 kmax=3
+extra=()
+while [ $# -gt 0 ]; do
+    case $1 in
+    --tokens) tokens=$2; shift 2 ;;
+    --reps) reps=$2; shift 2 ;;
+    --threads) threads=$2; shift 2 ;;
+    --kmax) kmax=$2; shift 2 ;;
+    --) shift; extra=("$@"); break ;;
+    -*) echo "spec_speedup: unknown flag $1" >&2; exit 2 ;;
+    *) model=$1; shift ;;
+    esac
+done
+[ -x "$NEXTN" ] || { echo "spec_speedup: build first (make): $NEXTN missing" >&2; exit 1; }
+if [ -z "$model" ]; then
+    model=$here/build/inflated-24x45056-q8_0.gguf
+    if [ ! -f "$model" ]; then
+        echo "spec_speedup: making $model (once)" >&2
+        "$NEXTN" gen-model --inflate --from "$here/models/tiny-qwen35-mtp-q8_0.gguf" --n-layer 24 --n-ff 45056 \
+            --type q8_0 --out "$model.tmp" >&2 && mv "$model.tmp" "$model" || exit 1
+    fi
+fi
+[ -f "$model" ] || { echo "spec_speedup: no model $model" >&2; exit 1; }
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+prompt=$here/models/demo_prompt.py.txt
+
+modes=(off)
+for k in $(seq 1 "$kmax"); do modes+=("k$k"); done
+modes+=(default)
+flags_of() {
+    case $1 in
+    off) echo "--spec-type none" ;;
+    default) echo "" ;;
+    k*) echo "--spec-type mtp --draft-max ${1#k} --draft-adaptive off" ;;
+    esac
+}
+echo "model: $model; $tokens greedy tokens, $threads threads, $reps alternating rounds; cpu: ${NEXTN_CPU:-auto} kernels; extra: ${extra[*]:-none}"
+for r in $(seq 1 "$reps"); do
+    for m in "${modes[@]}"; do
+        # shellcheck disable=SC2046
+        "$NEXTN" run -m "$model" -f "$prompt" -n "$tokens" --temp 0 -t "$threads" $(flags_of "$m") "${extra[@]}" \
+            >"$work/$m.$r.out" 2>"$work/$m.$r.err" || { echo "spec_speedup: $m failed:"; cat "$work/$m.$r.err"; exit 1; }
+        sed -n 's/.*generated [0-9]* tokens ([0-9]* decodes), \([0-9.]*\) tok\/s.*/\1/p' "$work/$m.$r.err" | head -1 >>"$work/$m.tps"
+    done
+done
+median() { sort -g "$1" | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+off=$(median "$work/off.tps")
+printf '| mode | tok/s (median of %d) | all runs | speedup | acceptance | text |\n| --- | ---: | --- | ---: | ---: | --- |\n' "$reps"
+for m in "${modes[@]}"; do
+    med=$(median "$work/$m.tps")
+    all=$(tr '\n' ' ' <"$work/$m.tps")
+    same=identical
+    for r in $(seq 1 "$reps"); do cmp -s "$work/off.1.out" "$work/$m.$r.out" || same=DIFFERENT; done
+    acc=$(sed -n 's/.*| acceptance \([0-9.]*\),.*/\1/p' "$work/$m.1.err" | head -1)
+    printf '| %s | %.2f | %s| %.3fx | %s | %s |\n' "$m" "$med" "$all" "$(awk -v a="$med" -v b="$off" 'BEGIN {print b > 0 ? a / b : 0}')" "${acc:--}" "$same"
+done
