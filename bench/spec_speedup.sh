@@ -67,5 +67,5 @@ for m in "${modes[@]}"; do
     same=identical
     for r in $(seq 1 "$reps"); do cmp -s "$work/off.1.out" "$work/$m.$r.out" || same=DIFFERENT; done
     acc=$(sed -n 's/.*| acceptance \([0-9.]*\),.*/\1/p' "$work/$m.1.err" | head -1)
-    printf '| %s | %.2f | %s| %.3fx | %s | %s |\n' "$m" "$med" "$all" "$(awk -v a="$med" -v b="$off" 'BEGIN {print b > 0 ? a / b : 0}')" "${acc:--}" "$same"
+    printf '| %s | %.2f | %s| %.3fx | %s | %s |\n' "$m" "$med" "$all" "$(awk -v a="$med" -v b="$off" 'BEGIN {print (b > 0 ? a / b : 0)}')" "${acc:--}" "$same"
 done
