@@ -15,7 +15,7 @@
  * from the engine's prefix cache), the modes in turn REPS times; printed: the generated text once,
  * tokens/s (median), speedups measured and predicted from a verify-cost sweep, acceptance, the best
  * fixed k, whether every run of both models gave the same tokens (they must), and why.
- * With -m MODEL (and no --inflate) only that model runs. Exit 1 when outputs differ or anything fails.
+ * With -m MODEL (another than the bundled one, without --inflate) only that model runs. Exit 1 when outputs differ or anything fails.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -379,7 +379,7 @@ int nx_cmd_demo(int argc, char **argv) {
         if (nx_spec_params_validate(&sp, &e) != NX_OK) { fprintf(stderr, "nextn demo: %s\n", e.msg); return 2; }
         if (sp.n_types == 0) { fprintf(stderr, "nextn demo: needs a drafter (--spec-type)\n"); return 2; }
     }
-    if (inflate < 0) inflate = !explicit_model;
+    if (inflate < 0) inflate = !explicit_model || !strcmp(path, DEMO_BUNDLED);
     const double t_start = now_s();
     int rc = 1;
     nx_tokenizer *tok = NULL;
