@@ -2,7 +2,7 @@
  * cmd_demo.c — `nextn demo`: MTP speculative decoding shown honestly (`make demo`).
  *
  *   nextn demo [-m MODEL.gguf] [--inflate | --no-inflate] [--cache-dir DIR] [--n-layer L] [--n-ff N]
- *              [-f PROMPT_FILE] [--prompt-tokens N] [-n N] [-t N] [-r REPS] [speculative flags]
+ *              [-f PROMPT_FILE] [--prompt-tokens N] [-n N] [-t N] [-r REPS] [--k-min K] [speculative flags]
  *
  * The bundled model (models/tiny-qwen35-mtp-q8_0.gguf, 3.5 MB) lives in the CPU cache: a step is
  * compute-bound, a verify of n rows costs nearly n rows, and speculation cannot pay. So the demo
@@ -10,7 +10,8 @@
  * 0; the same tokens, 24 + 1 layers and n_ff 45056 in Q8_0 = 696 MB by default) into DIR (default
  * build/, reused while newer than the source and this binary; written to a temporary name, then
  * renamed) and runs that: a memory-bound model, where a verify of n rows reads the weights once.
- * Each model runs greedily, speculation off, at fixed k = 1..draft-max (default 4) and adaptive,
+ * Each model runs greedily, speculation off, at fixed k = k-min..draft-max (default 2..3; the best
+ * fixed k on this model is 2 or 3, and each more column costs ~15 s on 2 cores) and adaptive,
  * every mode with its own context and engine (the prompt is decoded once per mode and then reused
  * from the engine's prefix cache), the modes in turn REPS times; printed: the generated text once,
  * tokens/s (median), speedups measured and predicted from a verify-cost sweep, acceptance, the best
@@ -36,13 +37,13 @@
 #define DEMO_K_MAX 8
 #define DEMO_MODES_MAX (DEMO_K_MAX + 2)
 #define DEMO_SWEEP_ROWS 9
-#define DEMO_SWEEP_REPS 5
+#define DEMO_SWEEP_REPS 3
 #define DEMO_BUNDLED "models/tiny-qwen35-mtp-q8_0.gguf"
 
 static void demo_usage(FILE *f) {
     fprintf(f,
             "usage: nextn demo [-m MODEL.gguf] [--inflate | --no-inflate] [--cache-dir DIR] [--n-layer L] [--n-ff N]\n"
-            "                  [-f PROMPT_FILE] [--prompt-tokens N] [-n N] [-t N] [-r REPS] [speculative flags]\n"
+            "                  [-f PROMPT_FILE] [--prompt-tokens N] [-n N] [-t N] [-r REPS] [--k-min K] [speculative flags]\n"
             "  -m  model (default " DEMO_BUNDLED "; then also inflated, see --inflate)\n"
             "  --inflate / --no-inflate  also run an inflated copy of the model (default: on for the bundled\n"
             "      model): --n-layer trunk layers (default 24), FFN width --n-ff (default 45056), Q8_0,\n"
@@ -50,7 +51,8 @@ static void demo_usage(FILE *f) {
             "  -f  prompt text file (default models/demo_prompt.py.txt); --prompt-tokens: its last N tokens\n"
             "      (default 128, 0 = all)\n"
             "  -n  tokens to generate (default 128)   -t  threads (default 2)   -r  runs per mode (default 3)\n"
-            "speculation (default: --spec-type mtp; fixed k = 1..--draft-max (default 4), and adaptive):\n%s",
+            "speculation (default: --spec-type mtp; fixed k = --k-min (default 2) .. --draft-max (default 3), and\n"
+            "adaptive with draft-max max(8, --draft-max)):\n%s",
             nx_spec_params_usage());
 }
 
@@ -99,6 +101,7 @@ typedef struct demo_cfg {
     const nx_token *stop;
     int n_stop;
     nx_spec_params sp;        /* the drafters; draft_max = the largest fixed k */
+    int k_min;                /* the smallest fixed k */
 } demo_cfg;
 
 /* One greedy generation of n tokens on the mode's engine, reusing its cached prompt. */
@@ -164,6 +167,7 @@ static int demo_measure(demo_model *dm, const demo_cfg *c) {
     const int kmax = c->sp.draft_max < DEMO_K_MAX ? c->sp.draft_max : DEMO_K_MAX;
     dm->n_modes = 0;
     for (int k = 0; k <= kmax + 1; k++) {
+        if (k > 0 && k < c->k_min && k <= kmax) continue;
         demo_mode *md = &dm->modes[dm->n_modes++];
         md->sp = c->sp;
         md->sp.draft_min = 0;
@@ -341,13 +345,13 @@ static int demo_inflate(const char *src, const char *cache_dir, int n_layer, lon
 
 int nx_cmd_demo(int argc, char **argv) {
     const char *path = DEMO_BUNDLED, *prompt_path = "models/demo_prompt.py.txt", *cache_dir = "build";
-    int n = 128, threads = 2, reps = 3, n_layer = 24, prompt_tokens = 128, inflate = -1;
+    int n = 128, threads = 2, reps = 3, n_layer = 24, prompt_tokens = 128, inflate = -1, k_min = 2;
     long long n_ff = 45056;
     bool explicit_model = false;
     nx_spec_params sp = nx_spec_params_default();
     sp.types[0] = NX_SPEC_MTP;
     sp.n_types = 1;
-    sp.draft_max = 4;
+    sp.draft_max = 3;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         bool used = false;
@@ -367,6 +371,7 @@ int nx_cmd_demo(int argc, char **argv) {
         else if (!strcmp(a, "--cache-dir") && v) cache_dir = v;
         else if (!strcmp(a, "--n-layer") && v && num >= 1 && num <= 4000) n_layer = (int)num;
         else if (!strcmp(a, "--n-ff") && v && num >= 1 && num <= (1ll << 24)) n_ff = num;
+        else if (!strcmp(a, "--k-min") && v && num >= 1 && num <= DEMO_K_MAX) k_min = (int)num;
         else if (!strcmp(a, "--prompt-tokens") && v && num >= 0 && num <= 100000) prompt_tokens = (int)num;
         else if ((!strcmp(a, "-n") || !strcmp(a, "--n-predict")) && v && num >= 2 && num <= 100000) n = (int)num;
         else if ((!strcmp(a, "-t") || !strcmp(a, "--threads")) && v && num >= 1 && num <= 1024) threads = (int)num;
@@ -378,6 +383,10 @@ int nx_cmd_demo(int argc, char **argv) {
         nx_error e = {0};
         if (nx_spec_params_validate(&sp, &e) != NX_OK) { fprintf(stderr, "nextn demo: %s\n", e.msg); return 2; }
         if (sp.n_types == 0) { fprintf(stderr, "nextn demo: needs a drafter (--spec-type)\n"); return 2; }
+        if (k_min > sp.draft_max || k_min > DEMO_K_MAX) {
+            fprintf(stderr, "nextn demo: --k-min %d is above --draft-max %d (at most %d)\n", k_min, sp.draft_max, DEMO_K_MAX);
+            return 2;
+        }
     }
     if (inflate < 0) inflate = !explicit_model || !strcmp(path, DEMO_BUNDLED);
     const double t_start = now_s();
@@ -398,14 +407,14 @@ int nx_cmd_demo(int argc, char **argv) {
     if (ids.n == 0) { fprintf(stderr, "nextn demo: the prompt %s is empty\n", prompt_path); goto done; }
     const int n_prompt = prompt_tokens > 0 && (size_t)prompt_tokens < ids.n ? prompt_tokens : (int)ids.n;
     demo_cfg c = {.prompt = ids.ids + ids.n - n_prompt, .n_prompt = n_prompt, .n = n, .threads = threads, .reps = reps,
-                  .sp = sp};
+                  .sp = sp, .k_min = k_min};
     c.n_stop = nx_tokenizer_eog_ids(tok, &c.stop);
     char spd[256];
     nx_spec_params_describe(&sp, spd, sizeof spd);
     printf("== nextn demo: lossless MTP speculative decoding on the CPU ==\n"
            "CPU kernels: %s, %d threads; greedy, %d tokens after the last %d tokens of %s (held-out code);\n"
-           "%d runs per mode, median; drafter: %s (fixed k = 1..%d, then adaptive)\n\n",
-           nx_cpu_level_name(nx_cpu_level_get()), threads, n, n_prompt, prompt_path, reps, spd,
+           "%d runs per mode, median; drafter: %s (fixed k = %d..%d, then adaptive)\n\n",
+           nx_cpu_level_name(nx_cpu_level_get()), threads, n, n_prompt, prompt_path, reps, spd, k_min,
            sp.draft_max < DEMO_K_MAX ? sp.draft_max : DEMO_K_MAX);
     dm[0].path = path;
     if (demo_measure(&dm[0], &c)) goto done;
@@ -436,12 +445,13 @@ int nx_cmd_demo(int argc, char **argv) {
                                            : "identical in every run and every mode (lossless)")
                                 : "DIFFERENT (bug)");
     if (inflate) {   /* the two lines a newcomer needs, with this machine's numbers */
+        const int rows = dm[1].modes[dm[1].best].k + 1;
         printf("why the bundled model cannot gain: its %.1f MB of weights live in the CPU cache, so a step is "
-               "compute-bound and a verify of n rows costs nearly n rows (4 rows: %.2fx one row here).\n",
-               (double)dm[0].bytes / 1e6, demo_verify_ratio(&dm[0], 4));
-        printf("why the inflated one can: its %.0f MB stream from memory every step, and a verify of n rows reads "
-               "them once (4 rows: %.2fx one row), so accepted drafts come almost free.\n",
-               (double)dm[1].bytes / 1e6, demo_verify_ratio(&dm[1], 4));
+               "compute-bound and a verify of n rows costs nearly n rows (%d rows: %.2fx one row here).\n",
+               (double)dm[0].bytes / 1e6, rows, demo_verify_ratio(&dm[0], rows));
+        printf("why the inflated one can: its %.0f MB stream from memory every step and a verify of n rows reads "
+               "them once (%d rows: %.2fx one row), so accepted drafts cost little.\n",
+               (double)dm[1].bytes / 1e6, rows, demo_verify_ratio(&dm[1], rows));
     }
     printf("(speeds vary with the machine's load; demo took %.0f s)\n", now_s() - t_start);
     rc = same ? 0 : 1;
