@@ -5,6 +5,7 @@
  * are drawn from a seeded PRNG (deterministic for a given seed and config, on every machine)
  * and optionally quantized. Used by tests and benchmarks: the files must load in nextn and,
  * as far as the architecture goes, in llama.cpp-family engines (same keys and tensor names).
+ * nx_genmodel_inflate() instead enlarges a real model without changing its outputs (below).
  */
 #ifndef NX_GENMODEL_H
 #define NX_GENMODEL_H
