@@ -37,7 +37,7 @@
 #define DEMO_K_MAX 8
 #define DEMO_MODES_MAX (DEMO_K_MAX + 2)
 #define DEMO_SWEEP_ROWS 9
-#define DEMO_SWEEP_REPS 3
+#define DEMO_SWEEP_REPS_MAX 15
 #define DEMO_BUNDLED "models/tiny-qwen35-mtp-q8_0.gguf"
 
 static void demo_usage(FILE *f) {
@@ -189,7 +189,7 @@ static int demo_measure(demo_model *dm, const demo_cfg *c) {
         }
     }
     nx_ctx_params cp = nx_ctx_default_params();
-    cp.n_ctx = c->n_prompt + c->n + 16 + DEMO_SWEEP_ROWS * (DEMO_SWEEP_REPS + 1) + 8;
+    cp.n_ctx = c->n_prompt + c->n + 16 + DEMO_SWEEP_ROWS * (DEMO_SWEEP_REPS_MAX + 1) + 8;
     cp.n_ubatch = c->n_prompt < 128 ? c->n_prompt : 128;   /* small scratch: one context per mode */
     cp.n_threads = c->threads;
     for (int k = 0; k < dm->n_modes; k++) {
@@ -218,7 +218,13 @@ static int demo_measure(demo_model *dm, const demo_cfg *c) {
             const demo_run *x = &dm->modes[k].runs[r];
             dm->same = dm->same && x->n_out == ref->n_out && !memcmp(x->out, ref->out, (size_t)ref->n_out * sizeof *x->out);
         }
-    /* verify-cost sweep on the first context: c_v(n) for n = 1..DEMO_SWEEP_ROWS */
+    /* verify-cost sweep on the first context: c_v(n) for n = 1..DEMO_SWEEP_ROWS, the median of
+     * as many timings as fit in ~2 s at the plain decoding speed (3..15: a shared machine is noisy) */
+    double tps_off = 0;
+    for (int r = 0; r < c->reps; r++)
+        if (dm->modes[0].runs[r].tps > tps_off) tps_off = dm->modes[0].runs[r].tps;
+    int sweep_reps = (int)(tps_off * 0.2);
+    sweep_reps = sweep_reps < 3 ? 3 : sweep_reps > DEMO_SWEEP_REPS_MAX ? DEMO_SWEEP_REPS_MAX : sweep_reps;
     nx_spec_engine_free(dm->modes[0].en);
     dm->modes[0].en = NULL;
     nx_ctx *ctx = dm->modes[0].ctx;
@@ -228,7 +234,7 @@ static int demo_measure(demo_model *dm, const demo_cfg *c) {
     for (int i = 0; b && i < n0; i++) nx_batch_add(b, c->prompt[i], (nx_pos)i, 0, false);
     nx_error e = {0};
     dm->swept = b && nx_decode(ctx, b) == NX_OK &&
-                nx_spec_verify_sweep(ctx, 0, DEMO_SWEEP_ROWS, DEMO_SWEEP_REPS, dm->sweep, &dm->costs, &e) == NX_OK;
+                nx_spec_verify_sweep(ctx, 0, DEMO_SWEEP_ROWS, sweep_reps, dm->sweep, &dm->costs, &e) == NX_OK;
     nx_batch_free(b);
     if (!dm->swept) fprintf(stderr, "nextn demo: verify sweep failed: %s\n", e.msg);
     for (int k = 0; k < dm->n_modes; k++) {
