@@ -3,7 +3,8 @@
 #   make test            build and run every test through ctest
 #   make test SANITIZE=address,undefined   the same in build-asan/ with sanitizers (unit tests and
 #                                          the model server's scripts, incl. the 20 x 20 s load test)
-#   make demo            run the main job on the bundled default model
+#   make demo            MTP speculation on the bundled model and on its inflated copy (built once
+#                        into $(BUILD)/, ~700 MB), each off / fixed k / adaptive
 #   make bench           kernel and model benchmarks
 #   make fuzz            build the libFuzzer targets with clang into build-fuzz/ (FUZZ_SECONDS=N runs each)
 JOBS      ?= $(shell nproc 2>/dev/null || echo 2)
@@ -35,7 +36,7 @@ test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) $(if $(SANITIZE),-L 'unit|sanitize',) $(CTEST_ARGS)
 
 demo: build
-	$(NEXTN) demo -m $(DEMO_MODEL)
+	$(NEXTN) demo -m $(DEMO_MODEL) --cache-dir $(BUILD)
 
 bench: build
 	$(NEXTN) bench-kernels

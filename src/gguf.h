@@ -24,7 +24,7 @@
  * part; nx_gguf_open_part() opens exactly one file without following splits.
  *
  * Writer: collects key/values (in insertion order) and tensors (tensor data is borrowed until
- * write), then writes a v3 file with the requested alignment. Setter errors are sticky: the
+ * write, or produced by a fill callback during the write), then writes a v3 file with the requested alignment. Setter errors are sticky: the
  * setter returns the status and the next write reports the first failure's message.
  */
 #ifndef NX_GGUF_H
@@ -150,6 +150,14 @@ void nx_gguf_remove_key(nx_gguf_writer *w, const char *key);
  * each tensor padded to the alignment (the last one too, as ggml expects). */
 nx_status nx_gguf_add_tensor(nx_gguf_writer *w, const char *name, nx_type type, int n_dims,
                              const int64_t *ne, const void *data);
+/* A streamed tensor: its nbytes (nx_row_size(type, ne[0]) * rows) are produced at write time
+ * by fill(user, name, dst, nbytes, err), one tensor at a time, so a file far larger than
+ * memory can be written holding only its largest tensor. fill returns NX_OK or fails with a
+ * message in err; a failure aborts the write (no file is left behind). fill may be called
+ * once per write (never by the counting pass of write_mem). */
+typedef nx_status (*nx_gguf_fill_fn)(void *user, const char *name, void *dst, size_t nbytes, nx_error *err);
+nx_status nx_gguf_add_tensor_fill(nx_gguf_writer *w, const char *name, nx_type type, int n_dims,
+                                  const int64_t *ne, nx_gguf_fill_fn fill, void *user);
 
 nx_status nx_gguf_writer_write(nx_gguf_writer *w, const char *path, nx_error *err);
 /* Write into a malloc'ed buffer (caller frees *out). */

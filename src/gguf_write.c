@@ -1,6 +1,6 @@
 /*
  * gguf_write.c — the GGUF writer: collects key/values (stored already encoded, in insertion
- * order) and borrowed tensors, then writes a v3 file, a memory buffer, or a split model.
+ * order) and borrowed (or streamed) tensors, then writes a v3 file, a memory buffer, or a split model.
  *
  * Promises: output is always readable by nx_gguf_open() (keys and names unique and bounded,
  * every tensor shape valid for its type, offsets aligned, each tensor padded to the
@@ -31,8 +31,10 @@ typedef struct wtensor {
     nx_type     type;
     int         n_dims;
     int64_t     ne[NX_MAX_DIMS];
-    const void *data;       /* borrowed; NULL = zeros */
+    const void *data;       /* borrowed; NULL = zeros (unless fill is set) */
     size_t      nbytes;
+    nx_gguf_fill_fn fill;   /* produces the bytes at write time (streaming); NULL = use data */
+    void       *fill_user;
 } wtensor;
 
 struct nx_gguf_writer {
@@ -257,8 +259,8 @@ void nx_gguf_remove_key(nx_gguf_writer *w, const char *key) {
 
 /* ===== Tensors ===== */
 
-nx_status nx_gguf_add_tensor(nx_gguf_writer *w, const char *name, nx_type type, int n_dims,
-                             const int64_t *ne, const void *data) {
+static nx_status add_tensor(nx_gguf_writer *w, const char *name, nx_type type, int n_dims, const int64_t *ne,
+                            const void *data, nx_gguf_fill_fn fill, void *user) {
     size_t len;
     nx_status st = check_name(w, "tensor", name, &len);
     if (st) return st;
@@ -293,20 +295,59 @@ nx_status nx_gguf_add_tensor(nx_gguf_writer *w, const char *name, nx_type type, 
         return wfail(w, NX_ERR_NOMEM, "out of memory");
     }
     wtensor *wt = &w->t[w->n_t++];
-    *wt = (wtensor){nm, len, type, n_dims, {1, 1, 1, 1}, data, t.nbytes};
+    *wt = (wtensor){nm, len, type, n_dims, {1, 1, 1, 1}, data, t.nbytes, fill, user};
     for (int d = 0; d < n_dims; d++) wt->ne[d] = ne[d];
     return NX_OK;
 }
 
+nx_status nx_gguf_add_tensor(nx_gguf_writer *w, const char *name, nx_type type, int n_dims,
+                             const int64_t *ne, const void *data) {
+    return add_tensor(w, name, type, n_dims, ne, data, NULL, NULL);
+}
+
+nx_status nx_gguf_add_tensor_fill(nx_gguf_writer *w, const char *name, nx_type type, int n_dims,
+                                  const int64_t *ne, nx_gguf_fill_fn fill, void *user) {
+    if (!fill) return wfail(w, NX_ERR_INVALID_ARG, "tensor '%s': NULL fill function", name ? name : "(null)");
+    return add_tensor(w, name, type, n_dims, ne, NULL, fill, user);
+}
+
 /* ===== Output ===== */
 
-/* Where bytes go: a FILE, a buffer of known size, or nowhere (counting pass). */
+/* Where bytes go: a FILE, a buffer of known size, or nowhere (counting pass). A fill
+ * function's failure is kept in st/err and stops the output. */
 typedef struct sink {
-    FILE    *f;
-    uint8_t *buf;
-    uint64_t pos;
-    bool     failed;
+    FILE     *f;
+    uint8_t  *buf;
+    uint64_t  pos;
+    bool      failed;
+    nx_status st;
+    nx_error *err;
+    uint8_t  *tmp;        /* FILE sinks: one tensor's bytes from its fill function (owned) */
+    size_t    tmp_cap;
 } sink;
+
+/* A streamed tensor's bytes: produced straight into the buffer, through tmp into the file,
+ * not at all while counting. */
+static void put_fill(sink *s, const wtensor *t) {
+    if (s->st != NX_OK || s->failed) return;
+    if (s->buf) {
+        s->st = t->fill(t->fill_user, t->name, s->buf + s->pos, t->nbytes, s->err);
+    } else if (s->f) {
+        if (t->nbytes > s->tmp_cap) {
+            uint8_t *nt = realloc(s->tmp, t->nbytes);
+            if (!nt) {
+                s->st = nx_fail(s->err, NX_ERR_NOMEM, "gguf writer: out of memory for tensor '%s' (%zu bytes)",
+                                t->name, t->nbytes);
+                return;
+            }
+            s->tmp = nt;
+            s->tmp_cap = t->nbytes;
+        }
+        s->st = t->fill(t->fill_user, t->name, s->tmp, t->nbytes, s->err);
+        if (s->st == NX_OK && fwrite(s->tmp, 1, t->nbytes, s->f) != t->nbytes) s->failed = true;
+    }
+    s->pos += t->nbytes;
+}
 
 static void put(sink *s, const void *p, size_t n) {
     if (!n) return;
@@ -400,7 +441,8 @@ static void emit(const nx_gguf_writer *w, const plan *pl, sink *s) {
     if (pl->t1 > pl->t0) put_zeros(s, align_up(s->pos, w->alignment) - s->pos);
     for (size_t i = pl->t0; i < pl->t1; i++) {
         const wtensor *t = &w->t[i];
-        if (t->data) put(s, t->data, t->nbytes);
+        if (t->fill) put_fill(s, t);
+        else if (t->data) put(s, t->data, t->nbytes);
         else put_zeros(s, t->nbytes);
         put_zeros(s, align_up(t->nbytes, w->alignment) - t->nbytes);
     }
@@ -410,12 +452,14 @@ static nx_status write_file(const nx_gguf_writer *w, const plan *pl, const char 
     FILE *f = fopen(path, "wb");
     if (!f) return nx_fail(err, NX_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
     setvbuf(f, NULL, _IOFBF, 1 << 20);
-    sink s = {f, NULL, 0, false};
+    sink s = {f, NULL, 0, false, NX_OK, err, NULL, 0};
     emit(w, pl, &s);
+    free(s.tmp);
     int e = s.failed ? errno : 0;
     if (fclose(f) != 0 && !s.failed) { s.failed = true; e = errno; }
-    if (s.failed) {
+    if (s.failed || s.st != NX_OK) {
         remove(path);
+        if (s.st != NX_OK) return s.st;
         return nx_fail(err, NX_ERR_IO, "%s: write failed: %s", path, strerror(e ? e : EIO));
     }
     return NX_OK;
@@ -441,14 +485,18 @@ nx_status nx_gguf_writer_write_mem(nx_gguf_writer *w, void **out, size_t *size, 
     nx_status st = check_sticky(w, err);
     if (st) return st;
     plan pl = {0, w->n_t, true, 0, 0, 0};
-    sink count = {NULL, NULL, 0, false};
+    sink count = {NULL, NULL, 0, false, NX_OK, err, NULL, 0};
     emit(w, &pl, &count);
     if (count.pos > SIZE_MAX) return nx_fail(err, NX_ERR_NOMEM, "gguf writer: output too large for memory");
     uint8_t *buf = malloc((size_t)count.pos);
     if (!buf) return nx_fail(err, NX_ERR_NOMEM, "gguf writer: out of memory (%llu bytes)",
                              (unsigned long long)count.pos);
-    sink s = {NULL, buf, 0, false};
+    sink s = {NULL, buf, 0, false, NX_OK, err, NULL, 0};
     emit(w, &pl, &s);
+    if (s.st != NX_OK) {
+        free(buf);
+        return s.st;
+    }
     *out = buf;
     *size = (size_t)s.pos;
     return NX_OK;

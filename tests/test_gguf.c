@@ -1071,11 +1071,68 @@ static void test_fuzz_seeds(void) {
     CHECK(n > 0);
 }
 
+/* Streamed tensors: fill produces the bytes at write time, to files and buffers alike; a fill
+ * failure aborts the write and leaves no file. */
+static nx_status fill_ramp(void *user, const char *name, void *dst, size_t nbytes, nx_error *err) {
+    int *calls = user;
+    (*calls)++;
+    if (!strcmp(name, "bad")) return nx_fail(err, NX_ERR_IO, "fill of %s failed", name);
+    for (size_t i = 0; i < nbytes / 4; i++) ((float *)dst)[i] = (float)i;
+    return NX_OK;
+}
+
+static void test_writer_fill(void) {
+    make_tmpdir();
+    int calls = 0;
+    const float plain[4] = {9, 8, 7, 6};
+    nx_gguf_writer *w = nx_gguf_writer_create();
+    const int64_t ne[2] = {8, 3}, ne1[1] = {4};
+    CHECK(nx_gguf_add_tensor(w, "plain", NX_TYPE_F32, 1, ne1, plain) == NX_OK);
+    CHECK(nx_gguf_add_tensor_fill(w, "ramp", NX_TYPE_F32, 2, ne, fill_ramp, &calls) == NX_OK);
+    void *buf = NULL;
+    size_t size = 0;
+    nx_error e = {0};
+    CHECK(nx_gguf_writer_write_mem(w, &buf, &size, &e) == NX_OK);
+    CHECK_EQ_INT(calls, 1);   /* not called by the counting pass */
+    char path[128];
+    snprintf(path, sizeof path, "%s/fill.gguf", tmpdir);
+    CHECK(nx_gguf_writer_write(w, path, &e) == NX_OK);
+    CHECK_EQ_INT(calls, 2);
+    nx_gguf *g = NULL;
+    CHECK(nx_gguf_open(path, &g, &e) == NX_OK);
+    if (g) {
+        int64_t i = nx_gguf_find_tensor(g, "ramp");
+        CHECK(i >= 0);
+        const float *x = i >= 0 ? nx_gguf_tensor(g, i)->data : NULL;
+        for (int j = 0; x && j < 24; j++) CHECK(x[j] == (float)j);
+        i = nx_gguf_find_tensor(g, "plain");
+        CHECK(i >= 0 && !memcmp(nx_gguf_tensor(g, i)->data, plain, sizeof plain));
+        CHECK(size == nx_gguf_file_size(g));
+        nx_gguf_close(g);
+    }
+    free(buf);
+    CHECK(nx_gguf_add_tensor_fill(w, "bad", NX_TYPE_F32, 2, ne, fill_ramp, &calls) == NX_OK);
+    CHECK(nx_gguf_add_tensor_fill(w, "null", NX_TYPE_F32, 2, ne, NULL, NULL) == NX_ERR_INVALID_ARG);
+    nx_gguf_writer_free(w);
+    w = nx_gguf_writer_create();
+    CHECK(nx_gguf_add_tensor_fill(w, "bad", NX_TYPE_F32, 2, ne, fill_ramp, &calls) == NX_OK);
+    snprintf(path, sizeof path, "%s/fill_bad.gguf", tmpdir);
+    CHECK(nx_gguf_writer_write(w, path, &e) == NX_ERR_IO);
+    CHECK(strstr(e.msg, "fill of bad failed") != NULL);
+    CHECK(access(path, F_OK) != 0);
+    buf = NULL;
+    CHECK(nx_gguf_writer_write_mem(w, &buf, &size, &e) == NX_ERR_IO && buf == NULL);
+    nx_gguf_writer_free(w);
+    snprintf(path, sizeof path, "%s/fill.gguf", tmpdir);
+    remove(path);
+}
+
 int main(void) {
     RUN(test_roundtrip_values);
     RUN(test_roundtrip_tensors);
     RUN(test_writer_semantics);
     RUN(test_copy_kv);
+    RUN(test_writer_fill);
     RUN(test_version2_and_nested);
     RUN(test_malformed_header);
     RUN(test_malformed_kv);
