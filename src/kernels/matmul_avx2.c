@@ -2,11 +2,12 @@
  * matmul_avx2.c — AVX2 (+FMA, F16C) matmul kernels, for x86 CPUs without AVX-512.
  *
  * Each 32 weight values are decoded once per weight row into a ymm of bytes, then dotted
- * with each activation row of the tile: maddubs (u8 x s8 -> s16 pairs) and madd (-> 8 int32
- * lanes), converted and scaled in float per lane. Signed weights use the sign trick
- * (|w| x sign(a, w)), which cannot saturate because |a| <= 127; Q4_K / Q5_K have unsigned
- * codes and signed activations, so they multiply directly; the 256-value types sum each
- * super-block's integer dot product exactly (madd by the sub-block scales).
+ * with each activation row of the group: maddubs (u8 x s8 -> s16 pairs) and madd (-> 8 int32
+ * lanes). Activations arrive as signed codes (nx_mm_act_bias_avx2; Q6_K: the unsigned byte).
+ * Signed weights use the sign trick (|w| x sign(a, w)), which cannot saturate because
+ * |a| <= 127; unsigned codes (Q4_1, Q5_1, Q4_K, Q5_K) multiply directly. The 32-value types
+ * convert and scale per block; the 256-value types sum each super-block's integer dot
+ * product exactly (madd by the integer sub-block scales) and convert once.
  *
  * Batch invariance: as in matmul_avx512.c — the per-row instruction sequence is the same for
  * every tile size, float ops are explicit intrinsics, one fixed horizontal-sum tree.
@@ -172,12 +173,15 @@ AI __m256i dec32(const int T, const uint8_t *b, float *d, float *m) {
     }
 }
 
+/* Activations are signed codes here (nx_mm_act_bias_avx2): the signed weight types use the
+ * sign trick, Q4_1 / Q5_1 (codes 0..31) multiply directly. Per (block, row) pair: maddubs,
+ * madd, convert, scale product, fma (+ the sign). (Folding four blocks' lanes with hadd to
+ * share one convert / product / fma measured slower on Zen 3: hadd is microcoded there.) */
 AI void b32_kernel(const int T, const int NR, int64_t n, const uint8_t *w, size_t ws, int64_t nw,
                    const nx_mm_act *a, float *y, int64_t ldy) {
-    const int has_m = T == NX_TYPE_Q4_1 || T == NX_TYPE_Q5_1;
+    const int has_m = T == NX_TYPE_Q4_1 || T == NX_TYPE_Q5_1;   /* also: unsigned codes */
     const int64_t nb = n / 32;
     const size_t bs = bsize32(T);
-    const __m256i flip = _mm256_set1_epi8((char)0x80);
     for (int64_t o = 0; o < nw; o++) {
         const uint8_t *wr = w + (size_t)o * ws;
         __m256 acc[NX_MM_TILE];
@@ -188,14 +192,15 @@ AI void b32_kernel(const int T, const int NR, int64_t n, const uint8_t *w, size_
             float dw, mw = 0.0f;
             if (b % 2 == 0) prefetch_w(wr + (size_t)b * bs, 2 * bs);
             const __m256i wq = dec32(T, wr + (size_t)b * bs, &dw, &mw);
-            const __m256i absw = _mm256_sign_epi8(wq, wq);
+            const __m256i absw = has_m ? wq : _mm256_sign_epi8(wq, wq);
             const __m256 D = _mm256_set1_ps(dw);
             const __m128 M = _mm_set_ss(mw);
 #pragma GCC unroll 16
             for (int r = 0; r < NR; r++) {
-                const __m256i x = _mm256_xor_si256(ld256(a->q + r * a->q_stride + 32 * b), flip);   /* a+128 -> a */
+                const __m256i x = ld256(a->q + r * a->q_stride + 32 * b);
                 const __m256 S = _mm256_mul_ps(D, _mm256_broadcast_ss(a->d + r * a->d_stride + b));
-                acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot_ss(absw, wq, x)), S, acc[r]);
+                const __m256i p = has_m ? dot_us(wq, x) : dot_ss(absw, wq, x);
+                acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), S, acc[r]);
                 if (has_m) accm[r] = _mm_fmadd_ss(M, _mm_load_ss(a->s + r * a->s_stride + b), accm[r]);
             }
         }
@@ -315,7 +320,7 @@ AI void dec256(const int T, const uint8_t *blk, __m256i *W, __m256i *SC, float *
  *   Q4_K / Q5_K: maddubs(code 0..31, c) directly (activations stored signed).
  *   Q6_K: maddubs(c + 128, w) with the stored unsigned byte (|w| <= 32: pairs <= 16320, no
  *         saturation), minus 128 * sum_g sc_g * sum w, once per weight super-block.
- *   IQ4_XS: |w| <= 127 needs the sign trick (|w| x sign(c, w)).
+ *   IQ4_XS: |w| <= 127 needs the sign trick (|w| x sign(c, w)), with signed c.
  * Bounds: |lane| <= 8 sub-blocks * 2 * 2 * 255 * 32 * 128 < 2^27, so int32 is exact; the
  * float result is d_a * (d * isum - dmin * msum), the scalar reference's formula. */
 AI void b256_kernel(const int T, const int NR, int64_t n, const uint8_t *w, size_t ws, int64_t nw,
@@ -323,7 +328,7 @@ AI void b256_kernel(const int T, const int NR, int64_t n, const uint8_t *w, size
     const int has_m = T == NX_TYPE_Q4_K || T == NX_TYPE_Q5_K;
     const int64_t nsb = n / 256;
     const size_t bs = bsize256(T);
-    const __m256i flip = _mm256_set1_epi8((char)0x80), ones8 = _mm256_set1_epi8(1);
+    const __m256i ones8 = _mm256_set1_epi8(1);
     for (int64_t o = 0; o < nw; o++) {
         const uint8_t *wr = w + (size_t)o * ws;
         __m256 acc[NX_MM_TILE];
@@ -349,7 +354,7 @@ AI void b256_kernel(const int T, const int NR, int64_t n, const uint8_t *w, size
                     __m256i p;
                     if (has_m) p = _mm256_maddubs_epi16(W[z], x);
                     else if (T == NX_TYPE_Q6_K) p = _mm256_maddubs_epi16(x, W[z]);
-                    else p = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(_mm256_xor_si256(x, flip), W[z]));
+                    else p = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(x, W[z]));
                     isum[r] = _mm256_add_epi32(isum[r], _mm256_madd_epi16(p, SC[z]));
                 }
             }
