@@ -176,7 +176,7 @@ AI __m256i dec32(const int T, const uint8_t *b, float *d, float *m) {
 /* Activations are signed codes here (nx_mm_act_bias_avx2): the signed weight types use the
  * sign trick, Q4_1 / Q5_1 (codes 0..31) multiply directly. Per (block, row) pair: maddubs,
  * madd, convert, scale product, fma (+ the sign). (Folding four blocks' lanes with hadd to
- * share one convert / product / fma measured slower on Zen 3: hadd is microcoded there.) */
+ * share one convert / product / fma measured slower on Zen 3, the AVX2 machine at hand.) */
 AI void b32_kernel(const int T, const int NR, int64_t n, const uint8_t *w, size_t ws, int64_t nw,
                    const nx_mm_act *a, float *y, int64_t ldy) {
     const int has_m = T == NX_TYPE_Q4_1 || T == NX_TYPE_Q5_1;   /* also: unsigned codes */
