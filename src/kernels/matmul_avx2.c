@@ -178,7 +178,7 @@ AI __m256i dec32(const int T, const uint8_t *b, float *d, float *m) {
  * madd, convert, scale product, fma (+ the sign). (Folding four blocks' lanes with hadd to
  * share one convert / product / fma measured slower on Zen 3, the AVX2 machine at hand.) */
 AI void b32_kernel(const int T, const int NR, int64_t n, const uint8_t *w, size_t ws, int64_t nw,
-                   const nx_mm_act *a, float *y, int64_t ldy) {
+                   const nx_mm_act *a, const float *dt, float *y, int64_t ldy) {
     const int has_m = T == NX_TYPE_Q4_1 || T == NX_TYPE_Q5_1;   /* also: unsigned codes */
     const int64_t nb = n / 32;
     const size_t bs = bsize32(T);
@@ -195,10 +195,13 @@ AI void b32_kernel(const int T, const int NR, int64_t n, const uint8_t *w, size_
             const __m256i absw = has_m ? wq : _mm256_sign_epi8(wq, wq);
             const __m256 D = _mm256_set1_ps(dw);
             const __m128 M = _mm_set_ss(mw);
+            float sv[8] __attribute__((aligned(32)));
+            const int use_dt = dt && NR >= 2;   /* one row: its own product is as cheap */
+            if (use_dt) _mm256_store_ps(sv, _mm256_mul_ps(D, _mm256_loadu_ps(dt + 16 * b)));
 #pragma GCC unroll 16
             for (int r = 0; r < NR; r++) {
                 const __m256i x = ld256(a->q + r * a->q_stride + 32 * b);
-                const __m256 S = _mm256_mul_ps(D, _mm256_broadcast_ss(a->d + r * a->d_stride + b));
+                const __m256 S = use_dt ? _mm256_broadcast_ss(sv + r) : _mm256_mul_ps(D, _mm256_broadcast_ss(a->d + r * a->d_stride + b));
                 const __m256i p = has_m ? dot_us(wq, x) : dot_ss(absw, wq, x);
                 acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), S, acc[r]);
                 if (has_m) accm[r] = _mm_fmadd_ss(M, _mm_load_ss(a->s + r * a->s_stride + b), accm[r]);
@@ -213,18 +216,49 @@ AI void b32_kernel(const int T, const int NR, int64_t n, const uint8_t *w, size_
     }
 }
 
-#define B32_Q4_0(nr) b32_kernel(NX_TYPE_Q4_0, nr, n, wo, ws, 1, &sub, yo, ldy)
-#define B32_Q4_1(nr) b32_kernel(NX_TYPE_Q4_1, nr, n, wo, ws, 1, &sub, yo, ldy)
-#define B32_Q5_0(nr) b32_kernel(NX_TYPE_Q5_0, nr, n, wo, ws, 1, &sub, yo, ldy)
-#define B32_Q5_1(nr) b32_kernel(NX_TYPE_Q5_1, nr, n, wo, ws, 1, &sub, yo, ldy)
-#define B32_Q8_0(nr) b32_kernel(NX_TYPE_Q8_0, nr, n, wo, ws, 1, &sub, yo, ldy)
-#define B32_IQ4_NL(nr) b32_kernel(NX_TYPE_IQ4_NL, nr, n, wo, ws, 1, &sub, yo, ldy)
-KERNEL_FN(k_q4_0, 8, B32_Q4_0)
+/* The signed 32-value types take the tile's activation scales transposed once per call into
+ * dt[16 b + r] (rows side by side), so a block's scale products for a whole group are one
+ * vector multiply instead of one per row. The products are the same floats either way (one
+ * rounding of d_w x d_a), so rows with more blocks than the buffer holds use the per-row
+ * products and match bit for bit. */
+#define DT_BLOCKS 256
+#define KERNEL_FN_DT(name, T) \
+    static void name(int64_t n, const uint8_t *w, size_t ws, int64_t nw, const nx_mm_act *a, int na, float *y, int64_t ldy) { \
+        float dtb[DT_BLOCKS * 16 + 8] __attribute__((aligned(32))); \
+        const int64_t nb = n / 32; \
+        const int use_dt = nb <= DT_BLOCKS && na <= 16; \
+        if (use_dt) \
+            for (int64_t b = 0; b < nb; b++) \
+                for (int r = 0; r < 16; r++) dtb[16 * b + r] = r < na ? a->d[r * a->d_stride + b] : 0.0f; \
+        for (int64_t o = 0; o < nw; o++) { \
+            const uint8_t *wo = w + (size_t)o * ws; \
+            for (int r0 = 0; r0 < na;) { \
+                const int nr = group_rows(na - r0, 8); \
+                const nx_mm_act sub = nx_mm_act_rows(a, r0); \
+                const float *dt = use_dt ? dtb + r0 : NULL; \
+                float *yo = y + (int64_t)r0 * ldy + o; \
+                switch (nr) { \
+                case 1: b32_kernel(T, 1, n, wo, ws, 1, &sub, dt, yo, ldy); break; \
+                case 2: b32_kernel(T, 2, n, wo, ws, 1, &sub, dt, yo, ldy); break; \
+                case 3: b32_kernel(T, 3, n, wo, ws, 1, &sub, dt, yo, ldy); break; \
+                case 4: b32_kernel(T, 4, n, wo, ws, 1, &sub, dt, yo, ldy); break; \
+                case 5: b32_kernel(T, 5, n, wo, ws, 1, &sub, dt, yo, ldy); break; \
+                case 6: b32_kernel(T, 6, n, wo, ws, 1, &sub, dt, yo, ldy); break; \
+                case 7: b32_kernel(T, 7, n, wo, ws, 1, &sub, dt, yo, ldy); break; \
+                default: b32_kernel(T, 8, n, wo, ws, 1, &sub, dt, yo, ldy); break; \
+                } \
+                r0 += nr; \
+            } \
+        } }
+
+#define B32_Q4_1(nr) b32_kernel(NX_TYPE_Q4_1, nr, n, wo, ws, 1, &sub, NULL, yo, ldy)
+#define B32_Q5_1(nr) b32_kernel(NX_TYPE_Q5_1, nr, n, wo, ws, 1, &sub, NULL, yo, ldy)
 KERNEL_FN(k_q4_1, 4, B32_Q4_1)
-KERNEL_FN(k_q5_0, 8, B32_Q5_0)
 KERNEL_FN(k_q5_1, 4, B32_Q5_1)
-KERNEL_FN(k_q8_0, 8, B32_Q8_0)
-KERNEL_FN(k_iq4_nl, 8, B32_IQ4_NL)
+KERNEL_FN_DT(k_q4_0, NX_TYPE_Q4_0)
+KERNEL_FN_DT(k_q5_0, NX_TYPE_Q5_0)
+KERNEL_FN_DT(k_q8_0, NX_TYPE_Q8_0)
+KERNEL_FN_DT(k_iq4_nl, NX_TYPE_IQ4_NL)
 
 /* ===== 256-value super-blocks: 8 ymm of codes, per-lane float scales ===== */
 
