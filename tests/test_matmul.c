@@ -7,6 +7,8 @@
  *   - batch invariance (row r alone == row r inside a batch of 1..16, 17, 33 rows, bitwise;
  *     and of up to 70 rows across the AVX-512 batched kernels' tiles and panel chunks),
  *     thread invariance (1, 2, 3 threads, bitwise), row subsets, strides, odd shapes;
+ *   - extreme codes (all-0x00/0xFF/0x80/0x7F weights, activations at +-127): no int16 /
+ *     int32 saturation in the SIMD kernels' integer sums (== scalar, batches 1..9);
  *   - bad arguments give errors, not crashes.
  * Weights are random bytes with sane scale fields, so every code pattern is exercised.
  */

@@ -55,8 +55,9 @@ static inline nx_mm_act nx_mm_act_rows(const nx_mm_act *a, int64_t r) {
     return o;
 }
 
-/* SIMD kernels handle a tile in groups of 8, 4, 3, 2 or 1 rows (AVX-512: 16 first) (one compiled body each, to
- * keep code size sane); a group's rows share one decode of the weight row. */
+/* The AVX-512 kernels handle a tile in groups of 16, 8, 4, 3, 2 or 1 rows (one compiled body each, to
+ * keep code size sane); a group's rows share one decode of the weight row. (The AVX2 kernels
+ * balance their groups instead, matmul_avx2.c: group_rows.) */
 static inline int nx_mm_group(int rem) { return rem >= 8 ? 8 : rem >= 4 ? 4 : rem; }
 
 typedef void (*nx_mm_kernel)(int64_t n_in, const uint8_t *w, size_t w_stride, int64_t n_w,
