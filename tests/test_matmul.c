@@ -7,6 +7,8 @@
  *   - batch invariance (row r alone == row r inside a batch of 1..16, 17, 33 rows, bitwise;
  *     and of up to 70 rows across the AVX-512 batched kernels' tiles and panel chunks),
  *     thread invariance (1, 2, 3 threads, bitwise), row subsets, strides, odd shapes;
+ *   - extreme codes (all-0x00/0xFF/0x80/0x7F weights, activations at +-127): no int16 /
+ *     int32 saturation in the SIMD kernels' integer sums (== scalar, batches 1..9);
  *   - bad arguments give errors, not crashes.
  * Weights are random bytes with sane scale fields, so every code pattern is exercised.
  */
@@ -393,6 +395,60 @@ static void test_errors(void) {
     CHECK(nx_matmul_scratch_size(NX_TYPE_F32, 256, 4) == 0);
 }
 
+/* Extreme codes: every weight byte 0x00, 0xFF, 0x80 or 0x7F (per row; Q6_K's int8 scales
+ * -128 or 127 too) against activations at +-127 (all +1, all -1, alternating). The integer
+ * sums the SIMD kernels keep in int16 / int32 (maddubs pairs, madd by sub-block scales, the
+ * Q6_K offset correction) must not saturate or wrap: every level == the scalar one within
+ * float rounding, for batches of 1..9 rows. */
+static void test_extremes(void) {
+    static const uint8_t fills[4] = {0x00, 0xFF, 0x80, 0x7F};
+    for (int ti = 0; ti < N_TYPES; ti++) {
+        const nx_type t = k_types[ti];
+        const nx_type_traits *tt = nx_type_info(t);
+        if (tt->blck_size == 1) continue;
+        const int64_t n_in = 512, n_out = 8, nb = n_in / tt->blck_size;
+        wmat m;
+        wmat_make(&m, t, n_in, n_out);
+        for (int64_t o = 0; o < n_out; o++) {
+            uint8_t *row = m.wbytes + m.rb * (size_t)o;
+            for (int64_t b = 0; b < nb; b++) {
+                uint8_t *blk = row + (size_t)b * tt->type_size;
+                if (t == NX_TYPE_Q6_K) {   /* ql, qh, int8 scales, then d */
+                    memset(blk, fills[o % 4], 192);
+                    memset(blk + 192, o < 4 ? 0x80 : 0x7F, 16);
+                } else {
+                    const size_t skip = t == NX_TYPE_Q4_1 || t == NX_TYPE_Q5_1 || t == NX_TYPE_Q4_K || t == NX_TYPE_Q5_K ? 4 : 2;
+                    memset(blk + skip, fills[o % 4], tt->type_size - skip);
+                    if (o >= 4 && (t == NX_TYPE_Q4_K || t == NX_TYPE_Q5_K)) memset(blk + 4, 0xFF, 12);   /* scales / mins 63 */
+                }
+            }
+            CHECK(nx_dequantize_row(t, row, m.wf + o * n_in, n_in));
+        }
+        enum { R = 9 };
+        float *x = malloc(sizeof(float) * (size_t)(R * n_in)), *ys = malloc(sizeof(float) * R * 8), *y = malloc(sizeof(float) * R * 8);
+        for (int r = 0; r < R; r++)
+            for (int64_t i = 0; i < n_in; i++) x[r * n_in + i] = r % 3 == 0 ? 1.0f : r % 3 == 1 ? -1.0f : (i % 2 ? 1.0f : -1.0f);
+        for (size_t l = 0; l < sizeof k_levels / sizeof k_levels[0]; l++) {
+            nx_cpu_level got = nx_cpu_set_level(k_levels[l]);
+            if (got != k_levels[l]) continue;
+            if (l == 0) { CHECK(run_mm(NULL, &m, x, R, n_in, ys, n_out) == NX_OK); continue; }
+            for (int n = 1; n <= R; n++) {
+                CHECK(run_mm(NULL, &m, x, n, n_in, y, n_out) == NX_OK);
+                for (int r = 0; r < n; r++)
+                    for (int64_t o = 0; o < n_out; o++) {
+                        double mag = 0;
+                        for (int64_t i = 0; i < n_in; i++) mag += fabs((double)m.wf[o * n_in + i] * x[r * n_in + i]);
+                        CHECK_MSG(fabs(y[r * n_out + o] - ys[r * n_out + o]) <= 1e-5 * mag + 1e-6, "%s level %s batch %d row %d o %lld: %.9g vs scalar %.9g",
+                                  nx_type_name(t), nx_cpu_level_name(got), n, r, (long long)o, y[r * n_out + o], ys[r * n_out + o]);
+                    }
+            }
+        }
+        nx_cpu_set_level(NX_CPU_AVX512);
+        free(x); free(ys); free(y);
+        wmat_free(&m);
+    }
+}
+
 /* Non-finite activations must not crash or hang (values are then unspecified). */
 static void test_nonfinite(void) {
     wmat m;
@@ -449,5 +505,6 @@ int main(void) {
     RUN(test_multi);
     RUN(test_errors);
     RUN(test_nonfinite);
+    RUN(test_extremes);
     return test_summary();
 }

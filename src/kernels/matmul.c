@@ -161,12 +161,15 @@ static void quantize_rows(act_kind kind, int bias, const float *x, int64_t n_row
 
 /* ===== Dispatch ===== */
 
-static nx_mm_kernel pick_kernel(nx_type type, int *tile) {
+/* The kernel for a type at the machine's level (or the level below that has one), the
+ * activation rows it takes per call and the activation bias it reads. */
+static nx_mm_kernel pick_kernel(nx_type type, int *tile, int *bias) {
     nx_mm_kernel k = NULL;
     *tile = NX_MM_TILE;
+    *bias = nx_mm_act_bias(type);
     switch (nx_cpu_level_get()) {
     case NX_CPU_AVX512: k = nx_mm_kernel_avx512(type); if (k) { *tile = nx_mm_tile_avx512(type); break; } /* fall through */
-    case NX_CPU_AVX2:   k = nx_mm_kernel_avx2(type); if (k) break;   /* fall through */
+    case NX_CPU_AVX2:   k = nx_mm_kernel_avx2(type); if (k) { *bias = nx_mm_act_bias_avx2(type); break; }   /* fall through */
     case NX_CPU_SCALAR: k = nx_mm_kernel_scalar(type); break;
     }
     return k;
@@ -272,7 +275,8 @@ static void mm_seg_init(mm_seg *g, const nx_tensor *w, int64_t o0, int64_t o1, f
 /* Quantize the activations for weights of this type (if it needs it) and run the job. */
 static nx_status mm_dispatch(nx_threadpool *tp, nx_matmul_scratch *scratch, nx_type type, act_kind kind,
                              const float *x, int64_t ldx, mm_job *job, nx_error *err) {
-    job->kern = pick_kernel(type, &job->tile);
+    int bias;
+    job->kern = pick_kernel(type, &job->tile, &bias);
     if (!job->kern) return nx_fail(err, NX_ERR_INTERNAL, "matmul: no kernel for %s", nx_type_name(type));
     nx_matmul_scratch own = {0};
     if (kind == ACT_FLOAT) {
@@ -284,7 +288,7 @@ static nx_status mm_dispatch(nx_threadpool *tp, nx_matmul_scratch *scratch, nx_t
         const bool perm = q4k_permuted(type);
         nx_status st = scratch_reserve(s, p.total + (perm ? p.q_row * (size_t)job->n_rows : 0), err);
         if (st != NX_OK) return st;
-        quantize_rows(kind, nx_mm_act_bias(type), x, job->n_rows, ldx, job->n_in, &p, s->buf, &job->act);
+        quantize_rows(kind, bias, x, job->n_rows, ldx, job->n_in, &p, s->buf, &job->act);
         if (perm) {
             uint8_t *qp = (uint8_t *)s->buf + p.total;
             for (int64_t r = 0; r < job->n_rows; r++)

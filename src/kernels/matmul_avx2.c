@@ -2,10 +2,12 @@
  * matmul_avx2.c — AVX2 (+FMA, F16C) matmul kernels, for x86 CPUs without AVX-512.
  *
  * Each 32 weight values are decoded once per weight row into a ymm of bytes, then dotted
- * with each activation row of the tile: maddubs (u8 x s8 -> s16 pairs) and madd (-> 8 int32
- * lanes), converted and scaled in float per lane. Signed weights use the sign trick
- * (|w| x sign(a, w)), which cannot saturate because |a| <= 127; Q4_K / Q5_K have unsigned
- * codes and signed activations, so they multiply directly.
+ * with each activation row of the group: maddubs (u8 x s8 -> s16 pairs) and madd (-> 8 int32
+ * lanes). Activations arrive as signed codes (nx_mm_act_bias_avx2; Q6_K: the unsigned byte).
+ * Signed weights use the sign trick (|w| x sign(a, w)), which cannot saturate because
+ * |a| <= 127; unsigned codes (Q4_1, Q5_1, Q4_K, Q5_K) multiply directly. The 32-value types
+ * convert and scale per block; the 256-value types sum each super-block's integer dot
+ * product exactly (madd by the integer sub-block scales) and convert once.
  *
  * Batch invariance: as in matmul_avx512.c — the per-row instruction sequence is the same for
  * every tile size, float ops are explicit intrinsics, one fixed horizontal-sum tree.
@@ -39,18 +41,27 @@ AI uint32_t ld32(const uint8_t *p) { uint32_t v; memcpy(&v, p, 4); return v; }
 AI float h2f(const uint8_t *p) { return _cvtsh_ss(ld16(p)); }
 AI __m256i ld256(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
 
-/* One weight row at a time; the tile's rows in groups of up to 4, each group size a separate
- * compiled body with its accumulators in registers. */
-#define KERNEL_FN(name, CALL) \
+/* One weight row at a time; the tile's rows in groups of up to G (8, or 4 for the types whose
+ * accumulators take two registers per row), each group size a separate compiled body with
+ * its accumulators in registers. The groups are balanced (5 rows: one group; 9 rows: 5 + 4),
+ * so no batch pays a whole weight-row pass for a lone leftover row. Which group a row lands
+ * in changes nothing in its arithmetic. */
+static inline int group_rows(int rem, int G) {
+    const int ng = (rem + G - 1) / G;
+    return (rem + ng - 1) / ng;
+}
+#define KERNEL_FN(name, G, CALL) \
     static void name(int64_t n, const uint8_t *w, size_t ws, int64_t nw, const nx_mm_act *a, int na, float *y, int64_t ldy) { \
         for (int64_t o = 0; o < nw; o++) { \
             const uint8_t *wo = w + (size_t)o * ws; \
             for (int r0 = 0; r0 < na;) { \
-                const int nr = na - r0 >= 4 ? 4 : na - r0;   /* 16 ymm registers: groups of <= 4 */ \
+                const int nr = group_rows(na - r0, G); \
                 const nx_mm_act sub = nx_mm_act_rows(a, r0); \
                 float *yo = y + (int64_t)r0 * ldy + o; \
                 switch (nr) { case 1: CALL(1); break; case 2: CALL(2); break; case 3: CALL(3); break; \
-                              default: CALL(4); break; } \
+                              case 4: CALL(4); break; \
+                              case 5: if (G > 4) CALL(5); break; case 6: if (G > 4) CALL(6); break; \
+                              case 7: if (G > 4) CALL(7); break; default: if (G > 4) CALL(8); break; } \
                 r0 += nr; \
             } \
         } }
@@ -107,9 +118,9 @@ AI void float_kernel(const int T, const int NR, int64_t n, const uint8_t *w, siz
 #define FK_F32(nr) float_kernel(NX_TYPE_F32, nr, n, wo, ws, 1, &sub, yo, ldy)
 #define FK_F16(nr) float_kernel(NX_TYPE_F16, nr, n, wo, ws, 1, &sub, yo, ldy)
 #define FK_BF16(nr) float_kernel(NX_TYPE_BF16, nr, n, wo, ws, 1, &sub, yo, ldy)
-KERNEL_FN(k_f32, FK_F32)
-KERNEL_FN(k_f16, FK_F16)
-KERNEL_FN(k_bf16, FK_BF16)
+KERNEL_FN(k_f32, 8, FK_F32)
+KERNEL_FN(k_f16, 8, FK_F16)
+KERNEL_FN(k_bf16, 8, FK_BF16)
 
 /* ===== 32-value blocks ===== */
 
@@ -162,12 +173,15 @@ AI __m256i dec32(const int T, const uint8_t *b, float *d, float *m) {
     }
 }
 
+/* Activations are signed codes here (nx_mm_act_bias_avx2): the signed weight types use the
+ * sign trick, Q4_1 / Q5_1 (codes 0..31) multiply directly. Per (block, row) pair: maddubs,
+ * madd, convert, scale product, fma (+ the sign). (Folding four blocks' lanes with hadd to
+ * share one convert / product / fma measured slower on Zen 3, the AVX2 machine at hand.) */
 AI void b32_kernel(const int T, const int NR, int64_t n, const uint8_t *w, size_t ws, int64_t nw,
-                   const nx_mm_act *a, float *y, int64_t ldy) {
-    const int has_m = T == NX_TYPE_Q4_1 || T == NX_TYPE_Q5_1;
+                   const nx_mm_act *a, const float *dt, float *y, int64_t ldy) {
+    const int has_m = T == NX_TYPE_Q4_1 || T == NX_TYPE_Q5_1;   /* also: unsigned codes */
     const int64_t nb = n / 32;
     const size_t bs = bsize32(T);
-    const __m256i flip = _mm256_set1_epi8((char)0x80);
     for (int64_t o = 0; o < nw; o++) {
         const uint8_t *wr = w + (size_t)o * ws;
         __m256 acc[NX_MM_TILE];
@@ -178,14 +192,18 @@ AI void b32_kernel(const int T, const int NR, int64_t n, const uint8_t *w, size_
             float dw, mw = 0.0f;
             if (b % 2 == 0) prefetch_w(wr + (size_t)b * bs, 2 * bs);
             const __m256i wq = dec32(T, wr + (size_t)b * bs, &dw, &mw);
-            const __m256i absw = _mm256_sign_epi8(wq, wq);
+            const __m256i absw = has_m ? wq : _mm256_sign_epi8(wq, wq);
             const __m256 D = _mm256_set1_ps(dw);
             const __m128 M = _mm_set_ss(mw);
+            float sv[8] __attribute__((aligned(32)));
+            const int use_dt = dt && NR >= 2;   /* one row: its own product is as cheap */
+            if (use_dt) _mm256_store_ps(sv, _mm256_mul_ps(D, _mm256_loadu_ps(dt + 16 * b)));
 #pragma GCC unroll 16
             for (int r = 0; r < NR; r++) {
-                const __m256i x = _mm256_xor_si256(ld256(a->q + r * a->q_stride + 32 * b), flip);   /* a+128 -> a */
-                const __m256 S = _mm256_mul_ps(D, _mm256_broadcast_ss(a->d + r * a->d_stride + b));
-                acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot_ss(absw, wq, x)), S, acc[r]);
+                const __m256i x = ld256(a->q + r * a->q_stride + 32 * b);
+                const __m256 S = use_dt ? _mm256_broadcast_ss(sv + r) : _mm256_mul_ps(D, _mm256_broadcast_ss(a->d + r * a->d_stride + b));
+                const __m256i p = has_m ? dot_us(wq, x) : dot_ss(absw, wq, x);
+                acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), S, acc[r]);
                 if (has_m) accm[r] = _mm_fmadd_ss(M, _mm_load_ss(a->s + r * a->s_stride + b), accm[r]);
             }
         }
@@ -198,18 +216,49 @@ AI void b32_kernel(const int T, const int NR, int64_t n, const uint8_t *w, size_
     }
 }
 
-#define B32_Q4_0(nr) b32_kernel(NX_TYPE_Q4_0, nr, n, wo, ws, 1, &sub, yo, ldy)
-#define B32_Q4_1(nr) b32_kernel(NX_TYPE_Q4_1, nr, n, wo, ws, 1, &sub, yo, ldy)
-#define B32_Q5_0(nr) b32_kernel(NX_TYPE_Q5_0, nr, n, wo, ws, 1, &sub, yo, ldy)
-#define B32_Q5_1(nr) b32_kernel(NX_TYPE_Q5_1, nr, n, wo, ws, 1, &sub, yo, ldy)
-#define B32_Q8_0(nr) b32_kernel(NX_TYPE_Q8_0, nr, n, wo, ws, 1, &sub, yo, ldy)
-#define B32_IQ4_NL(nr) b32_kernel(NX_TYPE_IQ4_NL, nr, n, wo, ws, 1, &sub, yo, ldy)
-KERNEL_FN(k_q4_0, B32_Q4_0)
-KERNEL_FN(k_q4_1, B32_Q4_1)
-KERNEL_FN(k_q5_0, B32_Q5_0)
-KERNEL_FN(k_q5_1, B32_Q5_1)
-KERNEL_FN(k_q8_0, B32_Q8_0)
-KERNEL_FN(k_iq4_nl, B32_IQ4_NL)
+/* The signed 32-value types take the tile's activation scales transposed once per call into
+ * dt[16 b + r] (rows side by side), so a block's scale products for a whole group are one
+ * vector multiply instead of one per row. The products are the same floats either way (one
+ * rounding of d_w x d_a), so rows with more blocks than the buffer holds use the per-row
+ * products and match bit for bit. */
+#define DT_BLOCKS 256
+#define KERNEL_FN_DT(name, T) \
+    static void name(int64_t n, const uint8_t *w, size_t ws, int64_t nw, const nx_mm_act *a, int na, float *y, int64_t ldy) { \
+        float dtb[DT_BLOCKS * 16 + 8] __attribute__((aligned(32))); \
+        const int64_t nb = n / 32; \
+        const int use_dt = nb <= DT_BLOCKS && na <= 16; \
+        if (use_dt) \
+            for (int64_t b = 0; b < nb; b++) \
+                for (int r = 0; r < 16; r++) dtb[16 * b + r] = r < na ? a->d[r * a->d_stride + b] : 0.0f; \
+        for (int64_t o = 0; o < nw; o++) { \
+            const uint8_t *wo = w + (size_t)o * ws; \
+            for (int r0 = 0; r0 < na;) { \
+                const int nr = group_rows(na - r0, 8); \
+                const nx_mm_act sub = nx_mm_act_rows(a, r0); \
+                const float *dt = use_dt ? dtb + r0 : NULL; \
+                float *yo = y + (int64_t)r0 * ldy + o; \
+                switch (nr) { \
+                case 1: b32_kernel(T, 1, n, wo, ws, 1, &sub, dt, yo, ldy); break; \
+                case 2: b32_kernel(T, 2, n, wo, ws, 1, &sub, dt, yo, ldy); break; \
+                case 3: b32_kernel(T, 3, n, wo, ws, 1, &sub, dt, yo, ldy); break; \
+                case 4: b32_kernel(T, 4, n, wo, ws, 1, &sub, dt, yo, ldy); break; \
+                case 5: b32_kernel(T, 5, n, wo, ws, 1, &sub, dt, yo, ldy); break; \
+                case 6: b32_kernel(T, 6, n, wo, ws, 1, &sub, dt, yo, ldy); break; \
+                case 7: b32_kernel(T, 7, n, wo, ws, 1, &sub, dt, yo, ldy); break; \
+                default: b32_kernel(T, 8, n, wo, ws, 1, &sub, dt, yo, ldy); break; \
+                } \
+                r0 += nr; \
+            } \
+        } }
+
+#define B32_Q4_1(nr) b32_kernel(NX_TYPE_Q4_1, nr, n, wo, ws, 1, &sub, NULL, yo, ldy)
+#define B32_Q5_1(nr) b32_kernel(NX_TYPE_Q5_1, nr, n, wo, ws, 1, &sub, NULL, yo, ldy)
+KERNEL_FN(k_q4_1, 4, B32_Q4_1)
+KERNEL_FN(k_q5_1, 4, B32_Q5_1)
+KERNEL_FN_DT(k_q4_0, NX_TYPE_Q4_0)
+KERNEL_FN_DT(k_q5_0, NX_TYPE_Q5_0)
+KERNEL_FN_DT(k_q8_0, NX_TYPE_Q8_0)
+KERNEL_FN_DT(k_iq4_nl, NX_TYPE_IQ4_NL)
 
 /* ===== 256-value super-blocks: 8 ymm of codes, per-lane float scales ===== */
 
@@ -222,17 +271,19 @@ AI size_t bsize256(const int T) {
     }
 }
 
-/* W[z] = values 32z..32z+31; SC[z] per-lane scales (d folded in); Q4_K / Q5_K also the mins
- * as int16 pairs M16 and dmin. Q4_K / Q5_K codes are unsigned, the others signed. */
-AI void dec256(const int T, const uint8_t *blk, __m256i *W, __m256 *SC, __m256i *M16, float *dmin) {
+/* W[z] = values 32z..32z+31 as bytes; SC[z] their integer sub-block scales as 16 int16 lanes
+ * (lane j covers values 2j, 2j+1: lanes 0-7 one group of 16, lanes 8-15 the next); *d the
+ * super-block scale. Q4_K / Q5_K: unsigned codes, and the mins as int16 pairs M16 with dmin.
+ * Q6_K and IQ4_XS: signed values. */
+AI void dec256(const int T, const uint8_t *blk, __m256i *W, __m256i *SC, float *d, __m256i *M16, float *dmin) {
     const __m256i m4 = _mm256_set1_epi8(0x0F);
     if (T == NX_TYPE_Q4_K || T == NX_TYPE_Q5_K) {
-        const float d = h2f(blk);
+        *d = h2f(blk);
         *dmin = h2f(blk + 2);
         uint8_t sc[8], m[8];
         nx_mm_k4_scales(blk + 4, sc, m);
 #pragma GCC unroll 8
-        for (int z = 0; z < 8; z++) SC[z] = _mm256_set1_ps(d * (float)sc[z]);
+        for (int z = 0; z < 8; z++) SC[z] = _mm256_set1_epi16(sc[z]);
         uint64_t mm;
         memcpy(&mm, m, 8);
         const __m128i mb = _mm_cvtsi64_si128((long long)mm);
@@ -255,16 +306,22 @@ AI void dec256(const int T, const uint8_t *blk, __m256i *W, __m256 *SC, __m256i 
         }
     } else if (T == NX_TYPE_Q6_K) {
         const nx_block_q6_K *b = (const void *)blk;
-        const float d = _cvtsh_ss(b->d);
-        const __m128i s16 = _mm_loadu_si128((const __m128i *)b->scales);
-        const __m256 g0 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(s16)), _mm256_set1_ps(d));
-        const __m256 g1 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(s16, 8))), _mm256_set1_ps(d));
+        *d = _cvtsh_ss(b->d);
+        /* 16 int8 scales -> int16; group g's scale over lanes 8(g%2)..8(g%2)+7 of SC[g/2] */
+        const __m256i s16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)b->scales));
+        const __m256i lo = _mm256_permute4x64_epi64(s16, 0x44), hi = _mm256_permute4x64_epi64(s16, 0xEE);
 #pragma GCC unroll 8
-        for (int z = 0; z < 8; z++) {   /* lanes 0-3: group 2z, lanes 4-7: group 2z + 1 */
-            const __m256 g = z < 4 ? g0 : g1;
-            const __m256i idx = _mm256_set_epi32(2 * (z % 4) + 1, 2 * (z % 4) + 1, 2 * (z % 4) + 1, 2 * (z % 4) + 1,
-                                                 2 * (z % 4), 2 * (z % 4), 2 * (z % 4), 2 * (z % 4));
-            SC[z] = _mm256_permutevar8x32_ps(g, idx);
+        for (int z = 0; z < 8; z++) {
+            const __m256i src = z < 4 ? lo : hi;   /* groups 2z, 2z + 1 = int16 lanes 2(z%4), 2(z%4) + 1 of each half */
+            const __m256i idx = _mm256_set_epi8(4 * (z % 4) + 3, 4 * (z % 4) + 2, 4 * (z % 4) + 3, 4 * (z % 4) + 2,
+                                                4 * (z % 4) + 3, 4 * (z % 4) + 2, 4 * (z % 4) + 3, 4 * (z % 4) + 2,
+                                                4 * (z % 4) + 3, 4 * (z % 4) + 2, 4 * (z % 4) + 3, 4 * (z % 4) + 2,
+                                                4 * (z % 4) + 3, 4 * (z % 4) + 2, 4 * (z % 4) + 3, 4 * (z % 4) + 2,
+                                                4 * (z % 4) + 1, 4 * (z % 4), 4 * (z % 4) + 1, 4 * (z % 4),
+                                                4 * (z % 4) + 1, 4 * (z % 4), 4 * (z % 4) + 1, 4 * (z % 4),
+                                                4 * (z % 4) + 1, 4 * (z % 4), 4 * (z % 4) + 1, 4 * (z % 4),
+                                                4 * (z % 4) + 1, 4 * (z % 4), 4 * (z % 4) + 1, 4 * (z % 4));
+            SC[z] = _mm256_shuffle_epi8(src, idx);
         }
         const __m256i m30 = _mm256_set1_epi8(0x30), c32 = _mm256_set1_epi8(32);
 #pragma GCC unroll 2
@@ -281,49 +338,66 @@ AI void dec256(const int T, const uint8_t *blk, __m256i *W, __m256 *SC, __m256i 
         }
     } else { /* IQ4_XS */
         const nx_block_iq4_xs *b = (const void *)blk;
-        const float d = _cvtsh_ss(b->d);
+        *d = _cvtsh_ss(b->d);
 #pragma GCC unroll 8
         for (int z = 0; z < 8; z++) {
             const int ls = ((b->scales_l[z / 2] >> (4 * (z % 2))) & 0xF) | (((b->scales_h >> (2 * z)) & 3) << 4);
-            SC[z] = _mm256_set1_ps(d * (float)(ls - 32));
+            SC[z] = _mm256_set1_epi16((short)(ls - 32));
             W[z] = iq4_lut(nibbles16(b->qs + 16 * z));
         }
     }
 }
 
+/* Per super-block and activation row the whole integer dot product sum_g sc_g * (w . c)_g is
+ * summed exactly in 8 int32 lanes (madd by the sub-block scales instead of by 1), then
+ * converted and scaled once: no float op per sub-block.
+ *   Q4_K / Q5_K: maddubs(code 0..31, c) directly (activations stored signed).
+ *   Q6_K: maddubs(c + 128, w) with the stored unsigned byte (|w| <= 32: pairs <= 16320, no
+ *         saturation), minus 128 * sum_g sc_g * sum w, once per weight super-block.
+ *   IQ4_XS: |w| <= 127 needs the sign trick (|w| x sign(c, w)), with signed c.
+ * Bounds: |lane| <= 8 sub-blocks * 2 * 2 * 255 * 32 * 128 < 2^27, so int32 is exact; the
+ * float result is d_a * (d * isum - dmin * msum), the scalar reference's formula. */
 AI void b256_kernel(const int T, const int NR, int64_t n, const uint8_t *w, size_t ws, int64_t nw,
                     const nx_mm_act *a, float *y, int64_t ldy) {
-    const int has_m = T == NX_TYPE_Q4_K || T == NX_TYPE_Q5_K;   /* also: unsigned codes, signed activations */
+    const int has_m = T == NX_TYPE_Q4_K || T == NX_TYPE_Q5_K;
     const int64_t nsb = n / 256;
     const size_t bs = bsize256(T);
-    const __m256i flip = _mm256_set1_epi8((char)0x80);
+    const __m256i ones8 = _mm256_set1_epi8(1);
     for (int64_t o = 0; o < nw; o++) {
         const uint8_t *wr = w + (size_t)o * ws;
         __m256 acc[NX_MM_TILE];
 #pragma GCC unroll 16
         for (int r = 0; r < NR; r++) acc[r] = _mm256_setzero_ps();
         for (int64_t sb = 0; sb < nsb; sb++) {
-            __m256i W[8], AW[8], M16 = _mm256_setzero_si256();
-            __m256 SC[8];
-            float dmin = 0.0f;
+            __m256i W[8], SC[8], M16 = _mm256_setzero_si256(), isum[NX_MM_TILE];
+            float d, dmin = 0.0f;
             prefetch_w(wr + (size_t)sb * bs, bs);
-            dec256(T, wr + (size_t)sb * bs, W, SC, &M16, &dmin);
-            if (!has_m) {
+            dec256(T, wr + (size_t)sb * bs, W, SC, &d, &M16, &dmin);
+            __m256i corr = _mm256_setzero_si256();
+#pragma GCC unroll 16
+            for (int r = 0; r < NR; r++) isum[r] = _mm256_setzero_si256();
 #pragma GCC unroll 8
-                for (int z = 0; z < 8; z++) AW[z] = _mm256_sign_epi8(W[z], W[z]);
+            for (int z = 0; z < 8; z++) {
+                __m256i aw = W[z];
+                if (T == NX_TYPE_Q6_K)
+                    corr = _mm256_add_epi32(corr, _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, W[z]), SC[z]));
+                if (T == NX_TYPE_IQ4_XS) aw = _mm256_sign_epi8(W[z], W[z]);
+#pragma GCC unroll 16
+                for (int r = 0; r < NR; r++) {
+                    const __m256i x = ld256(a->q + r * a->q_stride + 256 * sb + 32 * z);
+                    __m256i p;
+                    if (has_m) p = _mm256_maddubs_epi16(W[z], x);
+                    else if (T == NX_TYPE_Q6_K) p = _mm256_maddubs_epi16(x, W[z]);
+                    else p = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(x, W[z]));
+                    isum[r] = _mm256_add_epi32(isum[r], _mm256_madd_epi16(p, SC[z]));
+                }
             }
-            const __m256 dmn = _mm256_set1_ps(-dmin);
+            if (T == NX_TYPE_Q6_K) corr = _mm256_slli_epi32(corr, 7);
+            const __m256 D = _mm256_set1_ps(d), dmn = _mm256_set1_ps(-dmin);
 #pragma GCC unroll 16
             for (int r = 0; r < NR; r++) {
-                const uint8_t *q = a->q + r * a->q_stride + 256 * sb;
-                __m256 f = _mm256_setzero_ps();
-#pragma GCC unroll 8
-                for (int z = 0; z < 8; z++) {
-                    __m256i p;
-                    if (has_m) p = dot_us(W[z], ld256(q + 32 * z));
-                    else p = dot_ss(AW[z], W[z], _mm256_xor_si256(ld256(q + 32 * z), flip));
-                    f = z == 0 ? _mm256_mul_ps(_mm256_cvtepi32_ps(p), SC[0]) : _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), SC[z], f);
-                }
+                if (T == NX_TYPE_Q6_K) isum[r] = _mm256_sub_epi32(isum[r], corr);
+                __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(isum[r]), D);
                 if (has_m) {
                     const __m256i ms = _mm256_madd_epi16(ld256(a->bs + r * a->bs_stride + 16 * sb), M16);
                     f = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ms), dmn, f);
@@ -340,10 +414,10 @@ AI void b256_kernel(const int T, const int NR, int64_t n, const uint8_t *w, size
 #define B256_Q5_K(nr) b256_kernel(NX_TYPE_Q5_K, nr, n, wo, ws, 1, &sub, yo, ldy)
 #define B256_Q6_K(nr) b256_kernel(NX_TYPE_Q6_K, nr, n, wo, ws, 1, &sub, yo, ldy)
 #define B256_IQ4_XS(nr) b256_kernel(NX_TYPE_IQ4_XS, nr, n, wo, ws, 1, &sub, yo, ldy)
-KERNEL_FN(k_q4_K, B256_Q4_K)
-KERNEL_FN(k_q5_K, B256_Q5_K)
-KERNEL_FN(k_q6_K, B256_Q6_K)
-KERNEL_FN(k_iq4_xs, B256_IQ4_XS)
+KERNEL_FN(k_q4_K, 8, B256_Q4_K)
+KERNEL_FN(k_q5_K, 8, B256_Q5_K)
+KERNEL_FN(k_q6_K, 8, B256_Q6_K)
+KERNEL_FN(k_iq4_xs, 8, B256_IQ4_XS)
 
 /* ===== Activation quantization (bit-identical to the scalar reference in matmul.c) ===== */
 

@@ -7,7 +7,8 @@
  *   q[r*q_stride + i]   = bias + rint(x_i / d_b)  (a byte; the code c = rint(..) is in
  *                         [-127, 127]; bias = nx_mm_act_bias(type): 128 stores c + 128 as
  *                         unsigned, for dot products with signed weight bytes; 0 stores c as
- *                         int8, for types whose weight codes are unsigned: Q4_K, Q5_K)
+ *                         int8, for types whose weight codes are unsigned: Q4_K, Q5_K; the
+ *                         AVX2 kernels' choice differs, see nx_mm_act_bias_avx2)
  *   d[r*d_stride + b]   = d_b = amax_b / 127      (float, one per block of B values)
  *   s[r*s_stride + b]   = d_b * sum_{i in b} (q_i - 128)        (B = 32 layouts only)
  *   de[r*de_stride + 16p + l] = d_{2p + l/8}  (B = 32 only: each pair of block scales spread
@@ -54,8 +55,9 @@ static inline nx_mm_act nx_mm_act_rows(const nx_mm_act *a, int64_t r) {
     return o;
 }
 
-/* SIMD kernels handle a tile in groups of 8, 4, 3, 2 or 1 rows (AVX-512: 16 first) (one compiled body each, to
- * keep code size sane); a group's rows share one decode of the weight row. */
+/* The AVX-512 kernels handle a tile in groups of 16, 8, 4, 3, 2 or 1 rows (one compiled body each, to
+ * keep code size sane); a group's rows share one decode of the weight row. (The AVX2 kernels
+ * balance their groups instead, matmul_avx2.c: group_rows.) */
 static inline int nx_mm_group(int rem) { return rem >= 8 ? 8 : rem >= 4 ? 4 : rem; }
 
 typedef void (*nx_mm_kernel)(int64_t n_in, const uint8_t *w, size_t w_stride, int64_t n_w,
@@ -79,7 +81,13 @@ void nx_mm_quantize_scalar(const float *x, int64_t n, int B, int bias, uint8_t *
 void nx_mm_quantize_avx512(const float *x, int64_t n, int B, int bias, uint8_t *q, float *d, float *s, int16_t *bs);
 void nx_mm_quantize_avx2(const float *x, int64_t n, int B, int bias, uint8_t *q, float *d, float *s, int16_t *bs);
 
+/* The bias of the scalar and AVX-512 kernels. */
 static inline int nx_mm_act_bias(nx_type t) { return t == NX_TYPE_Q4_K || t == NX_TYPE_Q5_K ? 0 : 128; }
+/* The AVX2 kernels take signed codes (bias 0) for every type but Q6_K, whose kernel multiplies
+ * the unsigned byte: AVX2 has no u8 x s8 dot, and maddubs with the signed code saves a flip
+ * per (block, activation row) pair. The dispatcher quantizes with the bias of the level whose
+ * kernel it picked. */
+static inline int nx_mm_act_bias_avx2(nx_type t) { return t == NX_TYPE_Q6_K ? 128 : 0; }
 
 /* Streaming reads for the bandwidth measurement (p 64-byte aligned, n % 256 == 0). */
 uint64_t nx_mm_stream_read_avx512(const void *p, size_t n);
