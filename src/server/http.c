@@ -628,6 +628,7 @@ static void log_access(nx_http_req *r, nx_conn *k, bool complete) {
         snprintf(addr, sizeof addr, "%s", k->addr);
         nx_conns_unlock(k->owner);
     }
+    if (!strcmp(r->method, "HEAD")) a.bytes = 0;   /* libmicrohttpd sends no body */
     nx_log_field f[14];
     int n = 0;
     f[n++] = NX_LF_STR("remote", addr);
