@@ -1240,6 +1240,41 @@ static void test_slow_clients(void) {
     srv_stop(&v);
 }
 
+/* --max-connections: past the limit a connection is refused; below it again, served. */
+static void test_max_connections(void) {
+    nx_gen_fake_params fp = nx_gen_fake_default_params();
+    nx_gen_backend *be = NULL;
+    nx_error err = {0};
+    CHECK(nx_gen_fake_create(&fp, &be, &err) == NX_OK);
+    nx_server_params sp = nx_server_default_params();
+    sp.port = 0;
+    sp.max_connections = 8;
+    sp.max_connections_per_ip = 0;
+    nx_server *s = NULL;
+    CHECK(nx_server_start(&sp, be, &s, &err) == NX_OK);
+    int port = nx_server_port(s);
+    int fds[8];
+    for (int i = 0; i < 8; i++) {
+        fds[i] = connect_from("127.0.0.3", port);
+        CHECK(fds[i] >= 0);
+    }
+    usleep(200 * 1000);   /* libmicrohttpd accepts them */
+    resp r;
+    int st = request(port, "GET", "/health", NULL, NULL, &r);
+    resp_free(&r);
+    CHECK_MSG(st < 0, "the 9th connection got status %d", st);
+    for (int i = 0; i < 8; i++) close(fds[i]);
+    st = -1;
+    for (double t0 = nx_gen_now(); st != 200 && nx_gen_now() - t0 < 5;) {
+        usleep(20 * 1000);
+        st = request(port, "GET", "/health", NULL, NULL, &r);
+        resp_free(&r);
+    }
+    CHECK_EQ_INT(st, 200);
+    nx_server_free(s);
+    nx_gen_backend_free(be);
+}
+
 /* The read deadline is absolute: trickling does not stretch it; a kept-alive idle connection is
  * not cut by it (only the idle timeout closes those). */
 static void test_read_deadline(void) {
@@ -1301,6 +1336,7 @@ int main(void) {
     srv_stop(&S);
     RUN(test_slow_clients);
     RUN(test_read_deadline);
+    RUN(test_max_connections);
     RUN(test_disconnect);
     RUN(test_queue_overflow);
     RUN(test_metrics);
