@@ -99,8 +99,8 @@ sleep 2   # dropped streams finish their cancellation
 sample >>"$work/samples.txt"
 cat "$work"/lat.* >"$work/lat.txt"
 
-echo "== samples (time rss_kb fds threads), first / last:"
-sed -n 2p "$work/samples.txt"; tail -1 "$work/samples.txt"
+echo "== samples (time rss_kb fds threads), one a minute and the last:"
+awk 'NR > 1 && (NR - 2) % 6 == 0' "$work/samples.txt"; tail -1 "$work/samples.txt"
 read -r _ rss0 fd0 th0 < <(sed -n 2p "$work/samples.txt")
 read -r _ rss1 fd1 th1 < <(tail -1 "$work/samples.txt")
 max_rss=$(awk 'NR > 1 && $2 > m {m = $2} END {print m}' "$work/samples.txt")

@@ -5,9 +5,10 @@
  *
  * Input: "METHOD PATH\n" then header lines ("Name: value\n", up to an empty line), then the body.
  * The harness frames it as HTTP/1.1 with its own Host, "Connection: close" and a Content-Length
- * matching the body (header lines naming Content-Length, Transfer-Encoding, Connection or Host
- * are dropped, so that every input is one complete request and none waits for bytes that never
- * come; libmicrohttpd's own framing is its business). The server has an API key ("k": send
+ * matching the body, after the fuzzed headers (header lines naming Content-Length,
+ * Transfer-Encoding, Connection or Host, and folded lines starting with a space or tab, are
+ * dropped), so that every input is one complete request and none waits for bytes that never
+ * come; libmicrohttpd's own framing is its business. The server has an API key ("k": send
  * "Authorization: Bearer k"), 2 slots of 96 positions, a 4 KiB body limit, drafters ngram + mtp.
  * Promises checked (any broken one traps):
  *   - an answer arrives (the server closes the connection) within 10 s: no hang, no crash;
@@ -163,15 +164,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     buf req = {0};
     /* request line: "METHOD PATH" as given */
     add(&req, ls, ln);
-    adds(&req, " HTTP/1.1\r\nHost: fuzz\r\nConnection: close\r\n");
+    adds(&req, " HTTP/1.1\r\n");
     bool head = ln >= 5 && !strncmp(ls, "HEAD ", 5);
+    /* The fuzzed headers, then the framing ones (a folded line, " x", would extend the header
+     * before it: it is dropped, so that nothing can change the framing). */
     while (next_line(&p, end, &ls, &ln) && ln > 0) {
-        if (header_dropped(ls, ln)) continue;
+        if (header_dropped(ls, ln) || ls[0] == ' ' || ls[0] == '\t') continue;
         add(&req, ls, ln);
         adds(&req, "\r\n");
     }
-    char cl[64];
-    snprintf(cl, sizeof cl, "Content-Length: %zu\r\n\r\n", (size_t)(end - p));
+    char cl[96];
+    snprintf(cl, sizeof cl, "Host: fuzz\r\nConnection: close\r\nContent-Length: %zu\r\n\r\n", (size_t)(end - p));
     adds(&req, cl);
     add(&req, p, (size_t)(end - p));
 
@@ -199,11 +202,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         add(&resp, tmp, (size_t)r);
     }
     close(fd);
-    free(req.p);
-    if (!resp.n) {   /* libmicrohttpd refused the request line outright: nothing of ours ran */
+    if (!resp.n) {
+        free(req.p);   /* libmicrohttpd refused the request line outright: nothing of ours ran */
         free(resp.p);
         return 0;
     }
+    if (getenv("NX_FUZZ_HTTP_TRACE")) fprintf(stderr, "--- request:\n%s\n--- response:\n%.2000s\n", req.p, resp.p);
     int status = 0;
     if (resp.n < 12 || sscanf(resp.p, "HTTP/1.%*d %d", &status) != 1) __builtin_trap();
     if (status == 500) __builtin_trap();
@@ -214,6 +218,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const char *hdr = resp.p;
     char *body = sep + 4;
     size_t nb = resp.n - (size_t)(body - resp.p);
+    free(req.p);
     if (strcasestr(hdr, "\r\nTransfer-Encoding: chunked")) nb = dechunk(body, nb);
     if (head && nb) __builtin_trap();
     if (!head && strcasestr(hdr, "\r\nContent-Type: application/json")) check_json_body(body, nb, status);

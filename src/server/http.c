@@ -514,7 +514,7 @@ static bool early_reply(nx_http_req *r, const char *url, const char *method, enu
     if (!strcmp(method, "OPTIONS")) {   /* CORS preflight: open, like /health */
         struct MHD_Response *resp = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
         MHD_add_response_header(resp, "Access-Control-Allow-Origin", "*");
-        MHD_add_response_header(resp, "Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+        MHD_add_response_header(resp, "Access-Control-Allow-Methods", "GET, HEAD, POST, OPTIONS");
         MHD_add_response_header(resp, "Access-Control-Allow-Headers", "Authorization, Content-Type");
         nx_http_note_status(c, 204);
         *ret = MHD_queue_response(c, 204, resp);
