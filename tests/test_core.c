@@ -7,6 +7,7 @@
 #include "gguf.h"
 #include "nextn.h"
 #include "tensor.h"
+#include <cjson/cJSON.h>
 #include "test.h"
 
 static void test_error_records(void) {
@@ -31,6 +32,39 @@ static void test_logging(void) {
     NX_INFO("hello %d", 7);
     nx_log_set(NULL, NULL, NX_LOG_INFO);
     CHECK_EQ_INT(g_logged, 1);
+}
+
+/* The line formats of core/log.h: text key=value with quoting, json one object that parses. */
+static void test_log_render(void) {
+    nx_log_field f[] = {NX_LF_STR("method", "POST"), NX_LF_STR("path", "/v1/x y"), NX_LF_INT("status", 200),
+                        NX_LF_NUM("ms", 12.5), NX_LF_STR("error", "bad \"q\"=\\"), NX_LF_STR("none", NULL),
+                        NX_LF_NUM("nan", NAN)};
+    char line[512];
+    double t = 1764620069.125;   /* 2025-12-01T20:14:29.125Z */
+    nx_log_render(line, sizeof line, NX_LOG_TEXT, false, NX_LOG_INFO, t, "access", NULL, f, 7);
+    CHECK_STR(line, "access method=POST path=\"/v1/x y\" status=200 ms=12.5 error=\"bad \\\"q\\\"=\\\\\" none=\"\" nan=-");
+    nx_log_render(line, sizeof line, NX_LOG_TEXT, true, NX_LOG_WARN, t, NULL, "plain", NULL, 0);
+    CHECK_STR(line, "2025-12-01T20:14:29.125Z nextn warn: plain");
+    nx_log_render(line, sizeof line, NX_LOG_JSON, true, NX_LOG_ERROR, t, "access", NULL, f, 7);
+    cJSON *j = cJSON_Parse(line);
+    CHECK_MSG(j != NULL, "json line: %s", line);
+    CHECK_STR(cJSON_GetStringValue(cJSON_GetObjectItem(j, "time")), "2025-12-01T20:14:29.125Z");
+    CHECK_STR(cJSON_GetStringValue(cJSON_GetObjectItem(j, "level")), "error");
+    CHECK_STR(cJSON_GetStringValue(cJSON_GetObjectItem(j, "event")), "access");
+    CHECK_STR(cJSON_GetStringValue(cJSON_GetObjectItem(j, "path")), "/v1/x y");
+    CHECK_STR(cJSON_GetStringValue(cJSON_GetObjectItem(j, "error")), "bad \"q\"=\\");
+    CHECK_EQ_INT(cJSON_GetObjectItem(j, "status")->valueint, 200);
+    CHECK_NEAR(cJSON_GetObjectItem(j, "ms")->valuedouble, 12.5, 0);
+    CHECK(cJSON_IsNull(cJSON_GetObjectItem(j, "none")) && cJSON_IsNull(cJSON_GetObjectItem(j, "nan")));
+    cJSON_Delete(j);
+    nx_log_render(line, sizeof line, NX_LOG_JSON, false, NX_LOG_INFO, t, NULL, "tab\there\x01", NULL, 0);
+    j = cJSON_Parse(line);
+    CHECK(j && !strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(j, "msg")), "tab\there\x01"));
+    cJSON_Delete(j);
+    /* truncation keeps a terminated string */
+    char small[16];
+    size_t n = nx_log_render(small, sizeof small, NX_LOG_TEXT, false, NX_LOG_INFO, t, "access", NULL, f, 7);
+    CHECK(n == 15 && strlen(small) == 15);
 }
 
 static void test_read_file_limit(void) {
@@ -135,6 +169,7 @@ static void test_genmodel_and_load(void) {
 int main(void) {
     RUN(test_error_records);
     RUN(test_logging);
+    RUN(test_log_render);
     RUN(test_read_file_limit);
     RUN(test_type_table);
     RUN(test_genmodel_and_load);

@@ -166,7 +166,14 @@ static void test_request(void) {
     CHECK_EQ_INT(http_of(NX_API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"stream\":1}", NULL, 0), 400);
     CHECK_EQ_INT(http_of(NX_API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"stop\":[1]}", NULL, 0), 400);
     CHECK_EQ_INT(http_of(NX_API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{}]}", NULL, 0), 400);
-    CHECK_EQ_INT(http_of(NX_API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"model\":\"m-slot9\"}", NULL, 0), 400);
+    /* a slot past the last is no model this server serves */
+    CHECK_EQ_INT(http_of(NX_API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"model\":\"m-slot9\"}", NULL, 0), 404);
+    CHECK_EQ_INT(http_of(NX_API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"model\":\"gpt-4\"}", NULL, 0), 404);
+    CHECK_EQ_INT(http_of(NX_API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"model\":\"m-s1\"}", NULL, 0), 200);
+    CHECK_EQ_INT(http_of(NX_API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"temperature\":-0.5}", NULL, 0), 400);
+    CHECK_EQ_INT(http_of(NX_API_NATIVE, "{\"prompt\":\"a\",\"temperature\":-0.5}", NULL, 0), 200);
+    CHECK_EQ_INT(http_of(NX_API_COMPLETIONS, "{\"prompt\":\"a\",\"max_tokens\":0}", NULL, 0), 400);
+    CHECK_EQ_INT(http_of(NX_API_NATIVE, "{\"prompt\":\"a\",\"max_tokens\":-1}", NULL, 0), 200);
     CHECK_EQ_INT(http_of(NX_API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logit_bias\":{\"999\":1}}", NULL, 0), 400);
     CHECK_EQ_INT(http_of(NX_API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"speculative\":{\"type\":\"ngram\"}}", msg, sizeof msg), 400);
     CHECK(strstr(msg, "speculative.type") && strstr(msg, "allowed: mtp, none"));
@@ -180,6 +187,29 @@ static void test_request(void) {
     CHECK_EQ_INT(http_of(NX_API_COMPLETIONS, "{}", NULL, 0), 400);
     CHECK_EQ_INT(http_of(NX_API_NATIVE, "{\"prompt\":\"a\",\"id_slot\":2}", NULL, 0), 400);
     CHECK_EQ_INT(http_of(NX_API_NATIVE, "{\"prompt\":\"a\",\"top_p\":2}", NULL, 0), 400);
+}
+
+/* Which model names a server knows: the alias, the file's base name, their -slotN / -sN forms. */
+static void test_model_names(void) {
+    nx_gen_info info;
+    memset(&info, 0, sizeof info);
+    snprintf(info.alias, sizeof info.alias, "tiny");
+    snprintf(info.model_path, sizeof info.model_path, "models/tiny-qwen35-mtp-q8_0.gguf");
+    info.n_slots = 4;
+    static const struct { const char *name; bool known; int slot; } cases[] = {
+        {"tiny", true, -1}, {"tiny-slot0", true, 0}, {"tiny-slot3", true, 3}, {"tiny-s2", true, 2},
+        {"tiny-qwen35-mtp-q8_0", true, -1}, {"tiny-qwen35-mtp-q8_0.gguf", true, -1}, {"tiny-qwen35-mtp-q8_0-slot1", true, 1},
+        {"tiny-slot4", false, 0}, {"tiny-slot", false, 0}, {"tiny-slot01", false, 0}, {"tiny-slot1x", false, 0},
+        {"tin", false, 0}, {"tinyx", false, 0}, {"", false, 0}, {"models/tiny-qwen35-mtp-q8_0.gguf", false, 0},
+        {"tiny-s-1", false, 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        int slot = -7;
+        bool k = nx_api_model_known(&info, cases[i].name, &slot);
+        CHECK_MSG(k == cases[i].known, "'%s': known %d", cases[i].name, k);
+        if (k) CHECK_MSG(slot == cases[i].slot, "'%s': slot %d", cases[i].name, slot);
+    }
+    CHECK(!nx_api_model_known(&info, NULL, NULL));
 }
 
 static void test_timings(void) {
@@ -382,6 +412,7 @@ int main(void) {
     RUN(test_textout);
     RUN(test_chat);
     RUN(test_request);
+    RUN(test_model_names);
     RUN(test_timings);
     RUN(test_fake);
     RUN(test_fake_race);

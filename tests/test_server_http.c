@@ -22,6 +22,7 @@
 #include <unistd.h>
 #include <cjson/cJSON.h>
 #include "test.h"
+#include "core/log.h"
 #include "server/server.h"
 
 #define KEY "sekret-key"
@@ -185,13 +186,15 @@ static const char *AUTH = "Authorization: Bearer " KEY "\r\n";
 static int post(int port, const char *path, const char *body, resp *r) { return request(port, "POST", path, AUTH, body, r); }
 static int get(int port, const char *path, resp *r) { return request(port, "GET", path, AUTH, NULL, r); }
 
-/* The error shape of server.md: {"error":{"message":string,"type":string,"code":number}}. */
+/* OpenAI's error shape: {"error":{"message":string,"type":string,"param":string|null,
+ * "code":string|null}}; the HTTP status is `code` of the call. */
 static bool is_error(const resp *r, int code, const char *must_contain) {
     cJSON *j = cJSON_Parse(r->body);
     cJSON *e = cJSON_GetObjectItem(j, "error");
+    const cJSON *ec = cJSON_GetObjectItem(e, "code"), *ep = cJSON_GetObjectItem(e, "param");
     bool ok = r->status == code && cJSON_IsString(cJSON_GetObjectItem(e, "message")) &&
-              cJSON_IsString(cJSON_GetObjectItem(e, "type")) && cJSON_IsNumber(cJSON_GetObjectItem(e, "code")) &&
-              cJSON_GetObjectItem(e, "code")->valueint == code &&
+              cJSON_IsString(cJSON_GetObjectItem(e, "type")) && (cJSON_IsString(ec) || cJSON_IsNull(ec)) &&
+              (cJSON_IsString(ep) || cJSON_IsNull(ep)) &&
               (!must_contain || strstr(cJSON_GetObjectItem(e, "message")->valuestring, must_contain));
     if (!ok) fprintf(stderr, "    unexpected: %d %s\n", r->status, r->body ? r->body : "(null)");
     cJSON_Delete(j);
@@ -1005,6 +1008,315 @@ static void test_loading(void) {
     nx_gen_backend_free(be);
 }
 
+
+/* ===== Strict like OpenAI ===== */
+
+static void test_strict(void) {
+    resp r;
+    static const struct { const char *path, *body, *param; } bad[] = {
+        {"/v1/completions", "{\"prompt\":\"x\",\"temperature\":-5}", "temperature"},
+        {"/v1/completions", "{\"prompt\":\"x\",\"temperature\":2.5}", "temperature"},
+        {"/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_tokens\":0}", "max_tokens"},
+        {"/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_completion_tokens\":0}", "max_completion_tokens"},
+        {"/v1/completions", "{\"prompt\":\"x\",\"max_tokens\":-1}", "max_tokens"},
+        {"/v1/completions", "{\"prompt\":\"x\",\"top_k\":-1}", "top_k"},
+        {"/v1/completions", "{\"prompt\":\"x\",\"top_k\":1000000000}", "top_k"},
+        {"/v1/completions", "{\"prompt\":\"x\",\"top_p\":1.5}", "top_p"},
+        {"/v1/completions", "{\"prompt\":\"x\",\"presence_penalty\":3}", "presence_penalty"},
+        {"/v1/completions", "{\"prompt\":\"x\",\"max_tokens\":\"10\"}", "max_tokens"},
+        {"/v1/completions", "{\"prompt\":\"x\",\"logprobs\":21}", "logprobs"},
+        {"/v1/chat/completions", "{\"messages\":\"hi\"}", "messages"},
+        {"/completion", "{\"prompt\":\"x\",\"n_predict\":-2}", "n_predict"},
+        {"/tokenize", "{\"content\":5}", "content"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        CHECK_EQ_INT(post(S.port, bad[i].path, bad[i].body, &r), 400);
+        cJSON *j = cJSON_Parse(r.body);
+        const cJSON *p = cJSON_GetObjectItem(cJSON_GetObjectItem(j, "error"), "param");
+        CHECK_MSG(is_error(&r, 400, bad[i].param) && cJSON_IsString(p) && !strcmp(p->valuestring, bad[i].param),
+                  "case %zu: %s -> %s", i, bad[i].body, r.body);
+        cJSON_Delete(j);
+        resp_free(&r);
+    }
+    /* In range: llama.cpp's top_k 0 (off), n_predict -1 and any native temperature. */
+    static const struct { const char *path, *body; } good[] = {
+        {"/v1/completions", "{\"prompt\":\"x\",\"top_k\":0,\"temperature\":2,\"max_tokens\":1}"},
+        {"/completion", "{\"prompt\":\"x\",\"n_predict\":-1,\"temperature\":-1}"},
+        {"/v1/completions", "{\"model\":\"fake\",\"prompt\":\"x\"}"},
+        {"/v1/completions", "{\"model\":\"fake-slot1\",\"prompt\":\"x\"}"},
+        {"/v1/completions", "{\"model\":\"fake-s0\",\"prompt\":\"x\"}"},
+    };
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+        CHECK_MSG(post(S.port, good[i].path, good[i].body, &r) == 200, "good case %zu: %s -> %s", i, good[i].body, r.body);
+        resp_free(&r);
+    }
+    /* Unknown models: 404 model_not_found naming the field. */
+    static const char *const unknown[] = {"gpt-4o", "fake-slot2", "fake-slot", "fakex", "fake-s01"};
+    for (size_t i = 0; i < sizeof unknown / sizeof unknown[0]; i++) {
+        char body[200];
+        snprintf(body, sizeof body, "{\"model\":\"%s\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", unknown[i]);
+        CHECK_EQ_INT(post(S.port, "/v1/chat/completions", body, &r), 404);
+        CHECK_MSG(is_error(&r, 404, unknown[i]) && strstr(r.body, "\"code\":\"model_not_found\"") &&
+                  strstr(r.body, "\"param\":\"model\""), "model %s -> %s", unknown[i], r.body);
+        resp_free(&r);
+    }
+    /* GET /v1/models/{id}. */
+    CHECK_EQ_INT(get(S.port, "/v1/models/fake", &r), 200);
+    cJSON *j = cJSON_Parse(r.body);
+    CHECK_STR(cJSON_GetObjectItem(j, "id")->valuestring, "fake");
+    CHECK_STR(cJSON_GetObjectItem(j, "object")->valuestring, "model");
+    cJSON_Delete(j);
+    resp_free(&r);
+    CHECK_EQ_INT(get(S.port, "/v1/models/fake-slot1", &r), 200);
+    CHECK(strstr(r.body, "\"slot_pinned\":1") != NULL);
+    resp_free(&r);
+    CHECK_EQ_INT(get(S.port, "/v1/models/nope", &r), 404);
+    CHECK(is_error(&r, 404, "nope") && strstr(r.body, "model_not_found"));
+    resp_free(&r);
+    /* HEAD wherever GET is: the headers of the GET, no body. */
+    static const char *const heads[] = {"/health", "/v1/models", "/v1/models/fake", "/props", "/slots", "/metrics"};
+    for (size_t i = 0; i < sizeof heads / sizeof heads[0]; i++) {
+        CHECK_MSG(request(S.port, "HEAD", heads[i], i ? AUTH : NULL, NULL, &r) == 200, "HEAD %s: %d", heads[i], r.status);
+        CHECK_MSG(r.n_body == 0, "HEAD %s sent %zu body bytes", heads[i], r.n_body);
+        resp_free(&r);
+    }
+    CHECK_EQ_INT(request(S.port, "HEAD", "/v1/completions", AUTH, NULL, &r), 405);
+    resp_free(&r);
+    /* /completions answers like /v1/completions (OpenAI), /completion in llama.cpp's shape. */
+    CHECK_EQ_INT(post(S.port, "/completions", "{\"prompt\":\"abc\",\"max_tokens\":2}", &r), 200);
+    j = cJSON_Parse(r.body);
+    CHECK_STR(cJSON_GetObjectItem(j, "object")->valuestring, "text_completion");
+    CHECK(cJSON_GetObjectItem(j, "choices") != NULL);
+    cJSON_Delete(j);
+    resp_free(&r);
+    CHECK_EQ_INT(post(S.port, "/completion", "{\"prompt\":\"abc\",\"n_predict\":2}", &r), 200);
+    j = cJSON_Parse(r.body);
+    CHECK(cJSON_IsString(cJSON_GetObjectItem(j, "content")) && cJSON_GetObjectItem(j, "choices") == NULL);
+    cJSON_Delete(j);
+    resp_free(&r);
+}
+
+/* ===== Access log ===== */
+
+static pthread_mutex_t g_log_mu = PTHREAD_MUTEX_INITIALIZER;
+static char g_log_lines[64][1024];
+static int g_n_log;
+
+static void log_capture(nx_log_level l, const char *msg, void *u) {
+    (void)l;
+    (void)u;
+    pthread_mutex_lock(&g_log_mu);
+    if (g_n_log < 64) snprintf(g_log_lines[g_n_log++], sizeof g_log_lines[0], "%s", msg);
+    pthread_mutex_unlock(&g_log_mu);
+}
+
+/* The first captured line holding `needle` (copied into out), waiting up to 5 s: the line is
+ * written when libmicrohttpd reports the request complete, just after the client has it. */
+static bool log_wait(const char *needle, char *out, size_t n) {
+    double t0 = nx_gen_now();
+    while (nx_gen_now() - t0 < 5) {
+        pthread_mutex_lock(&g_log_mu);
+        for (int i = 0; i < g_n_log; i++)
+            if (strstr(g_log_lines[i], needle)) {
+                snprintf(out, n, "%s", g_log_lines[i]);
+                pthread_mutex_unlock(&g_log_mu);
+                return true;
+            }
+        pthread_mutex_unlock(&g_log_mu);
+        usleep(2000);
+    }
+    return false;
+}
+
+static void test_access_log(void) {
+    resp r;
+    char line[1024];
+    g_n_log = 0;
+    nx_log_set(log_capture, NULL, NX_LOG_INFO);
+    /* text */
+    CHECK_EQ_INT(post(S.port, "/v1/completions", "{\"prompt\":\"log me\",\"max_tokens\":3}", &r), 200);
+    resp_free(&r);
+    CHECK(log_wait("path=/v1/completions", line, sizeof line));
+    fprintf(stderr, "    text: %s\n", line);
+    CHECK(!strncmp(line, "access ", 7));
+    static const char *const keys[] = {"remote=127.0.0.1", "method=POST", "status=200", "bytes=", "prompt_tokens=7",
+                                       "gen_tokens=3", "draft_n=", "draft_accepted=", "draft_acceptance=", "ms="};
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) CHECK_MSG(strstr(line, keys[i]), "text line lacks %s", keys[i]);
+    CHECK_EQ_INT(get(S.port, "/v2/log-404", &r), 404);
+    resp_free(&r);
+    CHECK(log_wait("path=/v2/log-404", line, sizeof line));
+    CHECK(strstr(line, "status=404") && strstr(line, "error=\"unknown endpoint GET /v2/log-404\""));
+    /* json: one object per line with typed fields */
+    nx_log_set_format(NX_LOG_JSON);
+    CHECK_EQ_INT(post(S.port, "/v1/chat/completions",
+                      "{\"messages\":[{\"role\":\"user\",\"content\":\"q\\\"uote\"}],\"max_tokens\":4,\"stream\":true}", &r), 200);
+    resp_free(&r);
+    CHECK(log_wait("\"path\":\"/v1/chat/completions\"", line, sizeof line));
+    fprintf(stderr, "    json: %s\n", line);
+    cJSON *j = cJSON_Parse(line);
+    CHECK(j != NULL);
+    CHECK_STR(cJSON_GetStringValue(cJSON_GetObjectItem(j, "event")), "access");
+    CHECK_STR(cJSON_GetStringValue(cJSON_GetObjectItem(j, "level")), "info");
+    CHECK_STR(cJSON_GetStringValue(cJSON_GetObjectItem(j, "method")), "POST");
+    CHECK(cJSON_IsString(cJSON_GetObjectItem(j, "time")));
+    CHECK_EQ_INT(cJSON_GetObjectItem(j, "status") ? cJSON_GetObjectItem(j, "status")->valueint : -1, 200);
+    CHECK(cJSON_IsNumber(cJSON_GetObjectItem(j, "bytes")) && cJSON_GetObjectItem(j, "bytes")->valueint > 0);
+    CHECK(cJSON_IsNumber(cJSON_GetObjectItem(j, "prompt_tokens")) && cJSON_GetObjectItem(j, "prompt_tokens")->valueint > 0);
+    CHECK_EQ_INT(cJSON_GetObjectItem(j, "gen_tokens") ? cJSON_GetObjectItem(j, "gen_tokens")->valueint : -1, 4);
+    CHECK(cJSON_IsNumber(cJSON_GetObjectItem(j, "draft_acceptance")));
+    CHECK(cJSON_IsNumber(cJSON_GetObjectItem(j, "ms")) && cJSON_GetObjectItem(j, "ms")->valuedouble >= 0);
+    cJSON_Delete(j);
+    nx_log_set_format(NX_LOG_TEXT);
+    nx_log_set(NULL, NULL, NX_LOG_WARN);
+}
+
+/* ===== Slow clients ===== */
+
+/* A non-blocking connection from `src` (a loopback address) to the server. */
+static int connect_from(const char *src, int port) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0) return -1;
+    struct sockaddr_in a = {.sin_family = AF_INET};
+    inet_pton(AF_INET, src, &a.sin_addr);
+    struct sockaddr_in d = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    inet_pton(AF_INET, "127.0.0.1", &d.sin_addr);
+    if (bind(fd, (struct sockaddr *)&a, sizeof a) != 0 || connect(fd, (struct sockaddr *)&d, sizeof d) != 0) {
+        close(fd);
+        return -1;
+    }
+    struct timeval tv = {0, 1000};
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+    return fd;
+}
+
+/* Has the server closed fd? (EOF or reset, without blocking) */
+static bool closed_by_peer(int fd) {
+    char b[256];
+    ssize_t n = recv(fd, b, sizeof b, MSG_DONTWAIT);
+    return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK);
+}
+
+/* 300 connections from one address trickle header bytes; a client from another address is
+ * still answered at once (the per-address cap refuses all but 64 of them). */
+static void test_slow_clients(void) {
+    srv v;
+    CHECK(srv_start(&v, 2, 256, 8, 200, NULL, 0));
+    enum { N = 300 };
+    int fds[N], n_open = 0;
+    for (int i = 0; i < N; i++) {
+        fds[i] = connect_from("127.0.0.2", v.port);
+        if (fds[i] >= 0) {
+            n_open++;
+            send_all(fds[i], "GET /health HTTP/1.1\r\nHost: x\r\nX-Slow: ", 39);
+        }
+    }
+    CHECK_EQ_INT(n_open, N);
+    double lat[3] = {0};
+    int answered = 0;
+    double t_end = nx_gen_now() + 2.0;
+    for (int round = 0; nx_gen_now() < t_end; round++) {
+        for (int i = 0; i < N; i++)
+            if (fds[i] >= 0) send(fds[i], "a", 1, MSG_NOSIGNAL | MSG_DONTWAIT);   /* one byte each */
+        if (round % 5 == 2 && answered < 3) {
+            resp r;
+            double t0 = nx_gen_now();
+            int st = request(v.port, "GET", "/health", NULL, NULL, &r);
+            double dt = nx_gen_now() - t0;
+            resp_free(&r);
+            CHECK_MSG(st == 200 && dt < 5.0, "normal client: status %d after %.3f s", st, dt);
+            lat[answered++] = dt;
+        }
+        usleep(100 * 1000);
+    }
+    int refused = 0;
+    for (int i = 0; i < N; i++) refused += fds[i] >= 0 && closed_by_peer(fds[i]);
+    fprintf(stderr, "    300 slow connections from 127.0.0.2: %d refused by the per-address cap (64), %d held; "
+            "normal client from 127.0.0.1 answered in %.1f / %.1f / %.1f ms\n",
+            refused, N - refused, lat[0] * 1e3, lat[1] * 1e3, lat[2] * 1e3);
+    CHECK_EQ_INT(answered, 3);
+    CHECK_EQ_INT(refused, N - 64);
+    for (int i = 0; i < N; i++)
+        if (fds[i] >= 0) close(fds[i]);
+    srv_stop(&v);
+}
+
+/* --max-connections: past the limit a connection is refused; below it again, served. */
+static void test_max_connections(void) {
+    nx_gen_fake_params fp = nx_gen_fake_default_params();
+    nx_gen_backend *be = NULL;
+    nx_error err = {0};
+    CHECK(nx_gen_fake_create(&fp, &be, &err) == NX_OK);
+    nx_server_params sp = nx_server_default_params();
+    sp.port = 0;
+    sp.max_connections = 8;
+    sp.max_connections_per_ip = 0;
+    nx_server *s = NULL;
+    CHECK(nx_server_start(&sp, be, &s, &err) == NX_OK);
+    int port = nx_server_port(s);
+    int fds[8];
+    for (int i = 0; i < 8; i++) {
+        fds[i] = connect_from("127.0.0.3", port);
+        CHECK(fds[i] >= 0);
+    }
+    usleep(200 * 1000);   /* libmicrohttpd accepts them */
+    resp r;
+    int st = request(port, "GET", "/health", NULL, NULL, &r);
+    resp_free(&r);
+    CHECK_MSG(st < 0, "the 9th connection got status %d", st);
+    for (int i = 0; i < 8; i++) close(fds[i]);
+    st = -1;
+    for (double t0 = nx_gen_now(); st != 200 && nx_gen_now() - t0 < 5;) {
+        usleep(20 * 1000);
+        st = request(port, "GET", "/health", NULL, NULL, &r);
+        resp_free(&r);
+    }
+    CHECK_EQ_INT(st, 200);
+    nx_server_free(s);
+    nx_gen_backend_free(be);
+}
+
+/* The read deadline is absolute: trickling does not stretch it; a kept-alive idle connection is
+ * not cut by it (only the idle timeout closes those). */
+static void test_read_deadline(void) {
+    nx_gen_fake_params fp = nx_gen_fake_default_params();
+    nx_gen_backend *be = NULL;
+    nx_error err = {0};
+    CHECK(nx_gen_fake_create(&fp, &be, &err) == NX_OK);
+    nx_server_params sp = nx_server_default_params();
+    sp.port = 0;
+    sp.read_timeout_s = 1;
+    nx_server *s = NULL;
+    CHECK(nx_server_start(&sp, be, &s, &err) == NX_OK);
+    int port = nx_server_port(s);
+    int fd = connect_from("127.0.0.1", port);
+    CHECK(fd >= 0);
+    send_all(fd, "POST /completion HTTP/1.1\r\nHost: x\r\n", 36);
+    double t0 = nx_gen_now();
+    bool closed = false;
+    while (!closed && nx_gen_now() - t0 < 5) {
+        send(fd, "X", 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+        usleep(100 * 1000);
+        closed = closed_by_peer(fd);
+    }
+    fprintf(stderr, "    trickling client closed after %.2f s (read deadline 1 s)\n", nx_gen_now() - t0);
+    CHECK(closed);
+    close(fd);
+    /* Keep-alive: a request, 1.5 s of silence, a second request on the same connection. */
+    fd = connect_to(port);
+    const char *req = "GET /health HTTP/1.1\r\nHost: x\r\n\r\n";
+    CHECK(send_all(fd, req, strlen(req)));
+    char buf[4096];
+    ssize_t n = recv(fd, buf, sizeof buf - 1, 0);
+    CHECK(n > 0 && !strncmp(buf, "HTTP/1.1 200", 12));
+    usleep(1500 * 1000);
+    CHECK(send_all(fd, req, strlen(req)));
+    n = recv(fd, buf, sizeof buf - 1, 0);
+    CHECK_MSG(n > 0 && !strncmp(buf, "HTTP/1.1 200", 12), "second request on a kept-alive connection: %zd", n);
+    close(fd);
+    nx_server_free(s);
+    nx_gen_backend_free(be);
+}
+
 int main(void) {
     signal(SIGPIPE, SIG_IGN);
     nx_log_set(NULL, NULL, NX_LOG_WARN);
@@ -1019,7 +1331,12 @@ int main(void) {
     RUN(test_completions_and_stops);
     RUN(test_streaming);
     RUN(test_endpoints);
+    RUN(test_strict);
+    RUN(test_access_log);
     srv_stop(&S);
+    RUN(test_slow_clients);
+    RUN(test_read_deadline);
+    RUN(test_max_connections);
     RUN(test_disconnect);
     RUN(test_queue_overflow);
     RUN(test_metrics);

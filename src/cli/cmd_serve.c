@@ -4,7 +4,12 @@
  *   nextn serve -m FILE [--host 127.0.0.1] [--port 8080] [-np 4] [-c CTX] [--alias NAME]
  *               [--api-key K] [--max-body BYTES] [--queue-max N] [--chat-format chatml|gemma]
  *               [--shutdown-grace S] [-ub N] [--ctx-checkpoint-interval N] [--ctx-checkpoints N]
+ *               [--max-connections N] [--max-connections-per-ip N] [--read-timeout S]
+ *               [--log-format text|json] [--log-file F]
  *               [speculation flags: --spec-type ... (spec_params.h)]
+ *
+ * Logs (core/log.h) go to stderr or --log-file: one access line per request, errors, warnings,
+ * and a line when the process dies of a fatal signal.
  *
  * The model backend (src/server/backend_model.h) loads FILE and runs every slot through one
  * speculative engine; the hidden `--fake-backend` runs the deterministic byte-echo backend the
@@ -37,6 +42,13 @@ static void usage(FILE *f) {
             "  --chat-format F        chatml | gemma (default: from the GGUF)\n"
             "  --shutdown-grace S     seconds streams get to finish on SIGINT/SIGTERM (default 5)\n"
             "  --timeout S            close idle connections after S seconds (default 60)\n"
+            "  --read-timeout S       a request's headers and body must arrive within S seconds, however\n"
+            "                         slowly they trickle (default 20; 0 = no limit)\n"
+            "  --max-connections N    open connections at most (default 256)\n"
+            "  --max-connections-per-ip N  per client address (default 64; 0 = no limit; raise it\n"
+            "                         behind a reverse proxy, where every client has its address)\n"
+            "  --log-format F         text | json (default text): the access and error log lines\n"
+            "  --log-file F           append the log to F instead of stderr\n"
             "  -t, --threads N        compute threads (default: physical cores)\n"
             "  --no-mmap              read the weights into (huge-page) memory instead of mapping the file\n"
             "  -ub, --ubatch-size N   prompt rows per forward chunk, and per step over all slots while\n"
@@ -60,7 +72,8 @@ int nx_cmd_serve(int argc, char **argv) {
     nx_server_params sp = nx_server_default_params();
     nx_spec_params spec = nx_spec_params_default();
     spec.auto_type = true;   /* speculation on by default where the model carries a drafter */
-    const char *model = NULL, *alias = NULL, *chat = NULL;
+    const char *model = NULL, *alias = NULL, *chat = NULL, *log_file = NULL;
+    nx_log_format log_fmt = NX_LOG_TEXT;
     const char *api_key = getenv("NEXTN_API_KEY");
     long n_slots = 4, n_ctx = 4096, queue_max = 64, step_us = 1000, timeout_s = 60, n_threads = 0, n_ubatch = 0;
     long ckpt_interval = 512, ckpt_max = 8;
@@ -92,6 +105,15 @@ int nx_cmd_serve(int argc, char **argv) {
         else if (!strcmp(a, "--queue-max")) { if (!parse_int(v, 0, 1 << 20, &queue_max)) goto bad; }
         else if (!strcmp(a, "--chat-format")) chat = v;
         else if (!strcmp(a, "--timeout")) { if (!parse_int(v, 1, 86400, &timeout_s)) goto bad; }
+        else if (!strcmp(a, "--read-timeout")) { if (!parse_int(v, 0, 86400, &x)) goto bad; sp.read_timeout_s = (double)x; }
+        else if (!strcmp(a, "--max-connections")) { if (!parse_int(v, 1, 65536, &x)) goto bad; sp.max_connections = (int)x; }
+        else if (!strcmp(a, "--max-connections-per-ip")) { if (!parse_int(v, 0, 65536, &x)) goto bad; sp.max_connections_per_ip = (int)x; }
+        else if (!strcmp(a, "--log-format")) {
+            if (!strcmp(v, "text")) log_fmt = NX_LOG_TEXT;
+            else if (!strcmp(v, "json")) log_fmt = NX_LOG_JSON;
+            else goto bad;
+        }
+        else if (!strcmp(a, "--log-file")) log_file = v;
         else if (!strcmp(a, "--shutdown-grace")) { char *e; grace = strtod(v, &e); if (*e || grace < 0 || grace > 3600) goto bad; }
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) { if (!parse_int(v, 1, 1024, &n_threads)) goto bad; }
         else if (!strcmp(a, "-ub") || !strcmp(a, "--ubatch-size")) { if (!parse_int(v, 1, 1 << 16, &n_ubatch)) goto bad; }
@@ -106,6 +128,12 @@ int nx_cmd_serve(int argc, char **argv) {
         return 2;
     }
     nx_error err = {0};
+    nx_log_set_format(log_fmt);
+    if (log_file && nx_log_open_file(log_file, &err) != NX_OK) {
+        fprintf(stderr, "nextn serve: %s\n", err.msg);
+        return 2;
+    }
+    nx_log_install_crash_handler();
     if (nx_spec_params_validate(&spec, &err) != NX_OK) {
         fprintf(stderr, "nextn serve: %s\n", err.msg);
         return 2;
@@ -179,7 +207,7 @@ int nx_cmd_serve(int argc, char **argv) {
     fflush(stdout);
     int sig = 0;
     sigwait(&set, &sig);
-    fprintf(stderr, "nextn serve: %s received, shutting down\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    NX_INFO("server: %s received, shutting down", sig == SIGINT ? "SIGINT" : "SIGTERM");
     nx_server_stop(srv, grace);
     nx_server_free(srv);
     nx_gen_backend_free(be);

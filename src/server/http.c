@@ -25,7 +25,54 @@ nx_server_params nx_server_default_params(void) {
     p.max_body = 8u << 20;
     p.conn_timeout_s = 60;
     p.max_connections = 256;
+    p.max_connections_per_ip = 64;
+    p.read_timeout_s = 20;
     return p;
+}
+
+/* ===== Connection records (access-log fields) ===== */
+
+nx_conn *nx_http_conn(struct MHD_Connection *c) {
+    const union MHD_ConnectionInfo *ci = c ? MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT) : NULL;
+    return ci ? ci->socket_context : NULL;
+}
+
+void nx_http_note_bytes(struct MHD_Connection *c, size_t n) {
+    nx_conn *k = nx_http_conn(c);
+    if (!k) return;
+    nx_conns_lock(k->owner);
+    k->acc.bytes += n;
+    nx_conns_unlock(k->owner);
+}
+
+void nx_http_note_tokens(struct MHD_Connection *c, int n_prompt, int n_gen, uint64_t draft_n, uint64_t draft_acc) {
+    nx_conn *k = nx_http_conn(c);
+    if (!k) return;
+    nx_conns_lock(k->owner);
+    k->acc.has_tokens = true;
+    k->acc.prompt_tokens = n_prompt;
+    k->acc.gen_tokens = n_gen;
+    k->acc.draft_n = draft_n;
+    k->acc.draft_accepted = draft_acc;
+    nx_conns_unlock(k->owner);
+}
+
+void nx_http_note_status(struct MHD_Connection *c, unsigned status) {
+    nx_conn *k = nx_http_conn(c);
+    if (!k) return;
+    nx_conns_lock(k->owner);
+    k->acc.status = (int)status;
+    nx_conns_unlock(k->owner);
+}
+
+static void note_status(struct MHD_Connection *c, unsigned status, size_t bytes, const char *err) {
+    nx_conn *k = nx_http_conn(c);
+    if (!k) return;
+    nx_conns_lock(k->owner);
+    k->acc.status = (int)status;
+    k->acc.bytes += bytes;
+    if (err) snprintf(k->acc.error, sizeof k->acc.error, "%s", err);
+    nx_conns_unlock(k->owner);
 }
 
 /* ===== Responses ===== */
@@ -37,6 +84,7 @@ enum MHD_Result nx_http_reply(struct MHD_Connection *c, unsigned status, const c
     MHD_add_response_header(resp, "Access-Control-Allow-Origin", "*");
     if (status == 503) MHD_add_response_header(resp, "Retry-After", "1");
     if (status == 401) MHD_add_response_header(resp, "WWW-Authenticate", "Bearer");
+    note_status(c, status, n, NULL);
     enum MHD_Result ret = MHD_queue_response(c, status, resp);
     MHD_destroy_response(resp);
     return ret;
@@ -46,7 +94,7 @@ enum MHD_Result nx_http_reply_json(struct MHD_Connection *c, unsigned status, cJ
     char *s = j ? cJSON_PrintUnformatted(j) : NULL;
     cJSON_Delete(j);
     if (!s) {
-        static const char oom[] = "{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\",\"code\":500}}";
+        static const char oom[] = "{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\",\"param\":null,\"code\":null}}";
         return nx_http_reply(c, 500, "application/json", oom, sizeof oom - 1);
     }
     enum MHD_Result ret = nx_http_reply(c, status, "application/json", s, strlen(s));
@@ -54,13 +102,26 @@ enum MHD_Result nx_http_reply_json(struct MHD_Connection *c, unsigned status, cJ
     return ret;
 }
 
-enum MHD_Result nx_http_reply_error(struct MHD_Connection *c, unsigned status, const char *type, const char *msg) {
+enum MHD_Result nx_http_reply_err(struct MHD_Connection *c, unsigned status, const char *type, const char *code,
+                                  const char *param, const char *msg) {
     cJSON *j = cJSON_CreateObject();
     cJSON *e = cJSON_AddObjectToObject(j, "error");
     cJSON_AddItemToObject(e, "message", nx_http_json_bytes(msg, strlen(msg)));
     cJSON_AddStringToObject(e, "type", type);
-    cJSON_AddNumberToObject(e, "code", status);
+    if (param && *param) cJSON_AddItemToObject(e, "param", nx_http_json_bytes(param, strlen(param)));
+    else cJSON_AddNullToObject(e, "param");
+    if (code) cJSON_AddStringToObject(e, "code", code);
+    else cJSON_AddNullToObject(e, "code");
+    note_status(c, status, 0, msg);
+    if (status >= 500 && status != 503) NX_ERROR("server: %u %s", status, msg);   /* 503: load, in the access line */
     return nx_http_reply_json(c, status, j);
+}
+
+enum MHD_Result nx_http_reply_error(struct MHD_Connection *c, unsigned status, const char *type, const char *msg) {
+    const char *code = status == 401 ? "invalid_api_key" : status == 413 ? "request_too_large"
+                     : status == 503 ? "unavailable" : NULL;
+    if (!strcmp(type, "exceed_context_size_error")) code = "context_length_exceeded";
+    return nx_http_reply_err(c, status, type, code, NULL, msg);
 }
 
 bool nx_http_client_gone(struct MHD_Connection *c) {
@@ -149,32 +210,50 @@ static cJSON *drafters_json(const nx_gen_info *info) {
     return a;
 }
 
+/* One /v1/models entry: the alias (slot -1) or its "-slotN" pinning form. */
+static cJSON *model_json(const nx_server *srv, const nx_gen_info *info, int s) {
+    char id[160];
+    if (s < 0) snprintf(id, sizeof id, "%s", info->alias);
+    else snprintf(id, sizeof id, "%s-slot%d", info->alias, s);
+    cJSON *m = cJSON_CreateObject();
+    cJSON_AddStringToObject(m, "id", id);
+    cJSON_AddStringToObject(m, "object", "model");
+    cJSON_AddNumberToObject(m, "created", (double)srv->created);
+    cJSON_AddStringToObject(m, "owned_by", "nextn");
+    cJSON *meta = cJSON_AddObjectToObject(m, "meta");
+    cJSON_AddNumberToObject(meta, "n_ctx_slot", info->n_ctx_slot);
+    cJSON_AddNumberToObject(meta, "n_ctx_train", info->n_ctx_train);
+    cJSON_AddNumberToObject(meta, "n_vocab", info->n_vocab);
+    cJSON_AddNumberToObject(meta, "n_slots", info->n_slots);
+    cJSON_AddStringToObject(meta, "chat_format", nx_chat_format_name(info->chat_format));
+    cJSON_AddItemToObject(meta, "drafters", drafters_json(info));
+    if (s >= 0) cJSON_AddNumberToObject(meta, "slot_pinned", s);
+    return m;
+}
+
 static enum MHD_Result h_models(nx_http_req *r) {
     nx_gen_info info;
     r->srv->be->ops->info(r->srv->be, &info);
     cJSON *j = cJSON_CreateObject();
     cJSON_AddStringToObject(j, "object", "list");
     cJSON *data = cJSON_AddArrayToObject(j, "data");
-    for (int s = -1; s < info.n_slots; s++) {
-        char id[160];
-        if (s < 0) snprintf(id, sizeof id, "%s", info.alias);
-        else snprintf(id, sizeof id, "%s-slot%d", info.alias, s);
-        cJSON *m = cJSON_CreateObject();
-        cJSON_AddStringToObject(m, "id", id);
-        cJSON_AddStringToObject(m, "object", "model");
-        cJSON_AddNumberToObject(m, "created", (double)r->srv->created);
-        cJSON_AddStringToObject(m, "owned_by", "nextn");
-        cJSON *meta = cJSON_AddObjectToObject(m, "meta");
-        cJSON_AddNumberToObject(meta, "n_ctx_slot", info.n_ctx_slot);
-        cJSON_AddNumberToObject(meta, "n_ctx_train", info.n_ctx_train);
-        cJSON_AddNumberToObject(meta, "n_vocab", info.n_vocab);
-        cJSON_AddNumberToObject(meta, "n_slots", info.n_slots);
-        cJSON_AddStringToObject(meta, "chat_format", nx_chat_format_name(info.chat_format));
-        cJSON_AddItemToObject(meta, "drafters", drafters_json(&info));
-        if (s >= 0) cJSON_AddNumberToObject(meta, "slot_pinned", s);
-        cJSON_AddItemToArray(data, m);
-    }
+    for (int s = -1; s < info.n_slots; s++) cJSON_AddItemToArray(data, model_json(r->srv, &info, s));
     return nx_http_reply_json(r->conn, 200, j);
+}
+
+/* GET /v1/models/{id}: any name the completion endpoints accept (request.h). */
+static enum MHD_Result h_model(nx_http_req *r) {
+    nx_gen_info info;
+    r->srv->be->ops->info(r->srv->be, &info);
+    int slot = -1;
+    if (!nx_api_model_known(&info, r->model_id, &slot)) {
+        char msg[400];
+        snprintf(msg, sizeof msg, "The model '%.160s' does not exist (this server serves '%.100s')", r->model_id, info.alias);
+        return nx_http_reply_err(r->conn, 404, "invalid_request_error", "model_not_found", "model", msg);
+    }
+    cJSON *m = model_json(r->srv, &info, slot);
+    cJSON_SetValuestring(cJSON_GetObjectItem(m, "id"), r->model_id);   /* the name asked for */
+    return nx_http_reply_json(r->conn, 200, m);
 }
 
 static enum MHD_Result h_props(nx_http_req *r) {
@@ -293,8 +372,10 @@ static enum MHD_Result h_tokenize(nx_http_req *r) {
                     : ps && !cJSON_IsBool(ps) ? "'parse_special' must be a boolean"
                     : wp && !cJSON_IsBool(wp) ? "'with_pieces' must be a boolean" : NULL;
     if (bad) {
+        char param[32];
+        snprintf(param, sizeof param, "%.*s", (int)(strchr(bad + 1, '\'') - bad - 1), bad + 1);
         cJSON_Delete(j);
-        return nx_http_reply_error(r->conn, 400, "invalid_request_error", bad);
+        return nx_http_reply_err(r->conn, 400, "invalid_request_error", NULL, param, bad);
     }
     nx_token_vec v = {0};
     nx_error err = {0};
@@ -337,7 +418,7 @@ static enum MHD_Result h_detokenize(nx_http_req *r) {
     const cJSON *t = cJSON_GetObjectItemCaseSensitive(j, "tokens");
     if (!cJSON_IsArray(t)) {
         cJSON_Delete(j);
-        return nx_http_reply_error(r->conn, 400, "invalid_request_error", "'tokens' must be an array of token ids");
+        return nx_http_reply_err(r->conn, 400, "invalid_request_error", NULL, "tokens", "'tokens' must be an array of token ids");
     }
     int n = cJSON_GetArraySize(t);
     nx_token *ids = malloc((size_t)(n ? n : 1) * sizeof *ids);
@@ -354,7 +435,7 @@ static enum MHD_Result h_detokenize(nx_http_req *r) {
             snprintf(msg, sizeof msg, "'tokens[%d]' must be a token id in 0..%d", k, (int)info.n_vocab - 1);
             free(ids);
             cJSON_Delete(j);
-            return nx_http_reply_error(r->conn, 400, "invalid_request_error", msg);
+            return nx_http_reply_err(r->conn, 400, "invalid_request_error", NULL, "tokens", msg);
         }
         ids[k++] = (nx_token)d;
     }
@@ -374,7 +455,7 @@ static enum MHD_Result h_detokenize(nx_http_req *r) {
 /* ===== Routing ===== */
 
 enum {
-    R_HEALTH, R_MODELS, R_PROPS, R_SLOTS, R_METRICS, R_TOKENIZE, R_DETOKENIZE,
+    R_HEALTH, R_MODELS, R_MODEL, R_PROPS, R_SLOTS, R_METRICS, R_TOKENIZE, R_DETOKENIZE,
     R_NATIVE, R_COMPLETIONS, R_CHAT,
 };
 
@@ -388,8 +469,8 @@ static const struct route {
     {"/props", "GET", R_PROPS}, {"/v1/props", "GET", R_PROPS},
     {"/slots", "GET", R_SLOTS}, {"/metrics", "GET", R_METRICS},
     {"/tokenize", "POST", R_TOKENIZE}, {"/detokenize", "POST", R_DETOKENIZE},
-    {"/completion", "POST", R_NATIVE}, {"/completions", "POST", R_NATIVE},
-    {"/v1/completions", "POST", R_COMPLETIONS},
+    {"/completion", "POST", R_NATIVE},
+    {"/v1/completions", "POST", R_COMPLETIONS}, {"/completions", "POST", R_COMPLETIONS},
     {"/v1/chat/completions", "POST", R_CHAT}, {"/chat/completions", "POST", R_CHAT},
 };
 
@@ -410,6 +491,7 @@ static enum MHD_Result dispatch(nx_http_req *r) {
     switch (r->route) {
     case R_HEALTH: return h_health(r);
     case R_MODELS: return h_models(r);
+    case R_MODEL: return h_model(r);
     case R_PROPS: return h_props(r);
     case R_SLOTS: return h_slots(r);
     case R_METRICS: return h_metrics(r);
@@ -432,18 +514,26 @@ static bool early_reply(nx_http_req *r, const char *url, const char *method, enu
     if (!strcmp(method, "OPTIONS")) {   /* CORS preflight: open, like /health */
         struct MHD_Response *resp = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
         MHD_add_response_header(resp, "Access-Control-Allow-Origin", "*");
-        MHD_add_response_header(resp, "Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+        MHD_add_response_header(resp, "Access-Control-Allow-Methods", "GET, HEAD, POST, OPTIONS");
         MHD_add_response_header(resp, "Access-Control-Allow-Headers", "Authorization, Content-Type");
+        nx_http_note_status(c, 204);
         *ret = MHD_queue_response(c, 204, resp);
         MHD_destroy_response(resp);
         return true;
     }
     int route = -1;
     bool path_known = false;
+    bool head = !strcmp(method, "HEAD");   /* wherever GET is; libmicrohttpd drops the body */
     for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++) {
         if (strcmp(url, routes[i].path) != 0) continue;
         path_known = true;
-        if (!strcmp(method, routes[i].method)) route = routes[i].id;
+        if (!strcmp(method, routes[i].method) || (head && !strcmp(routes[i].method, "GET"))) route = routes[i].id;
+    }
+    const char *mid = !strncmp(url, "/v1/models/", 11) ? url + 11 : !strncmp(url, "/models/", 8) ? url + 8 : NULL;
+    if (mid && *mid && strlen(mid) < sizeof r->model_id) {
+        path_known = true;
+        if (!strcmp(method, "GET") || head) route = R_MODEL;
+        snprintf(r->model_id, sizeof r->model_id, "%s", mid);
     }
     r->route = route;
     if (route != R_HEALTH && !key_ok(s, c)) {
@@ -454,10 +544,10 @@ static bool early_reply(nx_http_req *r, const char *url, const char *method, enu
         char msg[300];
         if (path_known) {
             snprintf(msg, sizeof msg, "method %.16s is not allowed on %.200s", method, url);
-            *ret = nx_http_reply_error(c, 405, "invalid_request_error", msg);
+            *ret = nx_http_reply_err(c, 405, "invalid_request_error", "method_not_allowed", NULL, msg);
         } else {
             snprintf(msg, sizeof msg, "unknown endpoint %.16s %.200s", method, url);
-            *ret = nx_http_reply_error(c, 404, "not_found_error", msg);
+            *ret = nx_http_reply_err(c, 404, "invalid_request_error", "unknown_url", NULL, msg);
         }
         return true;
     }
@@ -492,10 +582,13 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         r->srv = s;
         r->conn = c;
         r->t_arrival = nx_gen_now();
+        snprintf(r->method, sizeof r->method, "%s", method);
+        snprintf(r->path, sizeof r->path, "%s", url);
         *req_cls = r;
         enum MHD_Result ret;
         if (early_reply(r, url, method, &ret)) {
             r->route = -2;   /* answered: ignore any body */
+            nx_conns_busy(&s->conns, nx_http_conn(c));
             return ret;
         }
         return MHD_YES;
@@ -513,6 +606,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         return MHD_YES;
     }
     if (r->route == -2) return MHD_YES;   /* the early reply is queued */
+    nx_conns_busy(&s->conns, nx_http_conn(c));   /* the whole request is here: no read deadline */
     if (r->too_big) {
         char msg[128];
         snprintf(msg, sizeof msg, "the request body is larger than the limit of %zu bytes", s->p.max_body);
@@ -523,15 +617,61 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     return dispatch(r);
 }
 
+/* The access-log line of a finished request. */
+static void log_access(nx_http_req *r, nx_conn *k, bool complete) {
+    nx_access a;
+    char addr[64] = "?";
+    memset(&a, 0, sizeof a);
+    if (k) {
+        nx_conns_lock(k->owner);
+        a = k->acc;
+        snprintf(addr, sizeof addr, "%s", k->addr);
+        nx_conns_unlock(k->owner);
+    }
+    if (!strcmp(r->method, "HEAD")) a.bytes = 0;   /* libmicrohttpd sends no body */
+    nx_log_field f[14];
+    int n = 0;
+    f[n++] = NX_LF_STR("remote", addr);
+    f[n++] = NX_LF_STR("method", r->method);
+    f[n++] = NX_LF_STR("path", r->path);
+    f[n++] = NX_LF_INT("status", a.status);
+    f[n++] = NX_LF_INT("bytes", a.bytes);
+    if (a.has_tokens) {
+        f[n++] = NX_LF_INT("prompt_tokens", a.prompt_tokens);
+        f[n++] = NX_LF_INT("gen_tokens", a.gen_tokens);
+        f[n++] = NX_LF_INT("draft_n", a.draft_n);
+        f[n++] = NX_LF_INT("draft_accepted", a.draft_accepted);
+        f[n++] = NX_LF_NUM("draft_acceptance", a.draft_n ? (double)a.draft_accepted / (double)a.draft_n : 0.0);
+    }
+    f[n++] = NX_LF_NUM("ms", (nx_gen_now() - r->t_arrival) * 1e3);
+    if (!complete) f[n++] = (nx_log_field){.key = "complete", .kind = NX_LOG_BOOL, .i = 0};
+    if (a.error[0]) f[n++] = NX_LF_STR("error", a.error);
+    nx_log_level lv = a.status == 503 || !complete ? NX_LOG_WARN : a.status >= 500 || a.status == 0 ? NX_LOG_ERROR : NX_LOG_INFO;
+    nx_log_event(lv, "access", f, n);
+}
+
 static void on_completed(void *cls, struct MHD_Connection *c, void **req_cls, enum MHD_RequestTerminationCode toe) {
-    (void)cls;
-    (void)c;
-    (void)toe;
+    nx_server *s = cls;
     nx_http_req *r = *req_cls;
     if (!r) return;
+    nx_conn *k = nx_http_conn(c);
+    log_access(r, k, toe == MHD_REQUEST_TERMINATED_COMPLETED_OK);
+    nx_conns_idle(&s->conns, k);   /* kept alive: the next request's deadline starts at its first byte */
     nx_sbuf_free(&r->body);
     free(r);
     *req_cls = NULL;
+}
+
+static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context, enum MHD_ConnectionNotificationCode toe) {
+    nx_server *s = cls;
+    if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
+        const union MHD_ConnectionInfo *fd = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+        const union MHD_ConnectionInfo *ad = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+        *socket_context = nx_conns_open(&s->conns, fd ? fd->connect_fd : -1, ad ? ad->client_addr : NULL);
+    } else if (toe == MHD_CONNECTION_NOTIFY_CLOSED) {
+        nx_conns_close(&s->conns, *socket_context);
+        *socket_context = NULL;
+    }
 }
 
 /* ===== Life cycle ===== */
@@ -565,6 +705,12 @@ nx_status nx_server_start(const nx_server_params *p, nx_gen_backend *be, nx_serv
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
     atomic_init(&s->stopping, false);
+    nx_status cst = nx_conns_init(&s->conns, p->read_timeout_s, err);
+    if (cst != NX_OK) {
+        nx_server_free(s);
+        return cst;
+    }
+    s->conns_ok = true;
     if (p->api_key && *p->api_key) s->api_key = strdup(p->api_key);
     s->metrics = nx_metrics_create();
     if (!s->metrics || (p->api_key && *p->api_key && !s->api_key)) {
@@ -577,7 +723,9 @@ nx_status nx_server_start(const nx_server_params *p, nx_gen_backend *be, nx_serv
                             MHD_OPTION_SOCK_ADDR, v6 ? (struct sockaddr *)&a6 : (struct sockaddr *)&a4,
                             MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)(p->conn_timeout_s > 0 ? p->conn_timeout_s : 60),
                             MHD_OPTION_CONNECTION_LIMIT, (unsigned)(p->max_connections > 0 ? p->max_connections : 256),
+                            MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)(p->max_connections_per_ip > 0 ? p->max_connections_per_ip : 0),
                             MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+                            MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
                             MHD_OPTION_END);
     if (!s->d) {
         int e = errno;
@@ -630,6 +778,7 @@ void nx_server_stop(nx_server *s, double grace_s) {
 void nx_server_free(nx_server *s) {
     if (!s) return;
     nx_server_stop(s, 0);
+    if (s->conns_ok) nx_conns_destroy(&s->conns);
     nx_metrics_free(s->metrics);
     free(s->api_key);
     pthread_cond_destroy(&s->cv);

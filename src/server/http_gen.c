@@ -28,6 +28,7 @@ typedef struct gen_ctx {
     nx_sbuf content;            /* the whole answer (non-streaming) */
     nx_token *toks;             /* generated tokens (native "tokens") */
     int n_toks, cap_toks;
+    int n_gen;                  /* token events seen */
     cJSON *probs;               /* accumulated logprob entries (non-streaming) */
     long text_offset;           /* completions logprobs: characters generated before the next token */
     bool finished;              /* the DONE / ERROR event was handled */
@@ -252,19 +253,25 @@ static void stream_text(gen_ctx *g, const char *text, size_t n, cJSON *lp_entry,
     sse_add(g, j);
 }
 
-static void stream_error(gen_ctx *g, int code, const char *type, const char *msg) {
+static void stream_error(gen_ctx *g, const char *type, const char *msg) {
     cJSON *j = cJSON_CreateObject();
     cJSON *e = cJSON_AddObjectToObject(j, "error");
     cJSON_AddItemToObject(e, "message", nx_http_json_bytes(msg, strlen(msg)));
     cJSON_AddStringToObject(e, "type", type);
-    cJSON_AddNumberToObject(e, "code", code);
+    cJSON_AddNullToObject(e, "param");
+    cJSON_AddNullToObject(e, "code");
     sse_add(g, j);
+    nx_conn *k = nx_http_conn(g->conn);
+    if (k) {
+        nx_conns_lock(k->owner);
+        snprintf(k->acc.error, sizeof k->acc.error, "%s", msg);
+        nx_conns_unlock(k->owner);
+    }
 }
 
 static void stream_end(gen_ctx *g) {
     if (g->failed) {
-        stream_error(g, g->finish == NX_GEN_FINISH_CANCELLED ? 503 : 500,
-                     g->finish == NX_GEN_FINISH_CANCELLED ? "unavailable_error" : "server_error", g->err_msg);
+        stream_error(g, g->finish == NX_GEN_FINISH_CANCELLED ? "unavailable_error" : "server_error", g->err_msg);
         return;
     }
     if (g->kind == NX_API_NATIVE) {
@@ -310,6 +317,8 @@ static void on_event(gen_ctx *g, nx_gen_event *ev, bool streaming) {
             }
         }
         if (g->n_toks < g->cap_toks) g->toks[g->n_toks++] = ev->token;
+        g->n_gen++;
+        nx_http_note_tokens(g->conn, g->n_prompt, g->n_gen, 0, 0);
         cJSON *lp = g->req.logprobs ? logprob_entry(g, ev->token, ev->logprob, ev->top, ev->n_top) : NULL;
         if (streaming) {
             if (ev->n_text || lp) stream_text(g, ev->text, ev->n_text, lp, &ev->token);
@@ -329,6 +338,7 @@ static void on_event(gen_ctx *g, nx_gen_event *ev, bool streaming) {
     g->finish = ev->finish;
     g->stop_index = ev->stop_index;
     g->t = ev->timings;
+    nx_http_note_tokens(g->conn, g->t.n_prompt, g->t.predicted_n, g->t.draft_n, g->t.draft_n_accepted);
     double ttft = g->t_first > 0 ? g->t_first - g->t_arrival : -1.0;
     nx_metrics_generation(g->srv->metrics, &g->t, ttft);
     if (ev->finish == NX_GEN_FINISH_CANCELLED) {
@@ -382,6 +392,7 @@ static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max) {
             if (n > max) n = max;
             memcpy(buf, g->pending.p + g->pending_off, n);
             g->pending_off += n;
+            nx_http_note_bytes(g->conn, n);
             return (ssize_t)n;
         }
         if (g->finished) return MHD_CONTENT_READER_END_OF_STREAM;
@@ -456,6 +467,13 @@ static enum MHD_Result fail(gen_ctx *g, unsigned status, const char *type, const
     return ret;
 }
 
+static enum MHD_Result fail_api(gen_ctx *g, const nx_api_error *e) {
+    nx_metrics_request(g->srv->metrics, e->http);
+    enum MHD_Result ret = nx_http_reply_err(g->conn, (unsigned)e->http, e->type, e->code, e->param, e->msg);
+    ctx_free(g);
+    return ret;
+}
+
 enum MHD_Result nx_http_completion(nx_http_req *r, nx_api_kind kind) {
     nx_server *srv = r->srv;
     nx_gen_backend *be = srv->be;
@@ -471,7 +489,7 @@ enum MHD_Result nx_http_completion(nx_http_req *r, nx_api_kind kind) {
     if (!g->info.ready) return fail(g, 503, "unavailable_error", "the model is loading");
     nx_api_error e = {0};
     if (nx_api_parse(kind, r->body.p, r->body.n, &g->info, &g->req, &e) != NX_OK)
-        return fail(g, (unsigned)e.http, e.type, e.msg);
+        return fail_api(g, &e);
     g->probs = cJSON_CreateArray();
     /* Tokenize (text prompts) and check the prompt against one slot's context. */
     nx_token_vec v = {0};
@@ -486,6 +504,7 @@ enum MHD_Result nx_http_completion(nx_http_req *r, nx_api_kind kind) {
         v.n = (size_t)g->req.n_prompt_tokens;
     }
     g->n_prompt = (int)v.n;
+    nx_http_note_tokens(g->conn, g->n_prompt, 0, 0, 0);
     char msg[NX_ERROR_MSG_MAX];
     if (v.n == 0) {
         if (g->req.prompt_text) nx_token_vec_free(&v);
@@ -568,6 +587,7 @@ enum MHD_Result nx_http_completion(nx_http_req *r, nx_api_kind kind) {
     MHD_add_response_header(resp, "Cache-Control", "no-cache");
     MHD_add_response_header(resp, "Access-Control-Allow-Origin", "*");
     nx_metrics_request(srv->metrics, 200);
+    nx_http_note_status(r->conn, 200);
     enum MHD_Result ret = MHD_queue_response(r->conn, 200, resp);
     MHD_destroy_response(resp);   /* sse_free runs when libmicrohttpd is done with it */
     return ret;

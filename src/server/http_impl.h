@@ -9,6 +9,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <cjson/cJSON.h>
+#include "server/conns.h"
 #include "server/metrics.h"
 #include "server/request.h"
 #include "server/sbuf.h"
@@ -27,6 +28,8 @@ struct nx_server {
     atomic_bool stopping;
     bool stopped;
     long created;               /* unix time at start (OpenAI "created" of models) */
+    nx_conns conns;             /* open connections, read deadlines, access-log fields */
+    bool conns_ok;
 };
 
 /* One HTTP request (MHD's per-request closure). */
@@ -37,12 +40,24 @@ typedef struct nx_http_req {
     nx_sbuf body;
     bool too_big;
     double t_arrival;
+    char method[16];            /* for the access log */
+    char path[200];
+    char model_id[160];         /* GET /v1/models/{id} */
 } nx_http_req;
 
 /* Responses. Every one carries Content-Type and CORS headers. */
 enum MHD_Result nx_http_reply(struct MHD_Connection *c, unsigned status, const char *ctype, const char *body, size_t n);
 enum MHD_Result nx_http_reply_json(struct MHD_Connection *c, unsigned status, cJSON *j);   /* frees j */
+/* OpenAI's error shape {"error":{"message","type","param","code"}}: param and code are strings or
+ * null (NULL). nx_http_reply_error() picks the code from the status (401 invalid_api_key, ...). */
+enum MHD_Result nx_http_reply_err(struct MHD_Connection *c, unsigned status, const char *type, const char *code,
+                                  const char *param, const char *msg);
 enum MHD_Result nx_http_reply_error(struct MHD_Connection *c, unsigned status, const char *type, const char *msg);
+/* The connection's record (conns.h; NULL when unknown) and helpers that fill its access fields. */
+nx_conn *nx_http_conn(struct MHD_Connection *c);
+void nx_http_note_status(struct MHD_Connection *c, unsigned status);
+void nx_http_note_bytes(struct MHD_Connection *c, size_t n);
+void nx_http_note_tokens(struct MHD_Connection *c, int n_prompt, int n_gen, uint64_t draft_n, uint64_t draft_acc);
 /* True when the peer closed the connection (checked without blocking). */
 bool nx_http_client_gone(struct MHD_Connection *c);
 

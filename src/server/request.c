@@ -14,6 +14,8 @@
 nx_status nx_api_fail(nx_api_error *e, int http, const char *type, const char *fmt, ...) {
     e->http = http;
     e->type = type;
+    e->code = NULL;
+    e->param[0] = 0;
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(e->msg, sizeof e->msg, fmt, ap);
@@ -22,6 +24,13 @@ nx_status nx_api_fail(nx_api_error *e, int http, const char *type, const char *f
 }
 
 #define BAD(...) nx_api_fail(e, 400, "invalid_request_error", __VA_ARGS__)
+
+/* A 400 naming the field at fault. */
+static nx_status bad_param(nx_api_error *e, const char *param, nx_status st) {
+    snprintf(e->param, sizeof e->param, "%s", param);
+    return st;
+}
+#define BADP(param, ...) bad_param(e, (param), BAD(__VA_ARGS__))
 
 /* ===== Typed field access: absent or null keeps the default ===== */
 
@@ -33,16 +42,19 @@ static const cJSON *field(const cJSON *o, const char *key) {
 static nx_status get_bool(const cJSON *o, const char *key, bool *out, nx_api_error *e) {
     const cJSON *v = field(o, key);
     if (!v) return NX_OK;
-    if (!cJSON_IsBool(v)) return BAD("'%s' must be a boolean", key);
+    if (!cJSON_IsBool(v)) return BADP(key, "'%s' must be a boolean", key);
     *out = cJSON_IsTrue(v);
     return NX_OK;
 }
 
 static nx_status as_int(const cJSON *v, const char *key, long long lo, long long hi, long long *out, nx_api_error *e) {
-    if (!cJSON_IsNumber(v)) return BAD("'%s' must be an integer", key);
+    if (!cJSON_IsNumber(v)) return BADP(key, "'%s' must be an integer", key);
     double d = v->valuedouble;
-    if (!isfinite(d) || d != floor(d)) return BAD("'%s' must be an integer", key);
-    if (d < (double)lo || d > (double)hi) return BAD("'%s' must be in %lld..%lld (got %.17g)", key, lo, hi, d);
+    if (!isfinite(d) || d != floor(d)) return BADP(key, "'%s' must be an integer", key);
+    if (d < (double)lo || d > (double)hi) {
+        if (hi == INT32_MAX || hi == INT64_MAX / 2) return BADP(key, "'%s' must be at least %lld (got %.17g)", key, lo, d);
+        return BADP(key, "'%s' must be in %lld..%lld (got %.17g)", key, lo, hi, d);
+    }
     *out = (long long)d;
     return NX_OK;
 }
@@ -59,8 +71,8 @@ static nx_status get_int(const cJSON *o, const char *key, long long lo, long lon
 static nx_status get_num(const cJSON *o, const char *key, double lo, double hi, float *out, nx_api_error *e) {
     const cJSON *v = field(o, key);
     if (!v) return NX_OK;
-    if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble)) return BAD("'%s' must be a number", key);
-    if (v->valuedouble < lo || v->valuedouble > hi) return BAD("'%s' must be in %g..%g (got %g)", key, lo, hi, v->valuedouble);
+    if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble)) return BADP(key, "'%s' must be a number", key);
+    if (v->valuedouble < lo || v->valuedouble > hi) return BADP(key, "'%s' must be in %g..%g (got %g)", key, lo, hi, v->valuedouble);
     *out = (float)v->valuedouble;
     return NX_OK;
 }
@@ -84,17 +96,17 @@ static nx_status parse_stop(const cJSON *root, nx_api_request *r, nx_api_error *
     int n = 0;
     if (cJSON_IsString(v)) n = 1;
     else if (cJSON_IsArray(v)) n = cJSON_GetArraySize(v);
-    else return BAD("'stop' must be a string or an array of strings");
-    if (n > NX_GEN_MAX_STOPS) return BAD("'stop' holds %d strings; at most %d are allowed", n, NX_GEN_MAX_STOPS);
+    else return BADP("stop", "'stop' must be a string or an array of strings");
+    if (n > NX_GEN_MAX_STOPS) return BADP("stop", "'stop' holds %d strings; at most %d are allowed", n, NX_GEN_MAX_STOPS);
     r->stops = calloc((size_t)(n ? n : 1), sizeof *r->stops);
     r->stop_lens = calloc((size_t)(n ? n : 1), sizeof *r->stop_lens);
     if (!r->stops || !r->stop_lens) return nx_api_fail(e, 500, "server_error", "out of memory");
     for (int i = 0; i < n; i++) {
         const cJSON *s = cJSON_IsString(v) ? v : cJSON_GetArrayItem(v, i);
-        if (!cJSON_IsString(s)) return BAD("'stop[%d]' must be a string", i);
+        if (!cJSON_IsString(s)) return BADP("stop", "'stop[%d]' must be a string", i);
         size_t len = strlen(s->valuestring);
         if (len == 0) continue;   /* an empty stop string would end every generation at once */
-        if (len > NX_GEN_STOP_MAX_LEN) return BAD("'stop' strings have at most %d bytes", NX_GEN_STOP_MAX_LEN);
+        if (len > NX_GEN_STOP_MAX_LEN) return BADP("stop", "'stop' strings have at most %d bytes", NX_GEN_STOP_MAX_LEN);
         int k = r->gen.n_stop;
         r->stops[k] = dup_bytes(s->valuestring, len);
         if (!r->stops[k]) return nx_api_fail(e, 500, "server_error", "out of memory");
@@ -108,11 +120,11 @@ static nx_status parse_stop(const cJSON *root, nx_api_request *r, nx_api_error *
 
 static nx_status add_bias(nx_api_request *r, int *n, long long tok, const cJSON *val, const char *what,
                           const nx_gen_info *info, nx_api_error *e) {
-    if (tok < 0 || tok >= info->n_vocab) return BAD("'logit_bias': token %lld is outside the vocabulary (0..%d)", tok, (int)info->n_vocab - 1);
+    if (tok < 0 || tok >= info->n_vocab) return BADP("logit_bias", "'logit_bias': token %lld is outside the vocabulary (0..%d)", tok, (int)info->n_vocab - 1);
     float b;
     if (cJSON_IsFalse(val)) b = -INFINITY;
     else if (cJSON_IsNumber(val) && isfinite(val->valuedouble)) b = (float)val->valuedouble;
-    else return BAD("'logit_bias' %s must be a number (or false)", what);
+    else return BADP("logit_bias", "'logit_bias' %s must be a number (or false)", what);
     r->bias[*n].token = (int32_t)tok;
     r->bias[*n].bias = b;
     (*n)++;
@@ -122,9 +134,9 @@ static nx_status add_bias(nx_api_request *r, int *n, long long tok, const cJSON 
 static nx_status parse_logit_bias(const cJSON *root, nx_api_request *r, const nx_gen_info *info, nx_api_error *e) {
     const cJSON *v = field(root, "logit_bias");
     if (!v) return NX_OK;
-    if (!cJSON_IsObject(v) && !cJSON_IsArray(v)) return BAD("'logit_bias' must be an object {\"token id\": bias} or an array of [id, bias]");
+    if (!cJSON_IsObject(v) && !cJSON_IsArray(v)) return BADP("logit_bias", "'logit_bias' must be an object {\"token id\": bias} or an array of [id, bias]");
     int n = cJSON_GetArraySize(v);
-    if (n > 4096) return BAD("'logit_bias' has %d entries; at most 4096 are allowed", n);
+    if (n > 4096) return BADP("logit_bias", "'logit_bias' has %d entries; at most 4096 are allowed", n);
     r->bias = calloc((size_t)(n ? n : 1), sizeof *r->bias);
     if (!r->bias) return nx_api_fail(e, 500, "server_error", "out of memory");
     int k = 0;
@@ -134,10 +146,10 @@ static nx_status parse_logit_bias(const cJSON *root, nx_api_request *r, const nx
             const char *key = it->string;
             char *end = NULL;
             long long tok = key && *key ? strtoll(key, &end, 10) : -1;
-            if (!end || *end) return BAD("'logit_bias' keys must be token ids (got \"%.32s\")", key ? key : "");
+            if (!end || *end) return BADP("logit_bias", "'logit_bias' keys must be token ids (got \"%.32s\")", key ? key : "");
             TRY(add_bias(r, &k, tok, it, "values", info, e));
         } else {
-            if (!cJSON_IsArray(it) || cJSON_GetArraySize(it) != 2) return BAD("'logit_bias' entries must be [token id, bias]");
+            if (!cJSON_IsArray(it) || cJSON_GetArraySize(it) != 2) return BADP("logit_bias", "'logit_bias' entries must be [token id, bias]");
             long long tok;
             TRY(as_int(cJSON_GetArrayItem(it, 0), "logit_bias[i][0]", 0, INT32_MAX, &tok, e));
             TRY(add_bias(r, &k, tok, cJSON_GetArrayItem(it, 1), "entries' second items", info, e));
@@ -170,24 +182,24 @@ static nx_status parse_spec_fields(const cJSON *o, const char *pfx, nx_gen_spec 
             off += (size_t)snprintf(allowed + off, off < sizeof allowed ? sizeof allowed - off : 0, "%s, ",
                                     nx_spec_type_name(info->drafters[i]));
         if (off < sizeof allowed) snprintf(allowed + off, sizeof allowed - off, "none");
-        if (!cJSON_IsString(t)) return BAD("'%s' must be a string (allowed: %s)", key, allowed);
+        if (!cJSON_IsString(t)) return BADP(key, "'%s' must be a string (allowed: %s)", key, allowed);
         nx_spec_type ty;
         if (nx_spec_type_parse(t->valuestring, &ty, NULL) != NX_OK)
-            return BAD("'%s': unknown speculative type '%.32s' (allowed: %s)", key, t->valuestring, allowed);
+            return BADP(key, "'%s': unknown speculative type '%.32s' (allowed: %s)", key, t->valuestring, allowed);
         bool ok = ty == NX_SPEC_NONE;
         for (int i = 0; i < info->n_drafters; i++) ok |= info->drafters[i] == ty;
-        if (!ok) return BAD("'%s': '%s' was not loaded at startup (allowed: %s)", key, nx_spec_type_name(ty), allowed);
+        if (!ok) return BADP(key, "'%s': '%s' was not loaded at startup (allowed: %s)", key, nx_spec_type_name(ty), allowed);
         sp->has_type = true;
         sp->type = ty;
     }
     if (sp->n_min >= 0 && sp->n_max >= 0 && sp->n_min > sp->n_max)
-        return BAD("speculative n_min (%d) is larger than n_max (%d)", sp->n_min, sp->n_max);
+        return BADP("speculative.n_min", "speculative n_min (%d) is larger than n_max (%d)", sp->n_min, sp->n_max);
     return NX_OK;
 }
 
 static nx_status parse_prompt(const cJSON *root, nx_api_request *r, const nx_gen_info *info, nx_api_error *e) {
     const cJSON *v = field(root, "prompt");
-    if (!v) return BAD("'prompt' is required");
+    if (!v) return BADP("prompt", "'prompt' is required");
     if (cJSON_IsArray(v) && cJSON_GetArraySize(v) == 1 && cJSON_IsString(cJSON_GetArrayItem(v, 0)))
         v = cJSON_GetArrayItem(v, 0);
     if (cJSON_IsString(v)) {
@@ -196,12 +208,12 @@ static nx_status parse_prompt(const cJSON *root, nx_api_request *r, const nx_gen
         if (!r->prompt_text) return nx_api_fail(e, 500, "server_error", "out of memory");
         return NX_OK;
     }
-    if (!cJSON_IsArray(v)) return BAD("'prompt' must be a string or an array of token ids");
+    if (!cJSON_IsArray(v)) return BADP("prompt", "'prompt' must be a string or an array of token ids");
     int n = cJSON_GetArraySize(v);
-    if (n == 0) return BAD("'prompt' is empty");
+    if (n == 0) return BADP("prompt", "'prompt' is empty");
     const cJSON *it;
     cJSON_ArrayForEach(it, v) if (cJSON_IsString(it) || cJSON_IsArray(it))
-        return BAD("'prompt' holds several prompts; only one prompt per request is supported");
+        return BADP("prompt", "'prompt' holds several prompts; only one prompt per request is supported");
     r->prompt_tokens = malloc((size_t)n * sizeof *r->prompt_tokens);
     if (!r->prompt_tokens) return nx_api_fail(e, 500, "server_error", "out of memory");
     int i = 0;
@@ -217,10 +229,10 @@ static nx_status parse_prompt(const cJSON *root, nx_api_request *r, const nx_gen
 /* Message content: a string, null, or an array of {"type":"text","text":...} parts (joined). */
 static nx_status parse_messages(const cJSON *root, nx_api_request *r, const nx_gen_info *info, nx_api_error *e) {
     const cJSON *v = field(root, "messages");
-    if (!v) return BAD("'messages' is required");
-    if (!cJSON_IsArray(v)) return BAD("'messages' must be an array");
+    if (!v) return BADP("messages", "'messages' is required");
+    if (!cJSON_IsArray(v)) return BADP("messages", "'messages' must be an array");
     int n = cJSON_GetArraySize(v);
-    if (n == 0) return BAD("'messages' must hold at least one message");
+    if (n == 0) return BADP("messages", "'messages' must hold at least one message");
     nx_chat_msg *msgs = calloc((size_t)n, sizeof *msgs);
     char **owned = calloc((size_t)n, sizeof *owned);
     nx_status st = NX_OK;
@@ -229,9 +241,9 @@ static nx_status parse_messages(const cJSON *root, nx_api_request *r, const nx_g
     const cJSON *m;
     cJSON_ArrayForEach(m, v) {
         if (st != NX_OK) break;
-        if (!cJSON_IsObject(m)) { st = BAD("'messages[%d]' must be an object", i); break; }
+        if (!cJSON_IsObject(m)) { st = BADP("messages", "'messages[%d]' must be an object", i); break; }
         const cJSON *role = field(m, "role");
-        if (!cJSON_IsString(role)) { st = BAD("'messages[%d].role' must be a string", i); break; }
+        if (!cJSON_IsString(role)) { st = BADP("messages", "'messages[%d].role' must be a string", i); break; }
         msgs[i].role = role->valuestring;
         const cJSON *c = field(m, "content");
         if (!c) {
@@ -247,10 +259,10 @@ static nx_status parse_messages(const cJSON *root, nx_api_request *r, const nx_g
                 const cJSON *ty = cJSON_IsObject(part) ? field(part, "type") : NULL;
                 const cJSON *tx = cJSON_IsObject(part) ? field(part, "text") : NULL;
                 if (!cJSON_IsString(ty) || strcmp(ty->valuestring, "text") != 0) {
-                    st = BAD("'messages[%d].content[%d]': only parts of type \"text\" are supported", i, j);
+                    st = BADP("messages", "'messages[%d].content[%d]': only parts of type \"text\" are supported", i, j);
                     break;
                 }
-                if (!cJSON_IsString(tx)) { st = BAD("'messages[%d].content[%d].text' must be a string", i, j); break; }
+                if (!cJSON_IsString(tx)) { st = BADP("messages", "'messages[%d].content[%d].text' must be a string", i, j); break; }
                 total += strlen(tx->valuestring);
                 j++;
             }
@@ -267,7 +279,7 @@ static nx_status parse_messages(const cJSON *root, nx_api_request *r, const nx_g
             msgs[i].content = owned[i];
             msgs[i].content_len = off;
         } else {
-            st = BAD("'messages[%d].content' must be a string or an array of text parts", i);
+            st = BADP("messages", "'messages[%d].content' must be a string or an array of text parts", i);
             break;
         }
         i++;
@@ -275,7 +287,7 @@ static nx_status parse_messages(const cJSON *root, nx_api_request *r, const nx_g
     if (st == NX_OK) {
         nx_error err = {0};
         if (nx_chat_render(info->chat_format, msgs, n, true, &r->prompt_text, &r->prompt_len, &err) != NX_OK)
-            st = err.code == NX_ERR_NOMEM ? nx_api_fail(e, 500, "server_error", "%s", err.msg) : BAD("%s", err.msg);
+            st = err.code == NX_ERR_NOMEM ? nx_api_fail(e, 500, "server_error", "%s", err.msg) : BADP("messages", "%s", err.msg);
         r->prompt_special = true;
     }
     for (int k = 0; owned && k < n; k++) free(owned[k]);
@@ -291,7 +303,7 @@ static nx_status parse_body(nx_api_kind kind, const cJSON *root, const nx_gen_in
     if (!cJSON_IsObject(root)) return BAD("the request body must be a JSON object");
     nx_gen_request *g = &r->gen;
     const cJSON *model = field(root, "model");
-    if (model && !cJSON_IsString(model)) return BAD("'model' must be a string");
+    if (model && !cJSON_IsString(model)) return BADP("model", "'model' must be a string");
     if (model) {
         r->model = dup_bytes(model->valuestring, strlen(model->valuestring));
         if (!r->model) return nx_api_fail(e, 500, "server_error", "out of memory");
@@ -299,21 +311,22 @@ static nx_status parse_body(nx_api_kind kind, const cJSON *root, const nx_gen_in
     TRY(get_bool(root, "stream", &r->stream, e));
     const cJSON *so = field(root, "stream_options");
     if (so) {
-        if (!cJSON_IsObject(so)) return BAD("'stream_options' must be an object");
+        if (!cJSON_IsObject(so)) return BADP("stream_options", "'stream_options' must be an object");
         TRY(get_bool(so, "include_usage", &r->include_usage, e));
     }
     int n = 1;
     TRY(get_int(root, "n", INT32_MIN, INT32_MAX, &n, e));
-    if (n != 1) return BAD("'n' must be 1 (got %d): one choice per request", n);
+    if (n != 1) return BADP("n", "'n' must be 1 (got %d): one choice per request", n);
     /* Lengths: OpenAI names first, llama.cpp's n_predict too. */
+    bool openai = kind != NX_API_NATIVE;
     TRY(get_int(root, "n_predict", -1, INT32_MAX, &g->n_predict, e));
-    TRY(get_int(root, "max_tokens", -1, INT32_MAX, &g->n_predict, e));
-    if (kind == NX_API_CHAT) TRY(get_int(root, "max_completion_tokens", -1, INT32_MAX, &g->n_predict, e));
-    /* Sampling. */
+    TRY(get_int(root, "max_tokens", openai ? 1 : -1, INT32_MAX, &g->n_predict, e));
+    if (kind == NX_API_CHAT) TRY(get_int(root, "max_completion_tokens", 1, INT32_MAX, &g->n_predict, e));
+    /* Sampling: OpenAI's ranges; llama.cpp's native endpoint takes any temperature (<= 0: greedy). */
     nx_sampler_params *sp = &g->sampling;
-    TRY(get_num(root, "temperature", -1e9, 1e9, &sp->temperature, e));
+    TRY(get_num(root, "temperature", openai ? 0.0 : -1e9, openai ? 2.0 : 1e9, &sp->temperature, e));
     TRY(get_num(root, "top_p", 0.0, 1.0, &sp->top_p, e));
-    TRY(get_int(root, "top_k", INT32_MIN, INT32_MAX, &sp->top_k, e));
+    TRY(get_int(root, "top_k", 0, info->n_vocab, &sp->top_k, e));   /* 0: off, as llama.cpp */
     TRY(get_num(root, "min_p", 0.0, 1.0, &sp->min_p, e));
     TRY(get_int(root, "min_keep", 0, 1 << 20, &sp->min_keep, e));
     TRY(get_num(root, "presence_penalty", -2.0, 2.0, &sp->presence_penalty, e));
@@ -331,17 +344,16 @@ static nx_status parse_body(nx_api_kind kind, const cJSON *root, const nx_gen_in
     TRY(get_bool(root, "cache_prompt", &g->cache_prompt, e));
     TRY(get_bool(root, "ignore_eos", &g->ignore_eos, e));
     TRY(get_int(root, "id_slot", -1, info->n_slots - 1, &g->id_slot, e));
-    if (g->id_slot < 0 && r->model) {
-        const char *p = strstr(r->model, "-slot");
-        while (p && strstr(p + 1, "-slot")) p = strstr(p + 1, "-slot");
-        if (p && p[5] >= '0' && p[5] <= '9') {
-            char *end;
-            long s = strtol(p + 5, &end, 10);
-            if (*end == 0) {
-                if (s >= info->n_slots) return BAD("model '%.100s' pins slot %ld, but there are %d slots", r->model, s, info->n_slots);
-                g->id_slot = (int)s;
-            }
+    if (r->model) {
+        int pin = -1;
+        if (!nx_api_model_known(info, r->model, &pin)) {
+            nx_api_fail(e, 404, "invalid_request_error", "The model '%.100s' does not exist (this server serves '%.100s')",
+                        r->model, info->alias);
+            e->code = "model_not_found";
+            snprintf(e->param, sizeof e->param, "model");
+            return NX_ERR_INVALID_ARG;
         }
+        if (g->id_slot < 0) g->id_slot = pin;
     }
     /* Log probabilities. */
     if (kind == NX_API_CHAT) {
@@ -362,7 +374,7 @@ static nx_status parse_body(nx_api_kind kind, const cJSON *root, const nx_gen_in
     /* Speculation: a nested object and / or llama.cpp's flat keys. */
     const cJSON *spec = field(root, "speculative");
     if (spec) {
-        if (!cJSON_IsObject(spec)) return BAD("'speculative' must be an object");
+        if (!cJSON_IsObject(spec)) return BADP("speculative", "'speculative' must be an object");
         /* Check the nested fields under their flat names, so that messages say "speculative.x". */
         cJSON *flat = cJSON_CreateObject();
         if (!flat) return nx_api_fail(e, 500, "server_error", "out of memory");
@@ -381,22 +393,22 @@ static nx_status parse_body(nx_api_kind kind, const cJSON *root, const nx_gen_in
     if (kind == NX_API_COMPLETIONS) {
         bool echo = false;
         TRY(get_bool(root, "echo", &echo, e));
-        if (echo) return BAD("'echo' is not supported");
+        if (echo) return BADP("echo", "'echo' is not supported");
         int best_of = 1;
         TRY(get_int(root, "best_of", INT32_MIN, INT32_MAX, &best_of, e));
-        if (best_of != 1) return BAD("'best_of' must be 1");
+        if (best_of != 1) return BADP("best_of", "'best_of' must be 1");
         const cJSON *suffix = field(root, "suffix");
-        if (suffix && (!cJSON_IsString(suffix) || suffix->valuestring[0])) return BAD("'suffix' is not supported");
+        if (suffix && (!cJSON_IsString(suffix) || suffix->valuestring[0])) return BADP("suffix", "'suffix' is not supported");
     }
     if (kind == NX_API_CHAT) {
         const cJSON *tools = field(root, "tools");
         if (tools && (!cJSON_IsArray(tools) || cJSON_GetArraySize(tools) > 0))
-            return BAD("'tools' is not supported yet (needs the chat-template engine)");
+            return BADP("tools", "'tools' is not supported yet (needs the chat-template engine)");
         const cJSON *rf = field(root, "response_format");
         if (rf) {
             const cJSON *t = cJSON_IsObject(rf) ? field(rf, "type") : NULL;
-            if (!cJSON_IsString(t)) return BAD("'response_format.type' must be a string");
-            if (strcmp(t->valuestring, "text") != 0) return BAD("'response_format' type '%.32s' is not supported", t->valuestring);
+            if (!cJSON_IsString(t)) return BADP("response_format", "'response_format.type' must be a string");
+            if (strcmp(t->valuestring, "text") != 0) return BADP("response_format", "'response_format' type '%.32s' is not supported", t->valuestring);
         }
         TRY(parse_messages(root, r, info, e));
     } else {
@@ -422,6 +434,35 @@ nx_status nx_api_parse(nx_api_kind kind, const char *body, size_t len, const nx_
     cJSON_Delete(root);
     if (st != NX_OK) nx_api_request_free(out);
     return st;
+}
+
+/* name == base, or base followed by "-slotN" / "-sN" with N a slot. */
+static bool model_match(const char *name, const char *base, size_t nb, int n_slots, int *slot) {
+    if (nb == 0 || strncmp(name, base, nb) != 0) return false;
+    const char *p = name + nb;
+    if (!*p) { *slot = -1; return true; }
+    if (!strncmp(p, "-slot", 5)) p += 5;
+    else if (!strncmp(p, "-s", 2)) p += 2;
+    else return false;
+    if (*p < '0' || *p > '9' || (p[0] == '0' && p[1])) return false;
+    char *end;
+    long s = strtol(p, &end, 10);
+    if (*end || s >= n_slots) return false;
+    *slot = (int)s;
+    return true;
+}
+
+bool nx_api_model_known(const nx_gen_info *info, const char *name, int *slot) {
+    int dummy;
+    if (!slot) slot = &dummy;
+    if (!name) return false;
+    if (model_match(name, info->alias, strlen(info->alias), info->n_slots, slot)) return true;
+    const char *b = strrchr(info->model_path, '/');
+    b = b ? b + 1 : info->model_path;
+    size_t nb = strlen(b);
+    if (!strchr(b, '(') && model_match(name, b, nb, info->n_slots, slot)) return true;
+    if (nb > 5 && !strcmp(b + nb - 5, ".gguf") && model_match(name, b, nb - 5, info->n_slots, slot)) return true;
+    return false;
 }
 
 void nx_api_request_free(nx_api_request *r) {

@@ -8,7 +8,12 @@
  * json response formats, non-text message parts) are 400. Unknown fields are ignored (clients
  * send many). Chat messages are rendered with the backend's chat format; prompts given as text
  * stay text (the caller tokenizes), prompts given as token ids are kept as ids.
- * `model` ending in "-slotN" pins slot N when id_slot is absent.
+ * `model`, when given, must name the loaded model (nx_api_model_known), else 404
+ * model_not_found; its "-slotN" / "-sN" form pins slot N when id_slot is absent.
+ * Ranges where OpenAI is strict: temperature 0..2 (the native endpoint keeps llama.cpp's any
+ * finite value, <= 0 greedy), top_p / min_p 0..1, max_tokens / max_completion_tokens >= 1 (the
+ * native endpoint and `n_predict` keep llama.cpp's -1 = unlimited), top_k 0..n_vocab (0 = off,
+ * as llama.cpp), presence / frequency penalty -2..2. Every error names its field in `param`.
  * Speculation fields: a "speculative" object {n_max, n_min, p_min, adaptive, type} or the flat
  * llama.cpp keys "speculative.n_max", ... ; type must name a drafter loaded at startup (else 400
  * naming the allowed ones).
@@ -30,10 +35,12 @@ typedef enum nx_api_kind {
 typedef struct nx_api_error {
     int  http;                  /* 400, 401, 404, 413, 500, 503 ... */
     const char *type;           /* "invalid_request_error", "exceed_context_size_error", ... */
+    const char *code;           /* OpenAI's error.code ("model_not_found", ...); NULL: null */
+    char param[64];             /* the field at fault ("" : null) */
     char msg[NX_ERROR_MSG_MAX];
 } nx_api_error;
 
-/* Fill e and return NX_ERR_INVALID_ARG (http 400, invalid_request_error) — for handlers too. */
+/* Fill e (code and param cleared) and return NX_ERR_INVALID_ARG (NX_ERR_INTERNAL for 5xx). */
 nx_status nx_api_fail(nx_api_error *e, int http, const char *type, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
@@ -61,5 +68,9 @@ typedef struct nx_api_request {
 nx_status nx_api_parse(nx_api_kind kind, const char *body, size_t len, const nx_gen_info *info,
                        nx_api_request *out, nx_api_error *e);
 void nx_api_request_free(nx_api_request *r);   /* zeroes *r */
+
+/* Is `name` a model this server serves? Known: the alias, the model file's base name (with or
+ * without ".gguf"), each with "-slotN" or "-sN" (N < n_slots). *slot: N, or -1 for a bare name. */
+bool nx_api_model_known(const nx_gen_info *info, const char *name, int *slot);
 
 #endif

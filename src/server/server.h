@@ -2,13 +2,19 @@
  * server.h — `nextn serve`'s HTTP surface (server.md): libmicrohttpd, one thread per connection,
  * JSON with cJSON, on top of a generation backend (backend.h).
  *
- * Endpoints: GET /health (no auth), /v1/models (+ "<alias>-slotN" entries), /props, /slots,
- * /metrics; POST /v1/chat/completions, /v1/completions, /completion, /tokenize, /detokenize
- * (aliases: /models, /v1/props, /v1/health, /chat/completions, /completions).
- * Errors: {"error":{"message","type","code"}} — 400 malformed JSON / wrong field types / n != 1 /
- * prompt over the slot context (with the counts) / bad speculative.type; 401 missing or wrong
- * Bearer key; 404 unknown endpoint; 405 wrong method; 413 body over max_body; 503 queue full
- * (Retry-After) or shutting down / loading.
+ * Endpoints: GET (and HEAD) /health (no auth), /v1/models (+ "<alias>-slotN" entries),
+ * /v1/models/{id}, /props, /slots, /metrics; POST /v1/chat/completions, /v1/completions (OpenAI
+ * shapes), /completion (llama.cpp's native shape), /tokenize, /detokenize (aliases: /models,
+ * /models/{id}, /v1/props, /v1/health, /chat/completions, /completions — the last two OpenAI's).
+ * Errors, OpenAI's shape {"error":{"message","type","param","code"}} (param: the field at fault
+ * or null; code: a string or null) — 400 malformed JSON / wrong field types / out-of-range values
+ * / n != 1 / prompt over the slot context (with the counts) / bad speculative.type; 401 missing or
+ * wrong Bearer key; 404 unknown endpoint, unknown model (code "model_not_found"); 405 wrong method;
+ * 413 body over max_body; 503 queue full (Retry-After) or shutting down / loading. (Malformed
+ * Content-Length headers are refused by libmicrohttpd itself with its own 400 page.)
+ * Connections: at most max_connections, max_connections_per_ip per client address, and each
+ * request must arrive within read_timeout_s (conns.h). Every request ends with one access-log
+ * line (nx_log_event "access": method, path, status, bytes, tokens, drafts, ms).
  * Streaming: SSE `data: {json}\n\n`, OpenAI endpoints end with `data: [DONE]`; llama.cpp's native
  * /completion ends with its `"stop": true` chunk, as llama-server does. Text never splits a
  * UTF-8 character. A client that disconnects cancels its generation at once.
@@ -28,7 +34,10 @@ typedef struct nx_server_params {
     const char *api_key;        /* NULL or "": no auth */
     size_t max_body;            /* bytes; default 8 MiB */
     int    conn_timeout_s;      /* idle keep-alive connections are closed after this; default 60 */
-    int    max_connections;     /* default 256 */
+    int    max_connections;     /* open connections at most (more are refused at accept); default 256 */
+    int    max_connections_per_ip; /* per client address; default 64; 0: no per-address limit */
+    double read_timeout_s;      /* a request's headers and body must arrive within this, however
+                                   slowly they trickle (conns.h); default 20; <= 0: none */
 } nx_server_params;
 
 nx_server_params nx_server_default_params(void);
