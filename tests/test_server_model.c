@@ -334,8 +334,25 @@ static void test_concurrent_greedy_equals_engine(void) {
         double pred = 0;
         for (int i = 0; i < N_CLIENTS; i++) pred += cl[i].predicted_n;
         CHECK_NEAR(metric(m, "nextn_generated_tokens_total"), pred, 0);
+        /* the draft policy's guard (spec/policy.h): exposed, whatever it decided on this machine */
+        CHECK(metric(m, "nextn_spec_guard_switches_total") >= 0);
+        CHECK(metric(m, "nextn_spec_guard_off_slots") >= 0);
     }
     free(m);
+    char *sj = request(S.port, "GET", "/slots", NULL, &st);
+    cJSON *sa = sj ? cJSON_Parse(sj) : NULL;
+    CHECK(cJSON_GetArraySize(sa) == 4);
+    double sw = 0;
+    for (int i = 0; i < cJSON_GetArraySize(sa); i++) {
+        const cJSON *sp = cJSON_GetObjectItem(cJSON_GetArrayItem(sa, i), "speculative");
+        const cJSON *g = cJSON_GetObjectItem(sp, "guard");
+        CHECK(cJSON_IsString(g) && (!strcmp(g->valuestring, "on") || !strcmp(g->valuestring, "off")));
+        CHECK(num(sp, "ms_per_token_drafting") >= 0 && num(sp, "ms_per_token_plain") >= 0);
+        sw += num(sp, "guard_switches");
+    }
+    fprintf(stderr, "    speculation guard: %.0f switches over the slots\n", sw);
+    cJSON_Delete(sa);
+    free(sj);
 }
 
 static void test_streaming(void) {

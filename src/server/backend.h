@@ -250,12 +250,18 @@ typedef struct nx_gen_slot_info {
     int      n_prompt, n_decoded;  /* of the current / last request */
     uint64_t n_requests;        /* requests served */
     uint64_t draft_n, draft_n_accepted;   /* since start */
+    /* the draft policy's wall-clock guard (spec/policy.h) of the current / last request */
+    bool     guard_off;         /* speculation held off: plain decoding measured faster */
+    uint64_t guard_switches;    /* switches since start (all requests) */
+    double   s_per_tok_spec, s_per_tok_plain;   /* measured, current / last request (0: none) */
 } nx_gen_slot_info;
 
 typedef struct nx_gen_load {
     int    n_busy;              /* slots generating */
     int    n_waiting;           /* requests queued for a slot */
     double kv_usage;            /* cached tokens / total context, 0..1 */
+    int    n_guard_off;         /* slots whose guard holds speculation off */
+    uint64_t guard_switches;    /* guard switches since start, all slots */
 } nx_gen_load;
 
 typedef struct nx_gen_backend nx_gen_backend;

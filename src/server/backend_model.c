@@ -38,6 +38,8 @@ typedef struct model_slot {
     double t_admit, t_submit, t_first;
     int n_prompt, n_decoded;
     uint64_t n_requests, request_id, draft_n, draft_acc;
+    nx_spec_guard_info guard;   /* the engine's, copied after each step (scheduler thread, under mu) */
+    uint64_t guard_switches_done;   /* of finished requests */
     /* set by the unlocked engine phase, read back under the lock */
     nx_status sub_st;
     char sub_msg[NX_ERROR_MSG_MAX];
@@ -160,8 +162,18 @@ static int model_slots(nx_gen_backend *b, nx_gen_slot_info *out, int cap, nx_gen
         o->n_requests = sl->n_requests;
         o->draft_n = sl->draft_n;
         o->draft_n_accepted = sl->draft_acc;
+        o->guard_off = sl->guard.off;
+        o->guard_switches = sl->guard_switches_done + sl->guard.switches;
+        o->s_per_tok_spec = sl->guard.s_per_tok_spec;
+        o->s_per_tok_plain = sl->guard.s_per_tok_plain;
     }
     if (load) {
+        load->n_guard_off = 0;
+        load->guard_switches = 0;
+        for (int i = 0; i < be->p.n_slots; i++) {
+            load->n_guard_off += be->slots[i].b.busy && be->slots[i].guard.off;
+            load->guard_switches += be->slots[i].guard_switches_done + be->slots[i].guard.switches;
+        }
         load->n_busy = busy;
         load->n_waiting = be->wait.n;
         load->kv_usage = (double)cached / ((double)be->n_ctx_slot * be->p.n_slots);
@@ -209,6 +221,8 @@ static void slot_end(model_be *be, model_slot *sl, nx_gen_finish f, int stop_ind
     sl->n_txt = 0;
     sl->draft_n += sl->t.draft_n;
     sl->draft_acc += sl->t.draft_n_accepted;
+    sl->guard_switches_done += sl->guard.switches;
+    sl->guard.switches = 0;
     sl->n_requests++;
     slot_clear(be, sl);
 }
@@ -443,6 +457,7 @@ static void *scheduler(void *arg) {
                 slot_submitted(be, sl);
             }
             if (sl->state != SLOT_RUNNING) continue;
+            if (sl->in_engine) nx_spec_engine_guard(be->eng, sl->b.id, &sl->guard);
             if (st != NX_OK) {
                 /* The engine stopped every sequence it was running: fail those requests (what they
                  * cached is not trusted for slot choice any more). */

@@ -196,7 +196,7 @@ static enum MHD_Result h_health(nx_http_req *r) {
         cJSON_AddStringToObject(j, "status", "loading");
         return nx_http_reply_json(r->conn, 503, j);
     }
-    nx_gen_load load;
+    nx_gen_load load = {0};
     r->srv->be->ops->slots(r->srv->be, NULL, 0, &load);
     cJSON_AddStringToObject(j, "status", "ok");
     cJSON_AddNumberToObject(j, "slots_idle", info.n_slots - load.n_busy);
@@ -324,6 +324,11 @@ static enum MHD_Result h_slots(nx_http_req *r) {
         cJSON_AddNumberToObject(sp, "draft_n_accepted", (double)si[i].draft_n_accepted);
         cJSON_AddNumberToObject(sp, "draft_acceptance",
                                 si[i].draft_n ? (double)si[i].draft_n_accepted / (double)si[i].draft_n : 0.0);
+        /* the draft policy's wall-clock guard: "off" while plain decoding measures faster */
+        cJSON_AddStringToObject(sp, "guard", si[i].guard_off ? "off" : "on");
+        cJSON_AddNumberToObject(sp, "guard_switches", (double)si[i].guard_switches);
+        cJSON_AddNumberToObject(sp, "ms_per_token_drafting", si[i].s_per_tok_spec * 1e3);
+        cJSON_AddNumberToObject(sp, "ms_per_token_plain", si[i].s_per_tok_plain * 1e3);
         cJSON_AddItemToArray(a, o);
     }
     free(si);
@@ -331,7 +336,7 @@ static enum MHD_Result h_slots(nx_http_req *r) {
 }
 
 static enum MHD_Result h_metrics(nx_http_req *r) {
-    nx_gen_load load;
+    nx_gen_load load = {0};
     r->srv->be->ops->slots(r->srv->be, NULL, 0, &load);
     pthread_mutex_lock(&r->srv->mu);
     int active = r->srv->n_active;

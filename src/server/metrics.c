@@ -121,6 +121,10 @@ void nx_metrics_render(nx_metrics *m, const nx_gen_load *load, int n_active, nx_
     nx_sbuf_addf(o, "nextn_queue_depth %d\n", load ? load->n_waiting : 0);
     head(o, "nextn_kv_cache_usage_ratio", "gauge", "Cached tokens over the total context of all slots.");
     nx_sbuf_addf(o, "nextn_kv_cache_usage_ratio %.6f\n", load ? load->kv_usage : 0.0);
+    head(o, "nextn_spec_guard_off_slots", "gauge", "Generating slots whose draft policy holds speculation off (plain decoding measured faster).");
+    nx_sbuf_addf(o, "nextn_spec_guard_off_slots %d\n", load ? load->n_guard_off : 0);
+    head(o, "nextn_spec_guard_switches_total", "counter", "Times a slot's speculation guard switched speculation off or back on.");
+    nx_sbuf_addf(o, "nextn_spec_guard_switches_total %llu\n", load ? (unsigned long long)load->guard_switches : 0ull);
     head(o, "nextn_spec_drafted_total", "counter", "Draft tokens verified, per drafter.");
     for (int i = 0; i < m->n_drafters; i++)
         nx_sbuf_addf(o, "nextn_spec_drafted_total{drafter=\"%s\"} %llu\n", m->drafter[i].name,
