@@ -130,7 +130,152 @@ static void test_real_templates(void) {
     cJSON_Delete(exp);
 }
 
+
+/* ===== 2. the language, feature by feature (expected outputs from python3-jinja2 with HF's settings) ===== */
+static void test_language(void) {
+    R("Hello {{ name }}!", "{\"name\": \"world\"}", "Hello world!");
+    R("{{ 1 + 2 * 3 }} {{ 7 // 2 }} {{ -7 // 2 }} {{ 7 % 3 }} {{ -7 % 3 }} {{ 2 ** 10 }} {{ 7 / 2 }} {{ 1 / 3 }} {{ 4 / 2 }}", "{}", "7 3 -4 1 2 1024 3.5 0.3333333333333333 2.0");
+    R("{{ 'a' ~ 1 ~ none ~ true }} {{ 'ab' + 'cd' }} {{ [1, 2] + [3] }} {{ 'x' * 3 }}", "{}", "a1NoneTrue abcd [1, 2, 3] xxx");
+    R("{{ 1.5 }} {{ 0.1 + 0.2 }} {{ 1e20 }} {{ 1.0 }} {{ 3.14159 }} {{ 1e-5 }} {{ 2.5e-3 }} {{ 123456789012345678.0 }}", "{}", "1.5 0.30000000000000004 1e+20 1.0 3.14159 1e-05 0.0025 1.2345678901234568e+17");
+    R("{{ x }} {{ x.y is defined }} {{ y is defined }} {{ none is none }} {{ x is none }}", "{\"x\": null}", "None False False True True");
+    R("{% if a %}A{% elif b %}B{% else %}C{% endif %}|{% if not a and b %}nb{% endif %}|{% if a or b %}or{% endif %}", "{\"a\": false, \"b\": 1}", "B|nb|or");
+    R("{% for i in items %}{{ loop.index }}/{{ loop.index0 }}/{{ loop.revindex }}/{{ loop.length }}{{ '!' if loop.first }}{{ '$' if loop.last }} {% endfor %}", "{\"items\": [\"a\", \"b\", \"c\"]}", "1/0/3/3! 2/1/2/3 3/2/1/3$ ");
+    R("{% for i in items %}{{ loop.previtem }}<{{ i }}>{{ loop.nextitem }};{% endfor %}", "{\"items\": [1, 2, 3]}", "<1>2;1<2>3;2<3>;");
+    R("{% for i in [] %}x{% else %}empty{% endfor %}", "{}", "empty");
+    R("{% for i in range(10) %}{% if i == 2 %}{% continue %}{% endif %}{% if i == 5 %}{% break %}{% endif %}{{ i }}{% endfor %}", "{}", "0134");
+    R("{% for i in range(6) if i is odd %}{{ i }}:{{ loop.length }} {% endfor %}", "{}", "1:3 3:3 5:3 ");
+    R("{% for k, v in d.items() %}{{ k }}={{ v }};{% endfor %}|{% for k, v in d | items %}{{ k }}{% endfor %}|{% for k in d %}{{ k }}{% endfor %}", "{\"d\": {\"b\": 1, \"a\": 2}}", "b=1;a=2;|ba|ba");
+    R("{% set x = 1 %}{% for i in [1, 2] %}{% set x = x + i %}{{ x }}{% endfor %}|{{ x }}", "{}", "23|1");
+    R("{% set ns = namespace(total=0, s='') %}{% for i in [1, 2, 3] %}{% set ns.total = ns.total + i %}{% endfor %}{{ ns.total }}", "{}", "6");
+    R("{% set block %}  inner {{ 1 + 1 }}  {% endset %}[{{ block }}]{% set up | upper %}shout{% endset %}{{ up }}", "{}", "[  inner 2  ]SHOUT");
+    R("{% macro greet(name, punct='!') %}Hi {{ name }}{{ punct }}{% endmacro %}{{ greet('a') }} {{ greet('b', '?') }} {{ greet(punct='.', name='c') }}", "{}", "Hi a! Hi b? Hi c.");
+    R("{% macro wrap(tag) %}<{{ tag }}>{{ caller() }}</{{ tag }}>{% endmacro %}{% call wrap('b') %}bold {{ 1 }}{% endcall %}", "{}", "<b>bold 1</b>");
+    R("{% macro row(x) %}[{{ caller(x * 2) }}]{% endmacro %}{% call(v) row(3) %}v={{ v }}{% endcall %}", "{}", "[v=6]");
+    R("{% filter upper %}hello {{ 'world' }}{% endfilter %}", "{}", "HELLO WORLD");
+    R("  {%- if true -%}  trimmed  {%- endif -%}  |\n{{- '  x  ' -}}  |", "{}", "trimmed|  x  |");
+    R("<ul>\n  {% for i in [1, 2] %}\n    <li>{{ i }}</li>\n  {% endfor %}\n</ul>", "{}", "<ul>\n    <li>1</li>\n    <li>2</li>\n</ul>");
+    R("a  {#- comment -#}  b {# keep #} c\n  {# own line #}\nd", "{}", "ab  c\nd");
+    R("{% raw %}{{ not parsed }}{% endraw %}", "{}", "{{ not parsed }}");
+    R("{{ s[1:] }} {{ s[:2] }} {{ s[::-1] }} {{ s[-2:] }} {{ l[1:3] }} {{ l[::2] }} {{ l[-1] }} {{ s[0] }}", "{\"s\": \"h\303\251llo\", \"l\": [1, 2, 3, 4, 5]}", "\303\251llo h\303\251 oll\303\251h lo [2, 3] [1, 3, 5] 5 h");
+    R("{{ 'a' in 'cat' }} {{ 2 in [1, 2] }} {{ 'k' in d }} {{ 'z' not in d }} {{ 1 < 2 < 3 }} {{ 3 > 2 >= 2 }} {{ 'a' != 'b' }}", "{\"d\": {\"k\": 1}}", "True True True True True True True");
+    R("{{ 'yes' if x else 'no' }} {{ 'y2' if not x }}|", "{\"x\": 0}", "no y2|");
+    R("{{ x is string }} {{ x is mapping }} {{ l is iterable }} {{ l is sequence }} {{ d is mapping }} {{ 1 is number }} {{ true is boolean }} {{ 1 is boolean }} {{ true is true }} {{ 0 is false }} {{ 3 is divisibleby 3 }} {{ 'a' is in 'abc' }} {{ 4 is even }}", "{\"x\": \"s\", \"l\": [1], \"d\": {}}", "True False True True True True True False True False True True True");
+    R("{{ 'abc' | length }} {{ [1,2] | length }} {{ '  pad  ' | trim }} {{ 'xxhixx' | trim('x') }} {{ 'Hi' | upper }} {{ 'Hi' | lower }} {{ 'hello world' | capitalize }} {{ 'hello wORLD' | title }}", "{}", "3 2 pad hi HI hi Hello world Hello World");
+    R("{{ 'a-b-c' | replace('-', '+') }} {{ ['a', 'b'] | join(', ') }} {{ [1, 2] | join }} {{ [3, 4] | first }} {{ [3, 4] | last }} {{ 'abc' | list }} {{ none | default('d') }} {{ undefined_var | default('u') }} {{ '' | default('e', true) }}", "{}", "a+b+c a, b 12 3 4 ['a', 'b', 'c'] None u e");
+    R("{{ users | selectattr('active') | map(attribute='name') | join(',') }} {{ users | rejectattr('active') | map(attribute='name') | list }} {{ users | selectattr('name', 'equalto', 'b') | list | length }}", "{\"users\": [{\"name\": \"a\", \"active\": true}, {\"name\": \"b\", \"active\": false}, {\"name\": \"c\", \"active\": true}]}", "a,c ['b'] 1");
+    R("{{ [3, 1, 2] | sort }} {{ ['b', 'A', 'c'] | sort }} {{ [3, 1, 2] | sort(reverse=true) }} {{ [1, 2, 1, 3] | unique | list }} {{ [1, 2, 3] | reverse | list }} {{ d | dictsort }}", "{\"d\": {\"b\": 1, \"a\": 2, \"C\": 3}}", "[1, 2, 3] ['A', 'b', 'c'] [3, 2, 1] [1, 2, 3] [3, 2, 1] [('a', 2), ('b', 1), ('C', 3)]");
+    R("{{ -3 | abs }} {{ 2.567 | round(2) }} {{ 2.5 | round }} {{ '42' | int }} {{ 'x' | int }} {{ 3.9 | int }} {{ 1 | string }} {{ [1,2,3,4,5] | batch(2) | list }} {{ [1, 2, 3] | sum }} {{ [3, 1] | min }} {{ [3, 1] | max }}", "{}", "3 2.57 2.0 42 0 3 1 [[1, 2], [3, 4], [5]] 6 1 3");
+    R("{{ d | tojson }} {{ d | tojson(indent=2) }} {{ d | tojson(sort_keys=true) }} {{ d | tojson(separators=(',', ':')) }}", "{\"d\": {\"b\": [1, 2.5, \"\303\251\\\"\\n\"], \"a\": null, \"t\": true}}", "{\"b\": [1, 2.5, \"\303\251\\\"\\n\"], \"a\": null, \"t\": true} {\n  \"b\": [\n    1,\n    2.5,\n    \"\303\251\\\"\\n\"\n  ],\n  \"a\": null,\n  \"t\": true\n} {\"a\": null, \"b\": [1, 2.5, \"\303\251\\\"\\n\"], \"t\": true} {\"b\":[1,2.5,\"\303\251\\\"\\n\"],\"a\":null,\"t\":true}");
+    R("{{ text | indent(2) }}|{{ text | indent(2, first=true) }}|{{ text | indent(2, blank=true) }}", "{\"text\": \"a\\n\\nb\\n\"}", "a\n\n  b\n|  a\n\n  b\n|a\n  \n  b\n  ");
+    R("{{ s.startswith('he') }} {{ s.endswith('lo') }} {{ '  x  '.strip() }} {{ 'xxaxx'.lstrip('x') }} {{ 'xxaxx'.rstrip('x') }} {{ 'a,b,,c'.split(',') }} {{ ' a  b '.split() }} {{ 'a,b,c'.rsplit(',', 1) }} {{ 'a,b,c'.split(',', 1) }}", "{\"s\": \"hello\"}", "True True x axx xxa ['a', 'b', '', 'c'] ['a', 'b'] ['a,b', 'c'] ['a', 'b,c']");
+    R("{{ s.replace('l', 'L') }} {{ s.upper() }} {{ 'ABC'.lower() }} {{ 'ab cd'.title() }} {{ s.find('l') }} {{ s.find('z') }} {{ s.count('l') }} {{ '{} and {}'.format(1, 'b') }} {{ '-'.join(['a', 'b']) }}", "{\"s\": \"hello\"}", "heLLo HELLO abc Ab Cd 2 -1 2 1 and b a-b");
+    R("{{ d.get('a') }} {{ d.get('z') }} {{ d.get('z', 'dflt') }} {{ d.keys() | list }} {{ d.values() | list }} {{ d['a'] }} {{ d.a }}", "{\"d\": {\"a\": 1, \"b\": 2}}", "1 None dflt ['a', 'b'] [1, 2] 1 1");
+    R("{{ [1, 'a', none, true, 1.5] }} {{ {'k': 'v', 'n': [1]} }} {{ ('a', 1) }} {{ \"it's\" }} {{ ['it\\'s'] }}", "{}", "[1, 'a', None, True, 1.5] {'k': 'v', 'n': [1]} ('a', 1) it's [\"it's\"]");
+    R("{{ \"a\\tb\\\\n\" }} {{ 'unicode: \\u00e9' }} {{ 'x' 'y' }}", "{}", "a\tb\\n unicode: \303\251 xy");
+    R("{{ strftime_now('%Y-%m-%d %H:%M:%S') }} {{ strftime_now('%d %B %Y') }}", "{}", "2026-01-02 03:04:05 02 January 2026");
+    R("{% set a, b = 1, 2 %}{{ a }}{{ b }} {% set t = (1, 2) %}{{ t[0] }}", "{}", "12 1");
+    R("{%- set x = [1, 2, 3] -%}\n{%- for i in x %}\n  {{- i -}}\n{% endfor %}\nend", "{}", "123end");
+    R("{% macro fact(n) %}{% if n <= 1 %}1{% else %}{{ n * fact(n - 1) | int }}{% endif %}{% endmacro %}{{ fact(5) }}", "{}", "120");
+    R("{{ messages[0]['content'] }}{% for m in messages[1:] %},{{ m.role }}{% endfor %}", "{\"messages\": [{\"role\": \"system\", \"content\": \"S\"}, {\"role\": \"user\", \"content\": \"U\"}, {\"role\": \"assistant\", \"content\": \"A\"}]}", "S,user,assistant");
+    R("{% if x is not none and x is not string %}obj{% endif %}{{ x.a is defined }}", "{\"x\": {\"a\": 1}}", "objTrue");
+    R("{{ '%s-%d' | format('a', 3) }} {{ 'abc' | center(7) }}| {{ 'a b c' | wordcount }}", "{}", "a-3   abc  | 3");
+    R("{% for a in [[1, 2], [3]] %}{% for b in a %}{{ loop.index }}.{% endfor %}{{ loop.index }};{% endfor %}", "{}", "1.2.1;1.2;");
+    R("{{ loop_var | default(5) }} {{ true and 'x' }} {{ false or 'y' }} {{ 0 or '' }}|", "{}", "5 x y |");
+    R("{{ x | selectattr('type', 'equalto', 'text') | map(attribute='text') | join }}", "{\"x\": [{\"type\": \"text\", \"text\": \"A\"}, {\"type\": \"image\"}, {\"type\": \"text\", \"text\": \"B\"}]}", "AB");
+    R("{{ [1, 2, 3] | select('odd') | list }} {{ [1, 2, 3] | reject('odd') | list }} {{ ['a', 'b'] | map('upper') | list }}", "{}", "[1, 3] [2] ['A', 'B']");
+    R("{{ 'a\\nb' }} {{ ['a\\nb'] }} {{ [1.0, -0.5] }} {{ {'a': none} | tojson }}\n", "{}", "a\nb ['a\\nb'] [1.0, -0.5] {\"a\": null}");
+}
+
+/* ===== 3. errors and limits ===== */
+static void test_errors(void) {
+    /* syntax errors carry line and column */
+    E("line one\n{% if x %}unclosed", NULL, "line 2 col 19: unexpected end of template");
+    E("{{ 1 + }}", NULL, "line 1 col 8: unexpected");
+    E("a\n  {% frobnicate %}", NULL, "line 2 col 6: unknown tag 'frobnicate'");
+    E("{{ 'abc }}", NULL, "line 1 col 4: unterminated string");
+    E("{% for x in y %}{% endif %}", NULL, "unexpected 'endif'");
+    E("{{ x | nosuchfilter }}", NULL, "line 1 col 8: no filter named 'nosuchfilter'");
+    E("{{ x is nosuchtest }}", NULL, "no test named 'nosuchtest'");
+    /* runtime errors */
+    E("{{ 'a' + 1 }}", NULL, "can only concatenate str");
+    E("{{ x.y.z }}", NULL, "'x' is undefined");
+    E("{{ 1 // 0 }}", NULL, "division");
+    E("{{ [1].append(2) }}", NULL, "unsafe");
+    E("{% set d = {} %}{% set d.x = 1 %}", NULL, "non-namespace");
+    /* raise_exception: the message exactly, and the raised flag */
+    nx_status st;
+    bool raised = false;
+    char msg[NX_ERROR_MSG_MAX];
+    char *out = render("ok{{ raise_exception('Only user and assistant roles are supported!') }}", NULL, &st, &raised, msg);
+    CHECK(out == NULL);
+    CHECK(raised);
+    CHECK_STR(msg, "Only user and assistant roles are supported!");
+    CHECK(st == NX_ERR_INVALID_ARG);
+    raised = true;
+    out = render("{{ 1 + 'a' }}", NULL, &st, &raised, msg);
+    CHECK(!out && !raised);
+}
+
+static void test_limits(void) {
+    nx_error err = {0};
+    char *out = NULL;
+    bool raised;
+    /* unbounded recursion -> depth error, not a stack overflow */
+    const char *rec = "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}";
+    nx_jinja_template *t = nx_jinja_parse(rec, strlen(rec), &err);
+    REQUIRE_MSG(t, "%s", err.msg);
+    CHECK(nx_jinja_render(t, NULL, NULL, &out, NULL, &raised, &err) != NX_OK);
+    CHECK_MSG(strstr(err.msg, "depth") != NULL, "%s", err.msg);
+    nx_jinja_free(t);
+    /* a huge loop -> step limit */
+    const char *loop = "{% for i in range(1000000) %}{% for j in range(1000000) %}{% endfor %}{% endfor %}";
+    t = nx_jinja_parse(loop, strlen(loop), &err);
+    REQUIRE_MSG(t, "%s", err.msg);
+    nx_jinja_limits lim = { .max_steps = 100000 };
+    CHECK(nx_jinja_render(t, NULL, &lim, &out, NULL, &raised, &err) == NX_ERR_RANGE);
+    CHECK_MSG(strstr(err.msg, "steps") != NULL, "%s", err.msg);
+    nx_jinja_free(t);
+    /* output growth -> output limit */
+    const char *big = "{% for i in range(100000) %}xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx{% endfor %}";
+    t = nx_jinja_parse(big, strlen(big), &err);
+    REQUIRE_MSG(t, "%s", err.msg);
+    nx_jinja_limits lim2 = { .max_output = 10000 };
+    CHECK(nx_jinja_render(t, NULL, &lim2, &out, NULL, &raised, &err) == NX_ERR_RANGE);
+    CHECK_MSG(strstr(err.msg, "output") != NULL, "%s", err.msg);
+    nx_jinja_free(t);
+    /* memory growth (a string doubling) -> memory or output limit */
+    const char *dbl = "{% set ns = namespace(s='x') %}{% for i in range(64) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}{{ ns.s | length }}";
+    t = nx_jinja_parse(dbl, strlen(dbl), &err);
+    REQUIRE_MSG(t, "%s", err.msg);
+    nx_jinja_limits lim3 = { .max_memory = 1 << 20 };
+    CHECK(nx_jinja_render(t, NULL, &lim3, &out, NULL, &raised, &err) == NX_ERR_RANGE);
+    nx_jinja_free(t);
+    /* deep nesting in the source -> a parse error, not a stack overflow */
+    char deep[4096];
+    size_t k = 0;
+    k += (size_t)snprintf(deep, sizeof deep, "{{ ");
+    for (int i = 0; i < 1000; i++) deep[k++] = '-';
+    k += (size_t)snprintf(deep + k, sizeof deep - k, "1 }}");
+    CHECK(nx_jinja_parse(deep, k, &err) == NULL);
+    CHECK_MSG(strstr(err.msg, "nested too deeply") != NULL, "%s", err.msg);
+    /* a template renders many times */
+    const char *simple = "{{ a }}";
+    t = nx_jinja_parse(simple, strlen(simple), &err);
+    cJSON *v = cJSON_Parse("{\"a\": 7}");
+    for (int i = 0; i < 3; i++) {
+        size_t n;
+        CHECK(nx_jinja_render(t, v, NULL, &out, &n, &raised, &err) == NX_OK);
+        CHECK_STR(out, "7");
+        free(out);
+    }
+    cJSON_Delete(v);
+    nx_jinja_free(t);
+}
+
 int main(void) {
+    RUN(test_language);
+    RUN(test_errors);
+    RUN(test_limits);
     RUN(test_real_templates);
     return test_summary();
 }

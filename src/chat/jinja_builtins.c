@@ -656,24 +656,23 @@ static jv indent_filter(jctx *x, const jnode *at, jv v, const jargs *g) {
         memset(sp, ' ', (size_t)n);
         ind = mkstr(x, at, sp, (size_t)n);
     }
-    /* Jinja appends "\n" and splits lines; empty lines stay unindented unless blank */
+    /* Jinja appends "\n" and splits lines, which is splitting on "\n"; empty lines stay
+     * unindented unless blank */
     const jstr *t = s.u.s;
     jbuf b = { .limit = x->max_output };
     if (first) jb_put(&b, ind.u.s->p, ind.u.s->len);
     size_t i = 0;
-    bool line0 = true;
-    while (i <= t->len) {
+    for (bool line0 = true;; line0 = false) {
         size_t j = i;
         while (j < t->len && t->p[j] != '\n') j++;
-        if (j >= t->len && i >= t->len && !line0) break;
         if (!line0) {
             jb_putc(&b, '\n');
             if (j > i || blank) jb_put(&b, ind.u.s->p, ind.u.s->len);
         }
         jb_put(&b, t->p + i, j - i);
-        line0 = false;
-        i = j + 1;
         jx_step(x, at);
+        if (j >= t->len) break;
+        i = j + 1;
     }
     return sb_done(x, at, &b);
 }
@@ -827,7 +826,7 @@ jv jx_filter(jctx *x, const jnode *at, const char *name, jv v, const jargs *g) {
         const char *meth = mv.t == JV_STR ? mv.u.s->p : "common";
         if (!strcmp(meth, "ceil")) f = ceil(f);
         else if (!strcmp(meth, "floor")) f = floor(f);
-        else if (!strcmp(meth, "common")) f = round(f);
+        else if (!strcmp(meth, "common")) f = nearbyint(f);   /* Python 3 rounds half to even */
         else jx_fail(x, at, "method must be 'common', 'ceil' or 'floor'");
         return jv_float(f / m);
     }

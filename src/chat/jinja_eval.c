@@ -524,6 +524,8 @@ static void exec_for(jctx *x, jframe *f, const jnode *n) {
     for (size_t i = 0; i < items.u.l->n; i++) {
         jx_step(x, n);
         lp->i = i;
+        /* each iteration starts from the enclosing scope: a `set` in the body does not carry over */
+        lf = new_frame(x, n, f);
         assign(x, lf, n->a, items.u.l->v[i]);
         fset(x, n, lf, loopname, lv);
         exec_body(x, lf, n->d);
