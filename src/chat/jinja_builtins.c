@@ -54,9 +54,9 @@ static jv pair(jctx *x, const jnode *at, jv a, jv b) {
 /* A buffer for building strings; freed on the error path by the arena copy below. */
 typedef struct sb { jbuf b; } sb;
 static jv sb_done(jctx *x, const jnode *at, jbuf *b) {
-    if (b->failed) { free(b->p); jx_oom(x, at); }
+    if (b->failed) { jb_free(b); jx_oom(x, at); }
     jv s = jv_str(x->a, b->p ? b->p : "", b->n);
-    free(b->p);
+    jb_free(b);
     if (s.t != JV_STR) jx_oom(x, at);
     return s;
 }
@@ -219,7 +219,7 @@ static jv str_strip(jctx *x, const jnode *at, const jstr *s, jv chars, bool left
 }
 
 static jv str_replace(jctx *x, const jnode *at, const jstr *s, const jstr *old, const jstr *new, int64_t count) {
-    jbuf b = { .limit = x->max_output };
+    jbuf b = { .limit = x->max_output, .a = x->a };
     size_t i = 0;
     int64_t done = 0;
     if (!old->len) {
@@ -332,7 +332,7 @@ static bool str_affix(jctx *x, const jnode *at, const jstr *s, jv affix, bool en
 
 /* Python's "{} {0} {name}".format(...), without format specs beyond an empty one */
 static jv str_format(jctx *x, const jnode *at, const jstr *s, const jargs *g) {
-    jbuf b = { .limit = x->max_output };
+    jbuf b = { .limit = x->max_output, .a = x->a };
     int auto_i = 0;
     for (size_t i = 0; i < s->len; i++) {
         char c = s->p[i];
@@ -341,7 +341,7 @@ static jv str_format(jctx *x, const jnode *at, const jstr *s, const jargs *g) {
         if (c != '{') { jb_putc(&b, c); continue; }
         size_t e = i + 1;
         while (e < s->len && s->p[e] != '}') e++;
-        if (e >= s->len) { free(b.p); jx_fail(x, at, "Single '{' encountered in format string"); }
+        if (e >= s->len) { jb_free(&b); jx_fail(x, at, "Single '{' encountered in format string"); }
         char key[64];
         size_t kl = e - i - 1 < 63 ? e - i - 1 : 63;
         memcpy(key, s->p + i + 1, kl);
@@ -352,7 +352,7 @@ static jv str_format(jctx *x, const jnode *at, const jstr *s, const jargs *g) {
         if (!key[0]) v = auto_i < g->npos ? g->pos[auto_i++] : jv_undef();
         else if (isdigit((unsigned char)key[0])) { int k = atoi(key); v = k < g->npos ? g->pos[k] : jv_undef(); }
         else v = arg(g, -1, key);
-        if (v.t == JV_UNDEF) { free(b.p); jx_fail(x, at, "format: missing argument '%s'", key); }
+        if (v.t == JV_UNDEF) { jb_free(&b); jx_fail(x, at, "format: missing argument '%s'", key); }
         jv_to_text(&b, v);
         i = e;
     }
@@ -361,19 +361,19 @@ static jv str_format(jctx *x, const jnode *at, const jstr *s, const jargs *g) {
 
 /* Python's "%s" % args (the format filter): %s %r %d %i %f %% only */
 static jv percent_format(jctx *x, const jnode *at, const jstr *s, const jargs *g) {
-    jbuf b = { .limit = x->max_output };
+    jbuf b = { .limit = x->max_output, .a = x->a };
     int k = 0;
     for (size_t i = 0; i < s->len; i++) {
         if (s->p[i] != '%' || i + 1 >= s->len) { jb_putc(&b, s->p[i]); continue; }
         char c = s->p[++i];
         if (c == '%') { jb_putc(&b, '%'); continue; }
-        if (k >= g->npos) { free(b.p); jx_fail(x, at, "not enough arguments for format string"); }
+        if (k >= g->npos) { jb_free(&b); jx_fail(x, at, "not enough arguments for format string"); }
         jv v = g->pos[k++];
         if (c == 's') jv_to_text(&b, v);
         else if (c == 'r') jv_repr(&b, v);
         else if ((c == 'd' || c == 'i') && jv_is_num(v)) { char t[32]; snprintf(t, sizeof t, "%lld", (long long)(v.t == JV_FLOAT ? (int64_t)v.u.f : v.t == JV_BOOL ? v.u.b : v.u.i)); jb_puts(&b, t); }
         else if (c == 'f' && jv_is_num(v)) { char t[64]; snprintf(t, sizeof t, "%f", jv_num(v)); jb_puts(&b, t); }
-        else { free(b.p); jx_fail(x, at, "unsupported format character '%c'", c); }
+        else { jb_free(&b); jx_fail(x, at, "unsupported format character '%c'", c); }
     }
     return sb_done(x, at, &b);
 }
@@ -404,7 +404,7 @@ static int64_t str_count(const jstr *s, const jstr *sub) {
 static jv join(jctx *x, const jnode *at, jv items, jv sep, jv attribute) {
     jv l = jx_list_of(x, at, items);
     const jstr *sp = sep.t == JV_STR ? sep.u.s : NULL;
-    jbuf b = { .limit = x->max_output };
+    jbuf b = { .limit = x->max_output, .a = x->a };
     for (size_t i = 0; i < l.u.l->n; i++) {
         jx_step(x, at);
         if (i && sp) jb_put(&b, sp->p, sp->len);
@@ -633,10 +633,10 @@ static jv json_filter(jctx *x, const jnode *at, jv v, const jargs *g) {
     if (seps.t == JV_LIST && seps.u.l->n == 2 && seps.u.l->v[0].t == JV_STR && seps.u.l->v[1].t == JV_STR) {
         item_sep = seps.u.l->v[0].u.s->p; key_sep = seps.u.l->v[1].u.s->p;
     }
-    jbuf b = { .limit = x->max_output };
+    jbuf b = { .limit = x->max_output, .a = x->a };
     if (!jv_to_json(&b, v, indent, item_sep, key_sep, jv_truthy(sk), 0)) {
         bool oom = b.failed;
-        free(b.p);
+        jb_free(&b);
         if (oom) jx_oom(x, at);
         jx_fail(x, at, "Object of type %s is not JSON serializable", jv_type_name(v));
     }
@@ -659,7 +659,7 @@ static jv indent_filter(jctx *x, const jnode *at, jv v, const jargs *g) {
     /* Jinja appends "\n" and splits lines, which is splitting on "\n"; empty lines stay
      * unindented unless blank */
     const jstr *t = s.u.s;
-    jbuf b = { .limit = x->max_output };
+    jbuf b = { .limit = x->max_output, .a = x->a };
     if (first) jb_put(&b, ind.u.s->p, ind.u.s->len);
     size_t i = 0;
     for (bool line0 = true;; line0 = false) {
@@ -708,7 +708,7 @@ jv jx_filter(jctx *x, const jnode *at, const char *name, jv v, const jargs *g) {
     if (!strcmp(name, "reverse")) {
         if (v.t == JV_STR) {
             jv l = jx_list_of(x, at, v);
-            jbuf b = { .limit = x->max_output };
+            jbuf b = { .limit = x->max_output, .a = x->a };
             for (size_t i = l.u.l->n; i > 0; i--) jb_put(&b, l.u.l->v[i - 1].u.s->p, l.u.l->v[i - 1].u.s->len);
             return sb_done(x, at, &b);
         }
@@ -862,7 +862,7 @@ jv jx_filter(jctx *x, const jnode *at, const char *name, jv v, const jargs *g) {
     if (!strcmp(name, "format")) return percent_format(x, at, need_str(x, at, v, "format"), g);
     if (!strcmp(name, "escape") || !strcmp(name, "e") || !strcmp(name, "forceescape")) {
         jv s = jx_str(x, at, v);
-        jbuf b = { .limit = x->max_output };
+        jbuf b = { .limit = x->max_output, .a = x->a };
         for (size_t i = 0; i < s.u.s->len; i++) {
             char c = s.u.s->p[i];
             if (c == '&') jb_puts(&b, "&amp;");
@@ -879,7 +879,7 @@ jv jx_filter(jctx *x, const jnode *at, const char *name, jv v, const jargs *g) {
         return jv_int((int64_t)w.u.l->n);
     }
     if (!strcmp(name, "pprint")) {
-        jbuf b = { .limit = x->max_output };
+        jbuf b = { .limit = x->max_output, .a = x->a };
         jv_repr(&b, v);
         return sb_done(x, at, &b);
     }
@@ -899,7 +899,7 @@ jv jx_filter(jctx *x, const jnode *at, const char *name, jv v, const jargs *g) {
         int64_t w = has(wv) ? need_int(x, at, wv, "center") : 80, len = (int64_t)u8_len(s.u.s->p, s.u.s->len);
         if (w <= len) return s;
         if (w > 4096) jx_fail(x, at, "center width too large");
-        jbuf b = { .limit = x->max_output };
+        jbuf b = { .limit = x->max_output, .a = x->a };
         int64_t left = (w - len) / 2 + ((w - len) & w & 1);
         for (int64_t i = 0; i < left; i++) jb_putc(&b, ' ');
         jb_put(&b, s.u.s->p, s.u.s->len);

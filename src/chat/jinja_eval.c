@@ -190,17 +190,17 @@ static jv do_slice(jctx *x, const jnode *n, jv obj, jv s0, jv s1, jv s2) {
     lo = r[0]; hi = r[1];
     jv out = jv_list(x->a);
     if (out.t != JV_LIST) jx_oom(x, n);
-    jbuf sb = { .limit = x->a->limit };
+    jbuf sb = { .limit = x->a->limit, .a = x->a };
     for (int64_t i = lo; step > 0 ? i < hi : i > hi; i += step) {
         jx_step(x, n);
         if (is_str) {
             size_t o = u8_off(obj.u.s->p, obj.u.s->len, (size_t)i), e = u8_off(obj.u.s->p, obj.u.s->len, (size_t)i + 1);
-            if (!jb_put(&sb, obj.u.s->p + o, e - o)) { free(sb.p); jx_oom(x, n); }
+            if (!jb_put(&sb, obj.u.s->p + o, e - o)) { jb_free(&sb); jx_oom(x, n); }
         } else if (!jl_push(x->a, out.u.l, obj.u.l->v[i])) jx_oom(x, n);
     }
     if (is_str) {
         jv s = jv_str(x->a, sb.p ? sb.p : "", sb.n);
-        free(sb.p);
+        jb_free(&sb);
         if (s.t != JV_STR) jx_oom(x, n);
         return s;
     }
@@ -334,15 +334,15 @@ static jv make_macro(jctx *x, const jnode *def, jframe *closure) {
 
 static jv render_to_string(jctx *x, jframe *f, const jnode *body, const jnode *at) {
     jbuf *saved = x->out;
-    jbuf b = { .limit = x->max_output };
+    jbuf b = { .limit = x->max_output, .a = x->a };
     x->out = &b;
     int saved_ctl = x->loopctl;
     exec_body(x, f, body);
     x->loopctl = saved_ctl;
     x->out = saved;
-    if (b.failed) { free(b.p); emit(x, at, "", (size_t)-1); }
+    if (b.failed) { jb_free(&b); emit(x, at, "", (size_t)-1); }
     jv s = jv_str(x->a, b.p ? b.p : "", b.n);
-    free(b.p);
+    jb_free(&b);
     if (s.t != JV_STR) jx_oom(x, at);
     return s;
 }
@@ -543,10 +543,10 @@ static void exec_node(jctx *x, jframe *f, const jnode *n) {
         jv v = eval(x, f, n->a);
         if (v.t == JV_STR) emit(x, n, v.u.s->p, v.u.s->len);
         else {
-            jbuf b = { .limit = x->max_output };
+            jbuf b = { .limit = x->max_output, .a = x->a };
             bool ok = jv_to_text(&b, v);
             if (ok) emit(x, n, b.p ? b.p : "", b.n);
-            free(b.p);
+            jb_free(&b);
             if (!ok) emit(x, n, "", (size_t)-1);
         }
         break;

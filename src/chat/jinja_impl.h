@@ -100,8 +100,10 @@ bool jv_is_num(jv v);       /* int, float or bool (Python's bool is an int) */
 double jv_num(jv v);
 const char *jv_type_name(jv v);   /* Python's name: str, int, list, dict, NoneType... */
 
-/* Growable byte buffer in malloc'ed memory with a cap. */
-typedef struct jbuf { char *p; size_t n, cap, limit; bool failed; } jbuf;
+/* Growable byte buffer with a cap: in the arena when `a` is set (temporaries, which an error
+ * longjmp must not leak), else malloc'ed (the render's result). */
+typedef struct jbuf { char *p; size_t n, cap, limit; bool failed; jarena *a; } jbuf;
+void jb_free(jbuf *b);
 bool jb_put(jbuf *b, const char *p, size_t n);
 bool jb_putc(jbuf *b, char c);
 bool jb_puts(jbuf *b, const char *s);

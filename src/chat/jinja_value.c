@@ -212,7 +212,11 @@ bool jb_put(jbuf *b, const char *p, size_t n) {
     if (b->n + n + 1 > b->cap) {
         size_t cap = b->cap ? b->cap : 256;
         while (cap < b->n + n + 1) cap *= 2;
-        char *np = realloc(b->p, cap);
+        char *np;
+        if (b->a) {
+            np = ja_alloc(b->a, cap);
+            if (np && b->n) memcpy(np, b->p, b->n);
+        } else np = realloc(b->p, cap);
         if (!np) { b->failed = true; return false; }
         b->p = np; b->cap = cap;
     }
@@ -221,6 +225,7 @@ bool jb_put(jbuf *b, const char *p, size_t n) {
     b->p[b->n] = 0;
     return true;
 }
+void jb_free(jbuf *b) { if (!b->a) free(b->p); b->p = NULL; }
 bool jb_putc(jbuf *b, char c) { return jb_put(b, &c, 1); }
 bool jb_puts(jbuf *b, const char *s) { return jb_put(b, s, strlen(s)); }
 
@@ -447,10 +452,9 @@ jv jv_from_cjson(jarena *a, const cJSON *j, int depth) {
 
 jv jv_stringify(jarena *a, jv v) {
     if (v.t == JV_STR) return v;
-    jbuf b = { .limit = a->limit };
-    if (!jv_to_text(&b, v)) { free(b.p); return jv_undef(); }
+    jbuf b = { .limit = a->limit, .a = a };
+    if (!jv_to_text(&b, v)) return jv_undef();
     jv s = jv_str(a, b.p ? b.p : "", b.n);
-    free(b.p);
     return s;
 }
 
