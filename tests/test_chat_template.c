@@ -11,6 +11,8 @@
 #include "test.h"
 #include "chat/jinja.h"
 #include "core/io.h"
+#include "chat/chat_template.h"
+#include "server/request.h"
 
 #define DATA NX_SOURCE_DIR "/tests/data/chat"
 
@@ -272,7 +274,65 @@ static void test_limits(void) {
     nx_jinja_free(t);
 }
 
+/* ===== 4. the chat adapter and the server's request path ===== */
+static char *read_data(const char *rel, size_t *n) {
+    char path[1024], *buf = NULL;
+    nx_error err = {0};
+    snprintf(path, sizeof path, DATA "/%s", rel);
+    if (nx_read_file(path, 1 << 22, &buf, n, &err) != NX_OK) return NULL;
+    return buf;
+}
+
+static void test_chat_adapter(void) {
+    size_t n;
+    char *src = read_data("templates/Qwen3.5-4B.jinja", &n);
+    REQUIRE_MSG(src, "template");
+    nx_chat_template *ct = NULL;
+    nx_error err = {0};
+    REQUIRE_MSG(nx_chat_template_create(src, n, "", "<|im_end|>", &ct, &err) == NX_OK, "%s", err.msg);
+    free(src);
+    /* text parts are joined, string arguments decoded, kwargs become variables */
+    cJSON *msgs = cJSON_Parse("[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"Hel\"},{\"type\":\"text\",\"text\":\"lo\"}]},"
+                              "{\"role\":\"assistant\",\"content\":\"\",\"tool_calls\":[{\"id\":\"a\",\"type\":\"function\","
+                              "\"function\":{\"name\":\"f\",\"arguments\":\"{\\\"x\\\": 1}\"}}]},"
+                              "{\"role\":\"tool\",\"tool_call_id\":\"a\",\"content\":\"ok\"}]");
+    cJSON *kw = cJSON_Parse("{\"enable_thinking\": false}");
+    char *out = NULL;
+    size_t on;
+    bool raised;
+    CHECK(nx_chat_template_render(ct, msgs, NULL, kw, true, &out, &on, &raised, &err) == NX_OK);
+    CHECK_MSG(out && strstr(out, "<|im_start|>user\nHello<|im_end|>"), "%s", out ? out : err.msg);
+    CHECK_MSG(out && strstr(out, "<parameter=x>\n1\n</parameter>"), "%s", out ? out : err.msg);
+    CHECK_MSG(out && strstr(out, "<think>\n\n</think>") , "%s", out ? out : err.msg);
+    free(out);
+    /* the server's request parser renders with the template; raise_exception -> 400 with its message */
+    nx_gen_info info;
+    memset(&info, 0, sizeof info);
+    info.n_vocab = 1000;
+    info.n_slots = 1;
+    info.n_ctx_slot = 4096;
+    info.chat_template = ct;
+    const char *body = "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"chat_template_kwargs\":{\"enable_thinking\":false}}";
+    nx_api_request r;
+    nx_api_error e;
+    memset(&r, 0, sizeof r);
+    memset(&e, 0, sizeof e);
+    CHECK(nx_api_parse(NX_API_CHAT, body, strlen(body), &info, &r, &e) == NX_OK);
+    CHECK_STR(r.prompt_text, "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n");
+    nx_api_request_free(&r);
+    const char *bad = "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"},{\"role\":\"system\",\"content\":\"b\"}]}";
+    memset(&e, 0, sizeof e);
+    CHECK(nx_api_parse(NX_API_CHAT, bad, strlen(bad), &info, &r, &e) != NX_OK);
+    CHECK_EQ_INT(e.http, 400);
+    CHECK_STR(e.msg, "System message must be at the beginning.");
+    nx_api_request_free(&r);
+    cJSON_Delete(msgs);
+    cJSON_Delete(kw);
+    nx_chat_template_free(ct);
+}
+
 int main(void) {
+    RUN(test_chat_adapter);
     RUN(test_language);
     RUN(test_errors);
     RUN(test_limits);

@@ -233,6 +233,8 @@ typedef struct nx_gen_info {
     int32_t n_vocab;
     int    queue_max;           /* requests that may wait for a slot */
     nx_chat_format chat_format;
+    const struct nx_chat_template *chat_template; /* the model's Jinja template, owned by the backend
+                                   (NULL: the built-in chat_format) */
     bool   add_bos;             /* tokenize(add_special) prepends BOS */
     int    n_drafters;          /* drafters loaded at startup (chain order); 0: no speculation */
     nx_spec_type drafters[NX_SPEC_MAX_STAGES];

@@ -3,6 +3,7 @@
  * Every check names the field; nothing here touches a backend beyond its info.
  */
 #include "server/request.h"
+#include "chat/chat_template.h"
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdarg.h>
@@ -214,6 +215,34 @@ static nx_status parse_prompt(const cJSON *root, nx_api_request *r, const nx_gen
     return NX_OK;
 }
 
+/* The model's Jinja template (chat_template.h): messages as sent (text parts joined, string
+ * arguments decoded), chat_template_kwargs as extra variables; raise_exception -> 400 with its
+ * message. */
+static nx_status render_template(const cJSON *root, const cJSON *msgs, nx_api_request *r, const nx_gen_info *info,
+                                 nx_api_error *e) {
+    int i = 0;
+    const cJSON *m;
+    cJSON_ArrayForEach(m, msgs) {
+        if (!cJSON_IsObject(m)) return BAD("'messages[%d]' must be an object", i);
+        if (!cJSON_IsString(field(m, "role"))) return BAD("'messages[%d].role' must be a string", i);
+        i++;
+    }
+    const cJSON *kw = field(root, "chat_template_kwargs");
+    if (kw && !cJSON_IsObject(kw)) return BAD("'chat_template_kwargs' must be an object");
+    bool agp = true;
+    TRY(get_bool(root, "add_generation_prompt", &agp, e));
+    nx_error err = {0};
+    bool raised = false;
+    if (nx_chat_template_render(info->chat_template, msgs, field(root, "tools"), kw, agp, &r->prompt_text, &r->prompt_len,
+                                &raised, &err) != NX_OK) {
+        if (raised) return BAD("%s", err.msg);
+        if (err.code == NX_ERR_NOMEM || err.code == NX_ERR_RANGE) return nx_api_fail(e, 500, "server_error", "chat template: %s", err.msg);
+        return BAD("chat template: %s", err.msg);
+    }
+    r->prompt_special = true;
+    return NX_OK;
+}
+
 /* Message content: a string, null, or an array of {"type":"text","text":...} parts (joined). */
 static nx_status parse_messages(const cJSON *root, nx_api_request *r, const nx_gen_info *info, nx_api_error *e) {
     const cJSON *v = field(root, "messages");
@@ -221,6 +250,7 @@ static nx_status parse_messages(const cJSON *root, nx_api_request *r, const nx_g
     if (!cJSON_IsArray(v)) return BAD("'messages' must be an array");
     int n = cJSON_GetArraySize(v);
     if (n == 0) return BAD("'messages' must hold at least one message");
+    if (info->chat_template) return render_template(root, v, r, info, e);
     nx_chat_msg *msgs = calloc((size_t)n, sizeof *msgs);
     char **owned = calloc((size_t)n, sizeof *owned);
     nx_status st = NX_OK;
