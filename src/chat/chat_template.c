@@ -40,6 +40,8 @@ void nx_chat_template_free(nx_chat_template *t) {
     free(t);
 }
 
+const char *nx_chat_template_bos(const nx_chat_template *t) { return t->bos; }
+
 /* content: [{"type":"text","text":...}, ...] with text parts only -> one string; else as is */
 static void flatten_content(cJSON *m) {
     cJSON *c = cJSON_GetObjectItemCaseSensitive(m, "content");

@@ -21,6 +21,8 @@ typedef struct nx_chat_template nx_chat_template;
 nx_status nx_chat_template_create(const char *src, size_t len, const char *bos, const char *eos,
                                   nx_chat_template **out, nx_error *err);
 void nx_chat_template_free(nx_chat_template *t);
+/* The BOS text the template sees as bos_token ("" if none). */
+const char *nx_chat_template_bos(const nx_chat_template *t);
 
 /* Render a chat. messages: a JSON array (required); tools: array or NULL; kwargs: an object
  * or NULL (its members become variables; they do not override messages/tools).

@@ -239,6 +239,14 @@ static nx_status render_template(const cJSON *root, const cJSON *msgs, nx_api_re
         if (err.code == NX_ERR_NOMEM || err.code == NX_ERR_RANGE) return nx_api_fail(e, 500, "server_error", "chat template: %s", err.msg);
         return BAD("chat template: %s", err.msg);
     }
+    /* a template that writes bos_token itself (Llama 3) must not get a second one from the
+     * tokenizer's add_bos */
+    const char *bos = nx_chat_template_bos(info->chat_template);
+    size_t bl = strlen(bos);
+    if (info->add_bos && bl && r->prompt_len >= bl && memcmp(r->prompt_text, bos, bl) == 0) {
+        memmove(r->prompt_text, r->prompt_text + bl, r->prompt_len - bl + 1);
+        r->prompt_len -= bl;
+    }
     r->prompt_special = true;
     return NX_OK;
 }
