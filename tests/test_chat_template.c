@@ -12,6 +12,7 @@
 #include "chat/jinja.h"
 #include "core/io.h"
 #include "chat/chat_template.h"
+#include "chat/tool_parse.h"
 #include "server/request.h"
 
 #define DATA NX_SOURCE_DIR "/tests/data/chat"
@@ -331,7 +332,104 @@ static void test_chat_adapter(void) {
     nx_chat_template_free(ct);
 }
 
+/* ===== 5. tool calls parsed back from what the templates write (tool_segments.json) ===== */
+static void test_tool_segments(void) {
+    size_t n;
+    char *sb = read_data("tool_segments.json", &n), *cb = read_data("cases.json", &n);
+    REQUIRE_MSG(sb && cb, "data");
+    cJSON *segs = cJSON_Parse(sb), *cases = cJSON_Parse(cb);
+    free(sb); free(cb);
+    int total = 0, pass = 0;
+    const cJSON *s;
+    cJSON_ArrayForEach(s, segs) {
+        const char *tname = cJSON_GetObjectItem(s, "template")->valuestring, *name = cJSON_GetObjectItem(s, "name")->valuestring;
+        const char *seg = cJSON_GetObjectItem(s, "segment")->valuestring;
+        const cJSON *msg = cJSON_GetObjectItem(s, "message"), *want_calls = cJSON_GetObjectItem(msg, "tool_calls");
+        const cJSON *tools = NULL, *c;
+        cJSON_ArrayForEach(c, cases)
+            if (!strcmp(cJSON_GetObjectItem(c, "template")->valuestring, tname) && !strcmp(cJSON_GetObjectItem(c, "name")->valuestring, name))
+                tools = cJSON_GetObjectItem(c, "tools");
+        /* templates that do not write the calls have nothing to parse back */
+        const cJSON *w0 = cJSON_GetArrayItem(want_calls, 0);
+        if (!w0 || !strstr(seg, cJSON_GetObjectItem(cJSON_GetObjectItem(w0, "function"), "name")->valuestring)) continue;
+        total++;
+        nx_chat_parsed p;
+        nx_error err = {0};
+        if (nx_chat_parse_output(seg, strlen(seg), tools, &p, &err) != NX_OK) { CHECK_MSG(0, "%s", err.msg); continue; }
+        bool ok = cJSON_GetArraySize(p.tool_calls) == cJSON_GetArraySize(want_calls);
+        const cJSON *want_content = cJSON_GetObjectItem(msg, "content");
+        const char *wc = cJSON_IsString(want_content) ? want_content->valuestring : "";
+        /* content a template does not write (Hermes drops it beside calls) cannot come back */
+        if (strstr(seg, wc) && strcmp(p.content, wc) != 0) ok = false;
+        for (int i = 0; ok && i < cJSON_GetArraySize(want_calls); i++) {
+            const cJSON *wf = cJSON_GetObjectItem(cJSON_GetArrayItem(want_calls, i), "function");
+            const cJSON *gf = cJSON_GetObjectItem(cJSON_GetArrayItem(p.tool_calls, i), "function");
+            cJSON *ga = cJSON_Parse(cJSON_GetObjectItem(gf, "arguments")->valuestring);
+            ok = !strcmp(cJSON_GetObjectItem(wf, "name")->valuestring, cJSON_GetObjectItem(gf, "name")->valuestring) &&
+                 cJSON_Compare(ga, cJSON_GetObjectItem(wf, "arguments"), 1);
+            cJSON_Delete(ga);
+        }
+        if (ok) pass++;
+        else {
+            char *got = cJSON_PrintUnformatted(p.tool_calls);
+            fprintf(stderr, "  %s/%s: content [%s] calls %s\n", tname, name, p.content, got ? got : "null");
+            free(got);
+        }
+        nx_chat_parsed_free(&p);
+    }
+    fprintf(stderr, "  %d of %d tool segments parsed back\n", pass, total);
+    CHECK(total > 0);
+    CHECK_EQ_INT(pass, total);
+    cJSON_Delete(segs);
+    cJSON_Delete(cases);
+}
+
+static void parse_one(const char *text, const char *tools_json, const char *want_content, const char *want_reasoning,
+                      const char *want_calls, int line) {
+    cJSON *tools = tools_json ? cJSON_Parse(tools_json) : NULL;
+    nx_chat_parsed p;
+    nx_error err = {0};
+    if (nx_chat_parse_output(text, strlen(text), tools, &p, &err) != NX_OK) { t_cur_failed++; cJSON_Delete(tools); return; }
+    char *calls = p.tool_calls ? cJSON_PrintUnformatted(p.tool_calls) : NULL;
+    bool ok = !strcmp(p.content, want_content) && (want_reasoning ? p.reasoning && !strcmp(p.reasoning, want_reasoning) : !p.reasoning) &&
+              (want_calls ? calls && !strcmp(calls, want_calls) : !calls);
+    if (!ok) {
+        fprintf(stderr, "  FAIL line %d: [%s] -> content [%s] reasoning [%s] calls %s\n", line, text, p.content,
+                p.reasoning ? p.reasoning : "(null)", calls ? calls : "null");
+        t_cur_failed++;
+    }
+    free(calls);
+    nx_chat_parsed_free(&p);
+    cJSON_Delete(tools);
+}
+#define P(text, tools, content, reasoning, calls) parse_one(text, tools, content, reasoning, calls, __LINE__)
+
+static void test_tool_parse(void) {
+    const char *tools = "[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{\"type\":\"object\",\"properties\":"
+                        "{\"n\":{\"type\":\"integer\"},\"s\":{\"type\":\"string\"},\"o\":{\"type\":\"object\"}}}}}]";
+    /* schema types restored for XML values; strings stay strings even when they look like numbers */
+    P("<tool_call>\n<function=f>\n<parameter=n>\n42\n</parameter>\n<parameter=s>\n007\n</parameter>\n<parameter=o>\n{\"a\": [1]}\n</parameter>\n</function>\n</tool_call>",
+      tools, "", NULL, "[{\"id\":\"call_1\",\"type\":\"function\",\"function\":{\"name\":\"f\",\"arguments\":\"{\\\"n\\\":42,\\\"s\\\":\\\"007\\\",\\\"o\\\":{\\\"a\\\":[1]}}\"}}]");
+    /* reasoning, then a duplicate call dropped */
+    P("<think>\nplan\n</think>\n\nOK <tool_call>\n{\"name\": \"f\", \"arguments\": {\"n\": 1}}\n</tool_call>\n<tool_call>\n{\"name\": \"f\", \"arguments\": {\"n\": 1}}\n</tool_call>",
+      tools, "OK", "plan", "[{\"id\":\"call_1\",\"type\":\"function\",\"function\":{\"name\":\"f\",\"arguments\":\"{\\\"n\\\":1}\"}}]");
+    /* the turn starts inside <think> (the opening tag was in the prompt) */
+    P("thinking\n</think>\n\nHello<|im_end|>", NULL, "Hello", "thinking", NULL);
+    /* unparseable call text stays content */
+    P("<tool_call>\n{\"name\": broken\n</tool_call>", tools, "<tool_call>\n{\"name\": broken\n</tool_call>", NULL, NULL);
+    /* Gemma 4 nested values */
+    P("<|tool_call>call:f{o:{k:[1,<|\"|>x,y<|\"|>]},n:3}<tool_call|>", tools, "", NULL,
+      "[{\"id\":\"call_1\",\"type\":\"function\",\"function\":{\"name\":\"f\",\"arguments\":\"{\\\"o\\\":{\\\"k\\\":[1,\\\"x,y\\\"]},\\\"n\\\":3}\"}}]");
+    /* plain JSON is a call only for a known tool */
+    P("{\"name\": \"g\", \"parameters\": {}}", tools, "{\"name\": \"g\", \"parameters\": {}}", NULL, NULL);
+    P("<|python_tag|>{\"name\": \"f\", \"parameters\": {\"n\": 2}}", tools, "", NULL,
+      "[{\"id\":\"call_1\",\"type\":\"function\",\"function\":{\"name\":\"f\",\"arguments\":\"{\\\"n\\\":2}\"}}]");
+    P("just text", NULL, "just text", NULL, NULL);
+}
+
 int main(void) {
+    RUN(test_tool_segments);
+    RUN(test_tool_parse);
     RUN(test_chat_adapter);
     RUN(test_language);
     RUN(test_errors);
