@@ -14,6 +14,7 @@
 #include "chat/chat_template.h"
 #include "chat/tool_parse.h"
 #include "server/request.h"
+#include "server/chat.h"
 
 #define DATA NX_SOURCE_DIR "/tests/data/chat"
 
@@ -427,7 +428,71 @@ static void test_tool_parse(void) {
     P("just text", NULL, "just text", NULL, NULL);
 }
 
+/* ===== 6. tool calls in the server: request parsing and response shapes ===== */
+static void test_server_tools(void) {
+    size_t n;
+    char *src = read_data("templates/Qwen3.5-4B.jinja", &n);
+    REQUIRE_MSG(src, "template");
+    nx_chat_template *ct = NULL;
+    nx_error err = {0};
+    REQUIRE_MSG(nx_chat_template_create(src, n, "", "<|im_end|>", &ct, &err) == NX_OK, "%s", err.msg);
+    free(src);
+    nx_gen_info info;
+    memset(&info, 0, sizeof info);
+    info.n_vocab = 1000; info.n_slots = 1; info.n_ctx_slot = 4096;
+    const char *body = "{\"messages\":[{\"role\":\"user\",\"content\":\"Weather?\"}],\"parallel_tool_calls\":false,"
+                       "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"parameters\":{\"type\":\"object\","
+                       "\"properties\":{\"city\":{\"type\":\"string\"},\"days\":{\"type\":\"integer\"}}}}}]}";
+    nx_api_request r;
+    nx_api_error e;
+    memset(&r, 0, sizeof r); memset(&e, 0, sizeof e);
+    /* no template: tools are refused */
+    CHECK(nx_api_parse(NX_API_CHAT, body, strlen(body), &info, &r, &e) != NX_OK);
+    CHECK_EQ_INT(e.http, 400);
+    nx_api_request_free(&r);
+    info.chat_template = ct;
+    CHECK(nx_api_parse(NX_API_CHAT, body, strlen(body), &info, &r, &e) == NX_OK);
+    CHECK(r.tools != NULL && !r.parallel_tools);
+    CHECK_MSG(r.prompt_text && strstr(r.prompt_text, "<tools>") && strstr(r.prompt_text, "get_weather"), "%s", r.prompt_text ? r.prompt_text : e.msg);
+    /* the answer -> message with tool_calls, types from the schema, the second call dropped (parallel false) */
+    const char *answer = "<think>\nuse the tool\n</think>\n\n<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n"
+                         "<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>\n<tool_call>\n<function=get_weather>\n"
+                         "<parameter=city>\nOslo\n</parameter>\n</function>\n</tool_call>";
+    bool calls = false;
+    cJSON *m = nx_chat_tool_message(answer, strlen(answer), r.tools, r.parallel_tools, &calls);
+    char *ms = cJSON_PrintUnformatted(m);
+    CHECK(calls);
+    CHECK_STR(ms, "{\"role\":\"assistant\",\"content\":null,\"reasoning_content\":\"use the tool\",\"tool_calls\":[{\"id\":\"call_1\","
+                  "\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"arguments\":\"{\\\"city\\\":\\\"Paris\\\",\\\"days\\\":3}\"}}]}");
+    free(ms);
+    cJSON_Delete(m);
+    /* streaming: reasoning, then id + name, then the arguments */
+    cJSON *d = nx_chat_tool_deltas(answer, strlen(answer), r.tools, true, &calls);
+    char *ds = cJSON_PrintUnformatted(d);
+    CHECK_EQ_INT(cJSON_GetArraySize(d), 5);
+    CHECK_MSG(ds && strstr(ds, "{\"tool_calls\":[{\"index\":0,\"id\":\"call_1\",\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"arguments\":\"\"}}]}"), "%s", ds);
+    CHECK_MSG(ds && strstr(ds, "{\"tool_calls\":[{\"index\":1,\"function\":{\"arguments\":\"{\\\"city\\\":\\\"Oslo\\\"}\"}}]}"), "%s", ds);
+    free(ds);
+    cJSON_Delete(d);
+    /* plain text stays content */
+    m = nx_chat_tool_message("It is sunny.", 12, r.tools, true, &calls);
+    CHECK(!calls);
+    CHECK_STR(cJSON_GetObjectItem(m, "content")->valuestring, "It is sunny.");
+    cJSON_Delete(m);
+    nx_api_request_free(&r);
+    /* tool_choice none: no tools reach the template */
+    const char *none = "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tool_choice\":\"none\",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]}";
+    CHECK(nx_api_parse(NX_API_CHAT, none, strlen(none), &info, &r, &e) == NX_OK);
+    CHECK(r.tools == NULL && r.prompt_text && !strstr(r.prompt_text, "<tools>"));
+    nx_api_request_free(&r);
+    const char *badc = "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tool_choice\":\"sometimes\"}";
+    CHECK(nx_api_parse(NX_API_CHAT, badc, strlen(badc), &info, &r, &e) != NX_OK);
+    nx_api_request_free(&r);
+    nx_chat_template_free(ct);
+}
+
 int main(void) {
+    RUN(test_server_tools);
     RUN(test_tool_segments);
     RUN(test_tool_parse);
     RUN(test_chat_adapter);

@@ -233,7 +233,7 @@ static nx_status render_template(const cJSON *root, const cJSON *msgs, nx_api_re
     TRY(get_bool(root, "add_generation_prompt", &agp, e));
     nx_error err = {0};
     bool raised = false;
-    if (nx_chat_template_render(info->chat_template, msgs, field(root, "tools"), kw, agp, &r->prompt_text, &r->prompt_len,
+    if (nx_chat_template_render(info->chat_template, msgs, r->tools, kw, agp, &r->prompt_text, &r->prompt_len,
                                 &raised, &err) != NX_OK) {
         if (raised) return BAD("%s", err.msg);
         if (err.code == NX_ERR_NOMEM || err.code == NX_ERR_RANGE) return nx_api_fail(e, 500, "server_error", "chat template: %s", err.msg);
@@ -428,8 +428,22 @@ static nx_status parse_body(nx_api_kind kind, const cJSON *root, const nx_gen_in
     }
     if (kind == NX_API_CHAT) {
         const cJSON *tools = field(root, "tools");
-        if (tools && (!cJSON_IsArray(tools) || cJSON_GetArraySize(tools) > 0))
-            return BAD("'tools' is not supported yet (needs the chat-template engine)");
+        if (tools && !cJSON_IsNull(tools) && !cJSON_IsArray(tools)) return BAD("'tools' must be an array");
+        if (cJSON_GetArraySize(tools) > 0 && !info->chat_template)
+            return BAD("'tools' needs the model's chat template (the GGUF has none; see --chat-template-file)");
+        /* tool_choice: "none" hides the tools; "auto", "required" and a named function offer them
+         * (the output is not constrained: a model may still answer in text) */
+        const cJSON *tc = field(root, "tool_choice");
+        bool none = cJSON_IsString(tc) && !strcmp(tc->valuestring, "none");
+        if (tc && !cJSON_IsString(tc) && !cJSON_IsObject(tc)) return BAD("'tool_choice' must be a string or an object");
+        if (cJSON_IsString(tc) && !none && strcmp(tc->valuestring, "auto") && strcmp(tc->valuestring, "required"))
+            return BAD("'tool_choice' must be none, auto, required or a function");
+        r->parallel_tools = true;
+        TRY(get_bool(root, "parallel_tool_calls", &r->parallel_tools, e));
+        if (cJSON_GetArraySize(tools) > 0 && !none) {
+            r->tools = cJSON_Duplicate(tools, 1);
+            if (!r->tools) return nx_api_fail(e, 500, "server_error", "out of memory");
+        }
         const cJSON *rf = field(root, "response_format");
         if (rf) {
             const cJSON *t = cJSON_IsObject(rf) ? field(rf, "type") : NULL;
@@ -471,5 +485,6 @@ void nx_api_request_free(nx_api_request *r) {
     free(r->stops);
     free(r->stop_lens);
     free(r->bias);
+    cJSON_Delete(r->tools);
     memset(r, 0, sizeof *r);
 }
