@@ -171,6 +171,7 @@ int nx_cmd_serve(int argc, char **argv) {
             return 1;
         }
         mp.chat_template = tmpl;
+        fp.chat_template = tmpl;
     }
     mp.spec = spec;
     mp.checkpoint_interval = (int)ckpt_interval;

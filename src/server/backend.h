@@ -315,6 +315,8 @@ typedef struct nx_gen_fake_params {
     int  step_us;               /* sleep per step, default 1000 */
     int  prompt_us_per_token;   /* simulated prompt cost, default 0 */
     nx_chat_format chat_format; /* default ChatML */
+    const char *chat_template;  /* Jinja template text (NULL: none); a prompt's last "<<answer:TEXT>>"
+                                   makes the fake answer TEXT verbatim (scripted model output) */
     nx_spec_params spec;        /* drafters "loaded" and defaults (default: none) */
     bool loading;               /* report ready = false (health 503 test) */
 } nx_gen_fake_params;
