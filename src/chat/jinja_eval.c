@@ -411,7 +411,12 @@ static jv eval(jctx *x, jframe *f, const jnode *n) {
         break;
     }
     case JN_CALL: {
-        jv callee = eval(x, f, n->a);
+        jv callee;
+        if (n->a->kind == JN_ATTR) {   /* obj.method(...): name the object's type when it has none */
+            jv obj = eval(x, f, n->a->a);
+            callee = jx_getattr(x, n->a, obj, n->a->lit, false);
+            if (callee.t == JV_UNDEF) jx_fail(x, n->a, "'%s' object has no attribute '%s'", jv_type_name(obj), n->a->lit.u.s->p);
+        } else callee = eval(x, f, n->a);
         jargs g;
         eval_args(x, f, n, &g);
         r = jx_call_value(x, n, callee, &g);
