@@ -485,6 +485,19 @@ static void test_server_tools(void) {
     CHECK(nx_api_parse(NX_API_CHAT, none, strlen(none), &info, &r, &e) == NX_OK);
     CHECK(r.tools == NULL && r.prompt_text && !strstr(r.prompt_text, "<tools>"));
     nx_api_request_free(&r);
+    /* a tool_use variant (tokenizer.chat_template.tool_use) serves the requests with tools */
+    nx_chat_template *tu = NULL;
+    const char *tus = "TOOLS {{ tools | map(attribute='function.name') | join(',') }}";
+    REQUIRE_MSG(nx_chat_template_create(tus, strlen(tus), "", "", &tu, &err) == NX_OK, "%s", err.msg);
+    info.chat_template_tools = tu;
+    CHECK(nx_api_parse(NX_API_CHAT, body, strlen(body), &info, &r, &e) == NX_OK);
+    CHECK_STR(r.prompt_text, "TOOLS get_weather");
+    nx_api_request_free(&r);
+    CHECK(nx_api_parse(NX_API_CHAT, none, strlen(none), &info, &r, &e) == NX_OK);
+    CHECK(r.prompt_text && strncmp(r.prompt_text, "TOOLS", 5) != 0);
+    nx_api_request_free(&r);
+    info.chat_template_tools = NULL;
+    nx_chat_template_free(tu);
     const char *badc = "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tool_choice\":\"sometimes\"}";
     CHECK(nx_api_parse(NX_API_CHAT, badc, strlen(badc), &info, &r, &e) != NX_OK);
     nx_api_request_free(&r);

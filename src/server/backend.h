@@ -235,6 +235,8 @@ typedef struct nx_gen_info {
     nx_chat_format chat_format;
     const struct nx_chat_template *chat_template; /* the model's Jinja template, owned by the backend
                                    (NULL: the built-in chat_format) */
+    const struct nx_chat_template *chat_template_tools; /* tokenizer.chat_template.tool_use: for requests
+                                   with tools (NULL: chat_template) */
     bool   add_bos;             /* tokenize(add_special) prepends BOS */
     int    n_drafters;          /* drafters loaded at startup (chain order); 0: no speculation */
     nx_spec_type drafters[NX_SPEC_MAX_STAGES];

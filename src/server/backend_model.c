@@ -56,6 +56,7 @@ typedef struct model_be {
     nx_spec_engine *eng;
     nx_chat_format chat_format;
     nx_chat_template *chat_template;    /* NULL: the built-in chat_format */
+    nx_chat_template *chat_template_tools;  /* the GGUF's tokenizer.chat_template.tool_use (NULL: none) */
     int n_ctx_slot, n_drafters;
     nx_spec_type drafters[NX_SPEC_MAX_STAGES];
     const char *stage_names[NX_SPEC_MAX_STAGES];
@@ -101,6 +102,7 @@ static void model_info(nx_gen_backend *b, nx_gen_info *o) {
     o->queue_max = be->p.queue_max;
     o->chat_format = be->chat_format;
     o->chat_template = be->chat_template;
+    o->chat_template_tools = be->chat_template_tools;
     o->add_bos = nx_tokenizer_specials(be->tok)->add_bos;
     o->n_drafters = be->n_drafters;
     for (int i = 0; i < be->n_drafters; i++) o->drafters[i] = be->drafters[i];
@@ -504,6 +506,7 @@ static void model_free(nx_gen_backend *b) {
     nx_tokenizer_free(be->tok);
     nx_model_free(be->model);
     nx_chat_template_free(be->chat_template);
+    nx_chat_template_free(be->chat_template_tools);
     free(be->slots);
     nx_wait_list_free(&be->wait);
     pthread_cond_destroy(&be->cv);
@@ -546,6 +549,10 @@ static nx_status load_chat_template(model_be *be, nx_error *err) {
     if (nx_chat_template_create(tmpl, (size_t)len, bz, ez, &be->chat_template, &e) != NX_OK)
         nx_log(NX_LOG_WARN, "the GGUF's chat template does not parse (%s); using the built-in %s format", e.msg,
                nx_chat_format_name(be->chat_format));
+    /* the named variant Hugging Face picks for requests with tools */
+    const char *tu = be->chat_template ? nx_gguf_get_str(be->model->gguf, "tokenizer.chat_template.tool_use", &len) : NULL;
+    if (tu && nx_chat_template_create(tu, (size_t)len, bz, ez, &be->chat_template_tools, &e) != NX_OK)
+        nx_log(NX_LOG_WARN, "the GGUF's tool_use chat template does not parse (%s); tools use the default one", e.msg);
     return NX_OK;
 }
 

@@ -233,7 +233,8 @@ static nx_status render_template(const cJSON *root, const cJSON *msgs, nx_api_re
     TRY(get_bool(root, "add_generation_prompt", &agp, e));
     nx_error err = {0};
     bool raised = false;
-    if (nx_chat_template_render(info->chat_template, msgs, r->tools, kw, agp, &r->prompt_text, &r->prompt_len,
+    const nx_chat_template *tpl = r->tools && info->chat_template_tools ? info->chat_template_tools : info->chat_template;
+    if (nx_chat_template_render(tpl, msgs, r->tools, kw, agp, &r->prompt_text, &r->prompt_len,
                                 &raised, &err) != NX_OK) {
         if (raised) return BAD("%s", err.msg);
         if (err.code == NX_ERR_NOMEM || err.code == NX_ERR_RANGE) return nx_api_fail(e, 500, "server_error", "chat template: %s", err.msg);
@@ -241,7 +242,7 @@ static nx_status render_template(const cJSON *root, const cJSON *msgs, nx_api_re
     }
     /* a template that writes bos_token itself (Llama 3) must not get a second one from the
      * tokenizer's add_bos */
-    const char *bos = nx_chat_template_bos(info->chat_template);
+    const char *bos = nx_chat_template_bos(tpl);
     size_t bl = strlen(bos);
     if (info->add_bos && bl && r->prompt_len >= bl && memcmp(r->prompt_text, bos, bl) == 0) {
         memmove(r->prompt_text, r->prompt_text + bl, r->prompt_len - bl + 1);
