@@ -188,6 +188,22 @@ static void test_language(void) {
     R("{{ x | selectattr('type', 'equalto', 'text') | map(attribute='text') | join }}", "{\"x\": [{\"type\": \"text\", \"text\": \"A\"}, {\"type\": \"image\"}, {\"type\": \"text\", \"text\": \"B\"}]}", "AB");
     R("{{ [1, 2, 3] | select('odd') | list }} {{ [1, 2, 3] | reject('odd') | list }} {{ ['a', 'b'] | map('upper') | list }}", "{}", "[1, 3] [2] ['A', 'B']");
     R("{{ 'a\\nb' }} {{ ['a\\nb'] }} {{ [1.0, -0.5] }} {{ {'a': none} | tojson }}\n", "{}", "a\nb ['a\\nb'] [1.0, -0.5] {\"a\": null}");
+    R("{% for i in [1, 2, 3] %}{{ loop.cycle('odd', 'even') }} {% endfor %}", "{}", "odd even odd ");
+    R("a\n    {%+ if true %}x{% endif %}\nb", "{}", "a\n    xb");
+    R("{% if true +%}\nkept newline{% endif %}", "{}", "\nkept newline");
+    R("{{ '%s is %d' % ('x', 3) }} {{ 'n=%s' % 5 }}", "{}", "x is 3 n=5");
+    R("{{ {'a': {'b': [1, {'c': none}]}} }}", "{}", "{'a': {'b': [1, {'c': None}]}}");
+    R("{{ 'a b c d'.split(' ', 2) }} {{ 'a-b-c'.rsplit('-') }} {{ '  a  '.lstrip() }}|{{ 'x'.center(5) if false else 'y' }}", "{}", "['a', 'b', 'c d'] ['a', 'b', 'c'] a  |y");
+    R("{{ d | dictsort(by='value') }} {{ d | dictsort(reverse=true) }}", "{\"d\": {\"a\": 3, \"b\": 1, \"c\": 2}}", "[('b', 1), ('c', 2), ('a', 3)] [('c', 2), ('b', 1), ('a', 3)]");
+    R("{{ \"\\x41\\u00e9\\t|\" }} {{ 'it\\'s' }} {{ \"say \\\"hi\\\"\" }}", "{}", "A\303\251\t| it's say \"hi\"");
+    R("{% filter replace('a', 'o') %}banana{% endfilter %} {% filter trim | upper %}  x  {% endfilter %}", "{}", "bonono X");
+    R("{% macro m() %}{{ varargs | length }}:{{ kwargs | dictsort }}{% endmacro %}{{ m(1, 2, k=3) }}", "{}", "2:[('k', 3)]");
+    R("{% set ns = namespace(items=[]) %}{% for i in [1, 2] %}{% set ns.items = ns.items + [i * 10] %}{% endfor %}{{ ns.items }}", "{}", "[10, 20]");
+    R("{{ [1, 2, 3][1:] | join('-') }} {{ 'abc'[::-1] | upper }} {{ (1, 2) | list }} {{ range(3) | list }} {{ range(1, 10, 3) | list }}", "{}", "2-3 CBA [1, 2] [0, 1, 2] [1, 4, 7]");
+    R("{{ 10 / 4 }} {{ 10 // 4 }} {{ 2 ** -1 }} {{ -2 ** 2 }} {{ 7 % -3 }} {{ 1.5 // 1 }} {{ true + 1 }}", "{}", "2.5 2 0.5 4 -2 1.0 2");
+    R("{% if 1 in [1.0] and 'ab' < 'b' and [1, 2] < [1, 3] %}yes{% endif %}", "{}", "yes");
+    R("{{ x is defined and x.y is undefined }} {{ (x.y | default('dflt')) }} {{ x['missing'] is none }}", "{\"x\": {}}", "True dflt False");
+    R("{%- for m in messages -%}\n{%- if m.role == 'user' -%}\nU:{{ m.content }}\n{% elif m.role == 'assistant' %}\nA:{{ m.content | trim }}\n{% endif -%}\n{%- endfor -%}", "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}, {\"role\": \"assistant\", \"content\": \"  yo  \"}]}\n", "U:hi\nA:yo\n");
 }
 
 /* ===== 3. errors and limits ===== */

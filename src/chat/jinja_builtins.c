@@ -51,8 +51,7 @@ static jv pair(jctx *x, const jnode *at, jv a, jv b) {
     return t;
 }
 
-/* A buffer for building strings; freed on the error path by the arena copy below. */
-typedef struct sb { jbuf b; } sb;
+/* A built string (arena buffer) as a value. */
 static jv sb_done(jctx *x, const jnode *at, jbuf *b) {
     if (b->failed) { jb_free(b); jx_oom(x, at); }
     jv s = jv_str(x->a, b->p ? b->p : "", b->n);
@@ -160,8 +159,6 @@ bool jx_test(jctx *x, const jnode *at, const char *name, jv v, const jargs *g) {
         return cased;
     }
     if (!strcmp(name, "in")) {
-        jargs g2 = { .pos = &v, .npos = 1 };
-        (void)g2;
         if (a0.t == JV_STR) return v.t == JV_STR && (v.u.s->len == 0 || jmemmem(a0.u.s->p, a0.u.s->len, v.u.s->p, v.u.s->len));
         if (a0.t == JV_LIST) { for (size_t i = 0; i < a0.u.l->n; i++) if (jv_equal(a0.u.l->v[i], v)) return true; return false; }
         if (a0.t == JV_DICT) return jd_get(a0.u.d, v) != NULL;
@@ -376,6 +373,13 @@ static jv percent_format(jctx *x, const jnode *at, const jstr *s, const jargs *g
         else { jb_free(&b); jx_fail(x, at, "unsupported format character '%c'", c); }
     }
     return sb_done(x, at, &b);
+}
+
+jv jx_percent(jctx *x, const jnode *at, jv fmt, jv args) {
+    jargs g = {0};
+    if (args.t == JV_LIST && args.tuple) { g.pos = args.u.l->v; g.npos = (int)args.u.l->n; }
+    else { g.pos = &args; g.npos = 1; }
+    return percent_format(x, at, fmt.u.s, &g);
 }
 
 static int64_t str_find(const jstr *s, const jstr *sub, bool from_right) {
@@ -790,8 +794,6 @@ jv jx_filter(jctx *x, const jnode *at, const char *name, jv v, const jargs *g) {
             jv acc = has(arg(g, 1, "start")) ? arg(g, 1, "start") : jv_int(0);
             for (size_t i = 0; i < l.u.l->n; i++) {
                 jv item = has(attribute) ? attr_path(x, at, l.u.l->v[i], attribute) : l.u.l->v[i];
-                jargs none = {0};
-                (void)none;
                 if (!jv_is_num(acc) || !jv_is_num(item)) jx_fail(x, at, "unsupported operand type(s) for +: '%s' and '%s'", jv_type_name(acc), jv_type_name(item));
                 acc = (acc.t == JV_FLOAT || item.t == JV_FLOAT) ? jv_float(jv_num(acc) + jv_num(item))
                                                                 : jv_int((int64_t)jv_num(acc) + (int64_t)jv_num(item));

@@ -254,6 +254,7 @@ static jv arith(jctx *x, const jnode *n, int op, jv a, jv b) {
             return jv_float(pow(fa, fb));
         }
     }
+    if (op == OP_MOD && a.t == JV_STR) return jx_percent(x, n, a, b);
     if (op == OP_ADD && a.t == JV_STR && b.t == JV_STR) return arith(x, n, OP_CONCAT, a, b);
     if (op == OP_ADD && a.t == JV_LIST && b.t == JV_LIST) {
         jv l = jv_list(x->a);

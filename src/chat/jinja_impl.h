@@ -213,6 +213,7 @@ jv  jx_filter(jctx *x, const jnode *at, const char *name, jv subject, const jarg
 bool jx_test(jctx *x, const jnode *at, const char *name, jv subject, const jargs *args);
 jv  jx_method(jctx *x, const jnode *at, jv self, const char *name, const jargs *args);
 bool jx_has_method(jv self, const char *name);
+jv  jx_percent(jctx *x, const jnode *at, jv fmt, jv args);   /* "%s" % args */
 jv  jx_call_builtin(jctx *x, const jnode *at, int fn, const jargs *args);
 int  jx_builtin_id(const char *name);          /* -1 if none */
 jv  jx_call_macro(jctx *x, const jnode *at, const jmacro *m, const jargs *args);
