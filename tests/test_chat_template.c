@@ -204,6 +204,8 @@ static void test_language(void) {
     R("{% if 1 in [1.0] and 'ab' < 'b' and [1, 2] < [1, 3] %}yes{% endif %}", "{}", "yes");
     R("{{ x is defined and x.y is undefined }} {{ (x.y | default('dflt')) }} {{ x['missing'] is none }}", "{\"x\": {}}", "True dflt False");
     R("{%- for m in messages -%}\n{%- if m.role == 'user' -%}\nU:{{ m.content }}\n{% elif m.role == 'assistant' %}\nA:{{ m.content | trim }}\n{% endif -%}\n{%- endfor -%}", "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}, {\"role\": \"assistant\", \"content\": \"  yo  \"}]}\n", "U:hi\nA:yo\n");
+    /* \r\n line ends read as \n (Jinja's newline normalization) */
+    R("{% if true %}\r\n  a\r\n{% endif %}\r\nb\r\n", NULL, "  a\nb");
 }
 
 /* ===== 3. errors and limits ===== */

@@ -604,8 +604,16 @@ nx_jinja_template *nx_jinja_parse(const char *src, size_t len, nx_error *err) {
     nx_jinja_template *t = calloc(1, sizeof *t);
     if (!t) { nx_fail(err, NX_ERR_NOMEM, "out of memory"); return NULL; }
     t->arena.limit = (size_t)64 << 20;
+    /* Jinja normalizes \r\n and \r to \n (newline_sequence); tokens point into this copy */
+    char *norm = ja_alloc(&t->arena, len + 1);
+    if (!norm) { nx_jinja_free(t); nx_fail(err, NX_ERR_NOMEM, "template too large"); return NULL; }
+    size_t k = 0;
+    for (size_t i = 0; i < len; i++) {
+        if (src[i] == '\r') { norm[k++] = '\n'; if (i + 1 < len && src[i + 1] == '\n') i++; }
+        else norm[k++] = src[i];
+    }
     jtoks toks = {0};
-    if (jinja_lex(src, len, &t->arena, &toks, err) != NX_OK || jinja_parse_tokens(&toks, &t->arena, &t->root, err) != NX_OK) {
+    if (jinja_lex(norm, k, &t->arena, &toks, err) != NX_OK || jinja_parse_tokens(&toks, &t->arena, &t->root, err) != NX_OK) {
         nx_jinja_free(t);
         return NULL;
     }
