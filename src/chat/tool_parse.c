@@ -226,6 +226,7 @@ static cJSON *g_value(const char **pp, const char *end, int depth) {
     while (*pp < end && **pp != ',' && **pp != '}' && **pp != ']') (*pp)++;
     size_t n = (size_t)(*pp - s);
     trim_span(&s, &n);
+    if (!n) return NULL;   /* nothing consumed (a stray '}' or ']'): not a value, and no endless loop */
     char *t = dupn(s, n);
     if (!t) return NULL;
     cJSON *v = cJSON_Parse(t);
