@@ -139,7 +139,7 @@ int nx_cli_args_parse_one(nx_cli_args *a, unsigned groups, int argc, char **argv
     }
     const bool bench = groups & NX_ARGS_BENCH;
     enum { NONE, MODEL, PROMPT, FILE_, NPRED, THREADS, CTX, UB, CTK, CTV, TEMP, TOPK, TOPP, MINP, SEED, REP, REPN,
-           PRES, FREQ, REPS, BP, BN } f = NONE;
+           PRES, FREQ, REPS, BP, BN, TMPL } f = NONE;
     bool flag_only = false;
     if ((groups & NX_ARGS_MODEL) && is(name, "-m", "--model")) f = MODEL;
     else if (bench && is(name, "-p", "--n-prompt")) f = BP;
@@ -148,6 +148,7 @@ int nx_cli_args_parse_one(nx_cli_args *a, unsigned groups, int argc, char **argv
     else if ((groups & NX_ARGS_PROMPT) && is(name, "-p", "--prompt")) f = PROMPT;
     else if ((groups & NX_ARGS_PROMPT) && is(name, "-f", "--file")) f = FILE_;
     else if ((groups & NX_ARGS_PROMPT) && is(name, "--chat", NULL)) { a->chat = true; flag_only = true; }
+    else if ((groups & NX_ARGS_PROMPT) && is(name, "--chat-template-file", NULL)) f = TMPL;
     else if ((groups & NX_ARGS_PREDICT) && is(name, "-n", "--n-predict")) f = NPRED;
     else if ((groups & NX_ARGS_PREDICT) && is(name, "--predict", NULL)) f = NPRED;
     else if ((groups & NX_ARGS_RUNTIME) && is(name, "-t", "--threads")) f = THREADS;
@@ -183,6 +184,7 @@ int nx_cli_args_parse_one(nx_cli_args *a, unsigned groups, int argc, char **argv
     case MODEL:   a->model = v; break;
     case PROMPT:  a->prompt = v; break;
     case FILE_:   a->prompt_file = v; break;
+    case TMPL:    a->chat_template_file = v; a->chat = true; break;
     case NPRED:   rc = parse_int(name, v, -1, 1 << 30, &a->n_predict, err); break;
     case THREADS: rc = parse_int(name, v, 1, 1024, &a->n_threads, err); break;
     case CTX:     rc = parse_int(name, v, 0, 1 << 24, &a->n_ctx, err); break;

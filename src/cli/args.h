@@ -14,7 +14,8 @@
  *   --no-mmap / --mmap        read the weights into (huge-page) memory instead of mapping the file
  *   --temp 0.8  --top-k 40  --top-p 0.95  --min-p 0.05  -s, --seed -1 (random)
  *   --repeat-penalty 1.0  --repeat-last-n 64  --presence-penalty 0  --frequency-penalty 0
- *   --chat                    wrap the prompt in ChatML
+ *   --chat                    wrap the prompt as one user turn: the GGUF's chat template, else ChatML
+ *   --chat-template-file F    the Jinja chat template --chat uses
  *   -r, --repetitions N       bench: repetitions per test (5)
  *   --spec-type ... --spec-fallback   speculative decoding (spec/spec_params.h, group NX_ARGS_SPEC)
  * "--flag=value" is accepted for long flags. Every error names the flag and says why, in one
@@ -50,6 +51,7 @@ typedef struct nx_cli_args {
     const char *prompt;         /* -p TEXT; NULL if not given */
     const char *prompt_file;    /* -f; NULL if not given */
     bool chat;                  /* --chat */
+    const char *chat_template_file; /* --chat-template-file; NULL: the GGUF's template */
     int n_predict;              /* -n: -1 = until end of generation or a full context */
     int n_threads;              /* -t: 0 = physical cores */
     int n_ctx;                  /* -c: 0 = the model's training context, at most 4096 */

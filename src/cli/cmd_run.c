@@ -23,7 +23,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include "chat/chat_template.h"
 #include "cli/args.h"
+#include "core/io.h"
 #include "cli/cli.h"
 #include "model.h"
 #include "sample.h"
@@ -39,7 +41,8 @@ static void run_usage(FILE *f) {
             "  -m, --model FILE         model GGUF\n"
             "  -p, --prompt TEXT        prompt (special-token text such as <|im_start|> is parsed)\n"
             "  -f, --file FILE          read the prompt from FILE ('-' = stdin)\n"
-            "  --chat                   wrap the prompt in ChatML: <|im_start|>user ... <|im_start|>assistant\n"
+            "  --chat                   wrap the prompt as one user turn: the GGUF's chat template, else ChatML\n"
+            "  --chat-template-file F   the Jinja chat template for --chat (implies --chat)\n"
             "  -n, --n-predict N        tokens to generate (default -1: until end of generation / full context)\n"
             "  -t, --threads N          threads (default: physical cores)\n"
             "  -c, --ctx-size N         context positions (default 0: the model's, at most 4096)\n"
@@ -56,11 +59,67 @@ static void run_usage(FILE *f) {
             nx_spec_params_usage());
 }
 
-/* Prompt text -> tokens; --chat wraps it as one ChatML user turn. */
-static nx_status run_tokenize(const nx_tokenizer *tok, const char *text, size_t len, bool chat, nx_token_vec *out,
-                              nx_error *err) {
+/* The prompt as one user turn through a Jinja chat template (file, else the GGUF's); *done =
+ * false when there is none. */
+static nx_status chat_template_tokenize(const nx_tokenizer *tok, const nx_gguf *g, const char *file, const char *text,
+                                        size_t len, nx_token_vec *out, bool *done, nx_error *err) {
+    *done = false;
+    char *src = NULL;
+    size_t sl = 0;
+    uint64_t gl = 0;
+    const char *gs = NULL;
+    if (file) {
+        nx_status st = nx_read_file(file, 16u << 20, &src, &sl, err);
+        if (st != NX_OK) return st;
+    } else if (!(gs = nx_gguf_get_str(g, "tokenizer.chat_template", &gl))) return NX_OK;
+    const nx_tok_specials *sp = nx_tokenizer_specials(tok);
+    size_t bl = 0, el = 0;
+    const char *b = sp->bos >= 0 ? nx_token_text(tok, sp->bos, &bl) : NULL, *e = sp->eos >= 0 ? nx_token_text(tok, sp->eos, &el) : NULL;
+    char bz[256] = "", ez[256] = "";
+    if (b) snprintf(bz, sizeof bz, "%.*s", (int)bl, b);
+    if (e) snprintf(ez, sizeof ez, "%.*s", (int)el, e);
+    nx_chat_template *ct = NULL;
+    nx_status st = nx_chat_template_create(file ? src : gs, file ? sl : (size_t)gl, bz, ez, &ct, err);
+    free(src);
+    if (st != NX_OK) return nx_error_prefix(err, "chat template");
+    cJSON *msgs = cJSON_CreateArray(), *m = cJSON_CreateObject();
+    char *t = malloc(len + 1), *prompt = NULL;
+    size_t pl = 0;
+    bool raised = false;
+    if (!msgs || !m || !t) st = nx_fail(err, NX_ERR_NOMEM, "out of memory");
+    else {
+        memcpy(t, text, len);
+        t[len] = 0;
+        cJSON_AddStringToObject(m, "role", "user");
+        cJSON_AddStringToObject(m, "content", t);
+        cJSON_AddItemToArray(msgs, m);
+        m = NULL;
+        st = nx_chat_template_render(ct, msgs, NULL, NULL, true, &prompt, &pl, &raised, err);
+    }
+    if (st == NX_OK) {
+        /* the template writes bos_token itself: no second one from add_bos */
+        const char *p = prompt;
+        if (sp->add_bos && bz[0] && strncmp(p, bz, strlen(bz)) == 0) { p += strlen(bz); pl -= strlen(bz); }
+        st = nx_tokenize(tok, p, pl, NX_TOK_ADD_SPECIAL | NX_TOK_PARSE_SPECIAL, out, err);
+        *done = st == NX_OK;
+    }
+    free(prompt);
+    free(t);
+    cJSON_Delete(m);
+    cJSON_Delete(msgs);
+    nx_chat_template_free(ct);
+    return st;
+}
+
+/* Prompt text -> tokens; --chat wraps it as one user turn: the chat template (--chat-template-file
+ * or the GGUF's), else ChatML. */
+static nx_status run_tokenize(const nx_tokenizer *tok, const nx_gguf *g, const char *tmpl_file, const char *text,
+                              size_t len, bool chat, nx_token_vec *out, nx_error *err) {
     const unsigned flags = NX_TOK_ADD_SPECIAL | NX_TOK_PARSE_SPECIAL;
     if (!chat) return nx_tokenize(tok, text, len, flags, out, err);
+    bool done = false;
+    nx_status st = chat_template_tokenize(tok, g, tmpl_file, text, len, out, &done, err);
+    if (st != NX_OK || done) return st;
     static const char head[] = "<|im_start|>user\n", tail[] = "<|im_end|>\n<|im_start|>assistant\n";
     if (nx_token_find(tok, "<|im_start|>", 12) < 0 || nx_token_find(tok, "<|im_end|>", 10) < 0)
         return nx_fail(err, NX_ERR_UNSUPPORTED, "--chat needs ChatML, but the vocabulary has no <|im_start|> / <|im_end|> token");
@@ -70,7 +129,7 @@ static nx_status run_tokenize(const nx_tokenizer *tok, const char *text, size_t 
     memcpy(s, head, sizeof head - 1);
     memcpy(s + sizeof head - 1, text, len);
     memcpy(s + sizeof head - 1 + len, tail, sizeof tail);
-    nx_status st = nx_tokenize(tok, s, n, flags, out, err);
+    st = nx_tokenize(tok, s, n, flags, out, err);
     free(s);
     return st;
 }
@@ -149,7 +208,7 @@ int nx_cmd_run(int argc, char **argv) {
         fprintf(stderr, "nextn run: --seed with sampling: speculation off so the text repeats (--spec-type mtp "
                         "--draft-adaptive off speculates and repeats too)\n");
     if (nx_tokenizer_from_gguf(m->gguf, &tok, &err) != NX_OK) { fprintf(stderr, "nextn run: %s: %s\n", a.model, err.msg); goto done; }
-    if (run_tokenize(tok, text, text_len, a.chat, &ids, &err) != NX_OK) { fprintf(stderr, "nextn run: %s\n", err.msg); goto done; }
+    if (run_tokenize(tok, m->gguf, a.chat_template_file, text, text_len, a.chat, &ids, &err) != NX_OK) { fprintf(stderr, "nextn run: %s\n", err.msg); goto done; }
     if (ids.n == 0) { fprintf(stderr, "nextn run: the prompt is empty (0 tokens)\n"); goto done; }
 
     nx_ctx_params cp = nx_cli_ctx_params(&a);

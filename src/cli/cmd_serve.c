@@ -3,6 +3,7 @@
  *
  *   nextn serve -m FILE [--host 127.0.0.1] [--port 8080] [-np 4] [-c CTX] [--alias NAME]
  *               [--api-key K] [--max-body BYTES] [--queue-max N] [--chat-format chatml|gemma]
+ *               [--chat-template-file F]
  *               [--shutdown-grace S] [-ub N] [--ctx-checkpoint-interval N] [--ctx-checkpoints N]
  *               [--max-connections N] [--max-connections-per-ip N] [--read-timeout S]
  *               [--log-format text|json] [--log-file F]
@@ -24,6 +25,7 @@
 #include <string.h>
 #include <pthread.h>
 #include "cli/cli.h"
+#include "core/io.h"
 #include "core/log.h"
 #include "server/backend_model.h"
 #include "server/server.h"
@@ -40,6 +42,8 @@ static void usage(FILE *f) {
             "  --max-body BYTES       largest request body (default 8388608)\n"
             "  --queue-max N          requests that may wait for a slot (default 64)\n"
             "  --chat-format F        chatml | gemma (default: from the GGUF)\n"
+            "  --chat-template-file F Jinja chat template (default: the GGUF's tokenizer.chat_template;\n"
+            "                         the built-in formats only when the GGUF has none)\n"
             "  --shutdown-grace S     seconds streams get to finish on SIGINT/SIGTERM (default 5)\n"
             "  --timeout S            close idle connections after S seconds (default 60)\n"
             "  --read-timeout S       a request's headers and body must arrive within S seconds, however\n"
@@ -72,7 +76,7 @@ int nx_cmd_serve(int argc, char **argv) {
     nx_server_params sp = nx_server_default_params();
     nx_spec_params spec = nx_spec_params_default();
     spec.auto_type = true;   /* speculation on by default where the model carries a drafter */
-    const char *model = NULL, *alias = NULL, *chat = NULL, *log_file = NULL;
+    const char *model = NULL, *alias = NULL, *chat = NULL, *log_file = NULL, *tmpl_file = NULL;
     nx_log_format log_fmt = NX_LOG_TEXT;
     const char *api_key = getenv("NEXTN_API_KEY");
     long n_slots = 4, n_ctx = 4096, queue_max = 64, step_us = 1000, timeout_s = 60, n_threads = 0, n_ubatch = 0;
@@ -104,6 +108,7 @@ int nx_cmd_serve(int argc, char **argv) {
         else if (!strcmp(a, "--max-body")) { if (!parse_int(v, 64, 1L << 30, &x)) goto bad; sp.max_body = (size_t)x; }
         else if (!strcmp(a, "--queue-max")) { if (!parse_int(v, 0, 1 << 20, &queue_max)) goto bad; }
         else if (!strcmp(a, "--chat-format")) chat = v;
+        else if (!strcmp(a, "--chat-template-file")) tmpl_file = v;
         else if (!strcmp(a, "--timeout")) { if (!parse_int(v, 1, 86400, &timeout_s)) goto bad; }
         else if (!strcmp(a, "--read-timeout")) { if (!parse_int(v, 0, 86400, &x)) goto bad; sp.read_timeout_s = (double)x; }
         else if (!strcmp(a, "--max-connections")) { if (!parse_int(v, 1, 65536, &x)) goto bad; sp.max_connections = (int)x; }
@@ -186,12 +191,24 @@ int nx_cmd_serve(int argc, char **argv) {
     mp.queue_max = (int)queue_max;
     mp.has_chat_format = chat != NULL;
     mp.chat_format = cf;
+    char *tmpl = NULL;
+    if (tmpl_file) {
+        size_t tl = 0;
+        if (nx_read_file(tmpl_file, 16u << 20, &tmpl, &tl, &err) != NX_OK) {
+            fprintf(stderr, "nextn serve: %s\n", err.msg);
+            return 1;
+        }
+        mp.chat_template = tmpl;
+        fp.chat_template = tmpl;
+    }
     mp.spec = spec;
     mp.checkpoint_interval = (int)ckpt_interval;
     mp.max_checkpoints = (int)ckpt_max;
 
     nx_gen_backend *be = NULL;
-    if ((fake ? nx_gen_fake_create(&fp, &be, &err) : nx_gen_model_create(&mp, &be, &err)) != NX_OK) {
+    nx_status cst = fake ? nx_gen_fake_create(&fp, &be, &err) : nx_gen_model_create(&mp, &be, &err);
+    free(tmpl);   /* the backend keeps the parsed template */
+    if (cst != NX_OK) {
         fprintf(stderr, "nextn serve: %s\n", err.msg);
         return 1;
     }

@@ -16,6 +16,7 @@ static const nx_command commands[] = {
     {"eval", nx_cmd_eval, "golden interface: logits / greedy continuation / drafts for prompt ids"},
     {"bench", nx_cmd_bench, "prompt and decode throughput of a model"},
     {"serve", nx_cmd_serve, "OpenAI-compatible HTTP server"},
+    {"chat-template", nx_cmd_chat_template, "render chat-template cases / parse a generated turn (tools, reasoning)"},
     {"gguf-info", nx_cmd_gguf_info, "print a GGUF file's metadata and tensor table"},
     {"gen-model", nx_cmd_gen_model, "write a random-weight test model GGUF"},
     {"bench-draft", nx_cmd_bench_draft, "MTP draft head: acceptance on a text and step cost, full vs cheap head"},

@@ -233,6 +233,10 @@ typedef struct nx_gen_info {
     int32_t n_vocab;
     int    queue_max;           /* requests that may wait for a slot */
     nx_chat_format chat_format;
+    const struct nx_chat_template *chat_template; /* the model's Jinja template, owned by the backend
+                                   (NULL: the built-in chat_format) */
+    const struct nx_chat_template *chat_template_tools; /* tokenizer.chat_template.tool_use: for requests
+                                   with tools (NULL: chat_template) */
     bool   add_bos;             /* tokenize(add_special) prepends BOS */
     int    n_drafters;          /* drafters loaded at startup (chain order); 0: no speculation */
     nx_spec_type drafters[NX_SPEC_MAX_STAGES];
@@ -319,6 +323,8 @@ typedef struct nx_gen_fake_params {
     int  step_us;               /* sleep per step, default 1000 */
     int  prompt_us_per_token;   /* simulated prompt cost, default 0 */
     nx_chat_format chat_format; /* default ChatML */
+    const char *chat_template;  /* Jinja template text (NULL: none); a prompt's last "<<answer:TEXT>>"
+                                   makes the fake answer TEXT verbatim (scripted model output) */
     nx_spec_params spec;        /* drafters "loaded" and defaults (default: none) */
     bool loading;               /* report ready = false (health 503 test) */
 } nx_gen_fake_params;

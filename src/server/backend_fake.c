@@ -13,6 +13,7 @@
 #include <string.h>
 #include <time.h>
 #include "server/backend.h"
+#include "chat/chat_template.h"
 #include "server/slots.h"
 
 #define FAKE_EOS 256
@@ -50,6 +51,7 @@ typedef struct fake_be {
     pthread_t th;
     bool th_started, stop, refusing;
     fake_slot *slots;
+    nx_chat_template *chat_template;    /* p.chat_template parsed (NULL: none) */
     nx_wait_list wait;                /* requests not yet admitted */
     uint64_t tick;
 } fake_be;
@@ -82,6 +84,7 @@ static void fake_info(nx_gen_backend *b, nx_gen_info *o) {
     o->n_vocab = FAKE_VOCAB;
     o->queue_max = be->p.queue_max;
     o->chat_format = be->p.chat_format;
+    o->chat_template = be->chat_template;
     o->add_bos = true;
     o->n_drafters = be->p.spec.n_types;
     for (int i = 0; i < be->p.spec.n_types && i < NX_SPEC_MAX_STAGES; i++) o->drafters[i] = be->p.spec.types[i];
@@ -212,6 +215,25 @@ static nx_token rot13(nx_token t) {
     return t;
 }
 
+/* A scripted answer: the prompt's last "<<answer:TEXT>>" makes the model say TEXT verbatim
+ * (tests of tool calls and templates through any client). */
+static void script_answer(fake_slot *sl, const nx_gen_request *r) {
+    static const char open[] = "<<answer:";
+    const int ol = (int)sizeof open - 1;
+    int at = -1;
+    for (int i = 0; i + ol <= r->n_prompt; i++) {
+        int k = 0;
+        while (k < ol && r->prompt[i + k] == (unsigned char)open[k]) k++;
+        if (k == ol) at = i + ol;
+    }
+    if (at < 0 || !sl->src) return;
+    int e = at;
+    while (e + 1 < r->n_prompt && !(r->prompt[e] == '>' && r->prompt[e + 1] == '>')) e++;
+    if (e + 1 >= r->n_prompt) return;
+    sl->n_src = 0;
+    for (int i = at; i < e; i++) sl->src[sl->n_src++] = r->prompt[i];
+}
+
 static void slot_admit(fake_be *be, fake_slot *sl, nx_gen_stream *s) {
     const nx_gen_request *r = nx_gen_stream_request(s);
     nx_gen_timings_init(&sl->t);
@@ -251,6 +273,7 @@ static void slot_admit(fake_be *be, fake_slot *sl, nx_gen_stream *s) {
     if (sl->src)
         for (int i = 0; i < r->n_prompt; i++)
             if (r->prompt[i] < 256) sl->src[sl->n_src++] = rot13(r->prompt[i]);
+    script_answer(sl, r);
 }
 
 /* One generated token; returns false when the request ended. */
@@ -406,6 +429,7 @@ static void fake_free(nx_gen_backend *b) {
         }
     }
     free(be->slots);
+    nx_chat_template_free(be->chat_template);
     nx_wait_list_free(&be->wait);
     pthread_cond_destroy(&be->cv);
     pthread_mutex_destroy(&be->mu);
@@ -443,6 +467,10 @@ nx_status nx_gen_fake_create(const nx_gen_fake_params *p, nx_gen_backend **out, 
         return nx_fail(err, NX_ERR_NOMEM, "out of memory creating %d slots", p->n_slots);
     }
     for (int i = 0; i < p->n_slots; i++) be->slots[i].b.id = i;
+    if (p->chat_template) {
+        nx_status st = nx_chat_template_create(p->chat_template, strlen(p->chat_template), "<s>", "</s>", &be->chat_template, err);
+        if (st != NX_OK) { fake_free(&be->base); return nx_error_prefix(err, "chat template"); }
+    }
     if (pthread_create(&be->th, NULL, scheduler, be) != 0) {
         fake_free(&be->base);
         return nx_fail(err, NX_ERR_INTERNAL, "cannot start the fake scheduler thread");

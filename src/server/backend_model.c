@@ -12,10 +12,13 @@
  * stream's cancel (which calls back into wake); print.
  */
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "model.h"
 #include "server/backend_model.h"
+#include "chat/chat_template.h"
+#include "core/log.h"
 #include "server/slots.h"
 #include "spec/engine.h"
 
@@ -54,6 +57,8 @@ typedef struct model_be {
     nx_ctx *ctx;
     nx_spec_engine *eng;
     nx_chat_format chat_format;
+    nx_chat_template *chat_template;    /* NULL: the built-in chat_format */
+    nx_chat_template *chat_template_tools;  /* the GGUF's tokenizer.chat_template.tool_use (NULL: none) */
     int n_ctx_slot, n_drafters;
     nx_spec_type drafters[NX_SPEC_MAX_STAGES];
     const char *stage_names[NX_SPEC_MAX_STAGES];
@@ -98,6 +103,8 @@ static void model_info(nx_gen_backend *b, nx_gen_info *o) {
     o->n_vocab = nx_model_n_vocab(be->model);
     o->queue_max = be->p.queue_max;
     o->chat_format = be->chat_format;
+    o->chat_template = be->chat_template;
+    o->chat_template_tools = be->chat_template_tools;
     o->add_bos = nx_tokenizer_specials(be->tok)->add_bos;
     o->n_drafters = be->n_drafters;
     for (int i = 0; i < be->n_drafters; i++) o->drafters[i] = be->drafters[i];
@@ -513,6 +520,8 @@ static void model_free(nx_gen_backend *b) {
     nx_ctx_free(be->ctx);
     nx_tokenizer_free(be->tok);
     nx_model_free(be->model);
+    nx_chat_template_free(be->chat_template);
+    nx_chat_template_free(be->chat_template_tools);
     free(be->slots);
     nx_wait_list_free(&be->wait);
     pthread_cond_destroy(&be->cv);
@@ -531,6 +540,36 @@ static const nx_gen_backend_ops model_ops = {
     .cancel_all = model_cancel_all,
     .free = model_free,
 };
+
+/* The Jinja chat template: --chat-template-file's text, else the GGUF's tokenizer.chat_template.
+ * A given file that does not parse is an error; a GGUF template that does not parse is logged
+ * and the built-in format serves instead. */
+static nx_status load_chat_template(model_be *be, nx_error *err) {
+    const nx_tok_specials *sp = nx_tokenizer_specials(be->tok);
+    size_t bl = 0, el = 0;
+    const char *bos = sp->bos >= 0 ? nx_token_text(be->tok, sp->bos, &bl) : NULL;
+    const char *eos = sp->eos >= 0 ? nx_token_text(be->tok, sp->eos, &el) : NULL;
+    char bz[256] = "", ez[256] = "";
+    if (bos) snprintf(bz, sizeof bz, "%.*s", (int)bl, bos);
+    if (eos) snprintf(ez, sizeof ez, "%.*s", (int)el, eos);
+    if (be->p.has_chat_format && !be->p.chat_template) return NX_OK;   /* --chat-format: the built-in format */
+    if (be->p.chat_template) {
+        nx_status st = nx_chat_template_create(be->p.chat_template, strlen(be->p.chat_template), bz, ez, &be->chat_template, err);
+        return st == NX_OK ? st : nx_error_prefix(err, "chat template");
+    }
+    uint64_t len = 0;
+    const char *tmpl = nx_gguf_get_str(be->model->gguf, "tokenizer.chat_template", &len);
+    if (!tmpl) return NX_OK;
+    nx_error e = {0};
+    if (nx_chat_template_create(tmpl, (size_t)len, bz, ez, &be->chat_template, &e) != NX_OK)
+        nx_log(NX_LOG_WARN, "the GGUF's chat template does not parse (%s); using the built-in %s format", e.msg,
+               nx_chat_format_name(be->chat_format));
+    /* the named variant Hugging Face picks for requests with tools */
+    const char *tu = be->chat_template ? nx_gguf_get_str(be->model->gguf, "tokenizer.chat_template.tool_use", &len) : NULL;
+    if (tu && nx_chat_template_create(tu, (size_t)len, bz, ez, &be->chat_template_tools, &e) != NX_OK)
+        nx_log(NX_LOG_WARN, "the GGUF's tool_use chat template does not parse (%s); tools use the default one", e.msg);
+    return NX_OK;
+}
 
 static nx_status load(model_be *be, nx_error *err) {
     const nx_gen_model_params *p = &be->p;
@@ -558,6 +597,8 @@ static nx_status load(model_be *be, nx_error *err) {
         be->chat_format = nx_chat_format_detect(z, be->arch);
         free(z);
     }
+    st = load_chat_template(be, err);
+    if (st != NX_OK) return st;
     nx_ctx_params cp = nx_ctx_default_params();
     cp.n_ctx = p->n_ctx / p->n_slots;
     cp.n_seq_max = p->n_slots;

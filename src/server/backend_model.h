@@ -32,6 +32,8 @@ typedef struct nx_gen_model_params {
     int  queue_max;             /* requests that may wait for a slot (default 64) */
     bool has_chat_format;       /* false: detect from the GGUF */
     nx_chat_format chat_format;
+    const char *chat_template;  /* Jinja template text (--chat-template-file); NULL: the GGUF's
+                                   tokenizer.chat_template, else the built-in chat_format */
     nx_spec_params spec;        /* drafters and defaults (n_types 0: speculation off) */
     int  checkpoint_interval;   /* --ctx-checkpoint-interval: recurrent-state checkpoint every N prompt
                                    tokens (default 512; 0: no checkpoints, less reuse on hybrid models) */

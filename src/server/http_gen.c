@@ -37,6 +37,7 @@ typedef struct gen_ctx {
     int stop_index;
     nx_gen_timings t;
     char err_msg[NX_ERROR_MSG_MAX];
+    bool tool_calls;            /* the answer parsed into tool calls (finish_reason "tool_calls") */
     nx_sbuf pending;            /* SSE bytes not yet handed to libmicrohttpd */
     size_t pending_off;
 } gen_ctx;
@@ -253,6 +254,23 @@ static void stream_text(gen_ctx *g, const char *text, size_t n, cJSON *lp_entry,
     sse_add(g, j);
 }
 
+/* A tools request's whole answer as deltas (content, reasoning, then each call). */
+static void stream_tool_deltas(gen_ctx *g) {
+    cJSON *ds = nx_chat_tool_deltas(g->content.p, g->content.n, g->req.tools, g->req.parallel_tools, &g->tool_calls);
+    cJSON *d;
+    while (ds && (d = cJSON_DetachItemFromArray(ds, 0))) {
+        cJSON *j = chunk_base(g, "chat.completion.chunk");
+        cJSON *ch = cJSON_CreateObject();
+        cJSON_AddNumberToObject(ch, "index", 0);
+        cJSON_AddItemToObject(ch, "delta", d);
+        cJSON_AddNullToObject(ch, "logprobs");
+        cJSON_AddNullToObject(ch, "finish_reason");
+        cJSON_AddItemToArray(cJSON_AddArrayToObject(j, "choices"), ch);
+        sse_add(g, j);
+    }
+    cJSON_Delete(ds);
+}
+
 static void stream_error(gen_ctx *g, const char *type, const char *msg) {
     cJSON *j = cJSON_CreateObject();
     cJSON *e = cJSON_AddObjectToObject(j, "error");
@@ -289,7 +307,7 @@ static void stream_end(gen_ctx *g) {
     if (chat) cJSON_AddObjectToObject(ch, "delta");
     else cJSON_AddStringToObject(ch, "text", "");
     cJSON_AddNullToObject(ch, "logprobs");
-    cJSON_AddStringToObject(ch, "finish_reason", nx_gen_finish_name(g->finish));
+    cJSON_AddStringToObject(ch, "finish_reason", g->tool_calls ? "tool_calls" : nx_gen_finish_name(g->finish));
     cJSON_AddItemToArray(cJSON_AddArrayToObject(j, "choices"), ch);
     cJSON_AddItemToObject(j, "timings", timings_json(&g->t));
     sse_add(g, j);
@@ -320,9 +338,9 @@ static void on_event(gen_ctx *g, nx_gen_event *ev, bool streaming) {
         g->n_gen++;
         nx_http_note_tokens(g->conn, g->n_prompt, g->n_gen, 0, 0);
         cJSON *lp = g->req.logprobs ? logprob_entry(g, ev->token, ev->logprob, ev->top, ev->n_top) : NULL;
-        if (streaming) {
+        if (streaming && !g->req.tools) {
             if (ev->n_text || lp) stream_text(g, ev->text, ev->n_text, lp, &ev->token);
-        } else {
+        } else {   /* with tools a stream holds the text back: no half-parsed call reaches content */
             nx_sbuf_add(&g->content, ev->text, ev->n_text);
             if (lp) cJSON_AddItemToArray(g->probs, lp);
         }
@@ -345,7 +363,11 @@ static void on_event(gen_ctx *g, nx_gen_event *ev, bool streaming) {
         g->failed = true;
         snprintf(g->err_msg, sizeof g->err_msg, "the request was cancelled (the server is shutting down)");
     }
-    if (streaming) {
+    if (streaming && g->req.tools) {
+        nx_sbuf_add(&g->content, ev->text, ev->n_text);
+        if (!g->failed) stream_tool_deltas(g);
+        stream_end(g);
+    } else if (streaming) {
         if (!g->failed && ev->n_text) stream_text(g, ev->text, ev->n_text, NULL, NULL);
         stream_end(g);
     } else {
@@ -433,7 +455,11 @@ static cJSON *final_json(gen_ctx *g) {
     cJSON *ch = cJSON_CreateObject();
     cJSON_AddNumberToObject(ch, "index", 0);
     cJSON *text = nx_http_json_bytes(g->content.p ? g->content.p : "", g->content.n);
-    if (chat) {
+    cJSON *tm = chat && g->req.tools ? nx_chat_tool_message(g->content.p, g->content.n, g->req.tools, g->req.parallel_tools, &g->tool_calls) : NULL;
+    if (tm) {
+        cJSON_AddItemToObject(ch, "message", tm);
+        cJSON_Delete(text);
+    } else if (chat) {
         cJSON *m = cJSON_AddObjectToObject(ch, "message");
         cJSON_AddStringToObject(m, "role", "assistant");
         cJSON_AddItemToObject(m, "content", text);
@@ -443,7 +469,7 @@ static cJSON *final_json(gen_ctx *g) {
     if (!g->req.logprobs) cJSON_AddNullToObject(ch, "logprobs");
     else if (chat) cJSON_AddItemToObject(cJSON_AddObjectToObject(ch, "logprobs"), "content", cJSON_Duplicate(g->probs, true));
     else cJSON_AddItemToObject(ch, "logprobs", completions_logprobs(g->probs, &g->text_offset));
-    cJSON_AddStringToObject(ch, "finish_reason", nx_gen_finish_name(g->finish));
+    cJSON_AddStringToObject(ch, "finish_reason", g->tool_calls ? "tool_calls" : nx_gen_finish_name(g->finish));
     cJSON_AddItemToArray(cJSON_AddArrayToObject(j, "choices"), ch);
     cJSON_AddItemToObject(j, "usage", usage_json(t));
     cJSON_AddItemToObject(j, "timings", timings_json(t));

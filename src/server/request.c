@@ -3,6 +3,7 @@
  * Every check names the field; nothing here touches a backend beyond its info.
  */
 #include "server/request.h"
+#include "chat/chat_template.h"
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdarg.h>
@@ -226,6 +227,43 @@ static nx_status parse_prompt(const cJSON *root, nx_api_request *r, const nx_gen
     return NX_OK;
 }
 
+/* The model's Jinja template (chat_template.h): messages as sent (text parts joined, string
+ * arguments decoded), chat_template_kwargs as extra variables; raise_exception -> 400 with its
+ * message. */
+static nx_status render_template(const cJSON *root, const cJSON *msgs, nx_api_request *r, const nx_gen_info *info,
+                                 nx_api_error *e) {
+    int i = 0;
+    const cJSON *m;
+    cJSON_ArrayForEach(m, msgs) {
+        if (!cJSON_IsObject(m)) return BADP("messages", "'messages[%d]' must be an object", i);
+        if (!cJSON_IsString(field(m, "role"))) return BADP("messages", "'messages[%d].role' must be a string", i);
+        i++;
+    }
+    const cJSON *kw = field(root, "chat_template_kwargs");
+    if (kw && !cJSON_IsObject(kw)) return BADP("chat_template_kwargs", "'chat_template_kwargs' must be an object");
+    bool agp = true;
+    TRY(get_bool(root, "add_generation_prompt", &agp, e));
+    nx_error err = {0};
+    bool raised = false;
+    const nx_chat_template *tpl = r->tools && info->chat_template_tools ? info->chat_template_tools : info->chat_template;
+    if (nx_chat_template_render(tpl, msgs, r->tools, kw, agp, &r->prompt_text, &r->prompt_len,
+                                &raised, &err) != NX_OK) {
+        if (raised) return BAD("%s", err.msg);
+        if (err.code == NX_ERR_NOMEM || err.code == NX_ERR_RANGE) return nx_api_fail(e, 500, "server_error", "chat template: %s", err.msg);
+        return BAD("chat template: %s", err.msg);
+    }
+    /* a template that writes bos_token itself (Llama 3) must not get a second one from the
+     * tokenizer's add_bos */
+    const char *bos = nx_chat_template_bos(tpl);
+    size_t bl = strlen(bos);
+    if (info->add_bos && bl && r->prompt_len >= bl && memcmp(r->prompt_text, bos, bl) == 0) {
+        memmove(r->prompt_text, r->prompt_text + bl, r->prompt_len - bl + 1);
+        r->prompt_len -= bl;
+    }
+    r->prompt_special = true;
+    return NX_OK;
+}
+
 /* Message content: a string, null, or an array of {"type":"text","text":...} parts (joined). */
 static nx_status parse_messages(const cJSON *root, nx_api_request *r, const nx_gen_info *info, nx_api_error *e) {
     const cJSON *v = field(root, "messages");
@@ -233,6 +271,7 @@ static nx_status parse_messages(const cJSON *root, nx_api_request *r, const nx_g
     if (!cJSON_IsArray(v)) return BADP("messages", "'messages' must be an array");
     int n = cJSON_GetArraySize(v);
     if (n == 0) return BADP("messages", "'messages' must hold at least one message");
+    if (info->chat_template) return render_template(root, v, r, info, e);
     nx_chat_msg *msgs = calloc((size_t)n, sizeof *msgs);
     char **owned = calloc((size_t)n, sizeof *owned);
     nx_status st = NX_OK;
@@ -402,8 +441,22 @@ static nx_status parse_body(nx_api_kind kind, const cJSON *root, const nx_gen_in
     }
     if (kind == NX_API_CHAT) {
         const cJSON *tools = field(root, "tools");
-        if (tools && (!cJSON_IsArray(tools) || cJSON_GetArraySize(tools) > 0))
-            return BADP("tools", "'tools' is not supported yet (needs the chat-template engine)");
+        if (tools && !cJSON_IsNull(tools) && !cJSON_IsArray(tools)) return BADP("tools", "'tools' must be an array");
+        if (cJSON_GetArraySize(tools) > 0 && !info->chat_template)
+            return BADP("tools", "'tools' needs the model's chat template (the GGUF has none; see --chat-template-file)");
+        /* tool_choice: "none" hides the tools; "auto", "required" and a named function offer them
+         * (the output is not constrained: a model may still answer in text) */
+        const cJSON *tc = field(root, "tool_choice");
+        bool none = cJSON_IsString(tc) && !strcmp(tc->valuestring, "none");
+        if (tc && !cJSON_IsString(tc) && !cJSON_IsObject(tc)) return BADP("tool_choice", "'tool_choice' must be a string or an object");
+        if (cJSON_IsString(tc) && !none && strcmp(tc->valuestring, "auto") && strcmp(tc->valuestring, "required"))
+            return BADP("tool_choice", "'tool_choice' must be none, auto, required or a function");
+        r->parallel_tools = true;
+        TRY(get_bool(root, "parallel_tool_calls", &r->parallel_tools, e));
+        if (cJSON_GetArraySize(tools) > 0 && !none) {
+            r->tools = cJSON_Duplicate(tools, 1);
+            if (!r->tools) return nx_api_fail(e, 500, "server_error", "out of memory");
+        }
         const cJSON *rf = field(root, "response_format");
         if (rf) {
             const cJSON *t = cJSON_IsObject(rf) ? field(rf, "type") : NULL;
@@ -474,5 +527,6 @@ void nx_api_request_free(nx_api_request *r) {
     free(r->stops);
     free(r->stop_lens);
     free(r->bias);
+    cJSON_Delete(r->tools);
     memset(r, 0, sizeof *r);
 }

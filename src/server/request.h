@@ -24,6 +24,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <cjson/cJSON.h>
 #include "server/backend.h"
 
 typedef enum nx_api_kind {
@@ -61,6 +62,8 @@ typedef struct nx_api_request {
     char **stops;
     size_t *stop_lens;
     nx_logit_bias *bias;
+    cJSON *tools;               /* chat with a template: the request's tools (calls are parsed back); NULL if none */
+    bool   parallel_tools;      /* parallel_tool_calls (default true) */
 } nx_api_request;
 
 /* Parse and validate `body` for `kind`. On failure fills e (http + type + message) and returns

@@ -1,0 +1,79 @@
+// openai_tools.mjs — a tool round trip through `nextn serve --fake-backend --chat-template-file
+// Qwen3.5` with the official `openai` npm client. The fake model answers with the text of the
+// prompt's last "<<answer:TEXT>>" (so the script sits in the messages): first a tool call in
+// Qwen's XML format, then, after the tool result, plain text. Streaming and not.
+// Usage: node openai_tools.mjs BASE_URL MODULE_DIR. Prints ok/FAIL lines and "N passed, N failed".
+import { createRequire } from 'node:module';
+import path from 'node:path';
+
+const [baseURL, moduleDir] = process.argv.slice(2);
+const require = createRequire(path.join(moduleDir, 'node_modules', 'x.js'));
+const OpenAI = require('openai').default ?? require('openai');
+const client = new OpenAI({ baseURL, apiKey: 'none', maxRetries: 0, timeout: 20000 });
+
+let passed = 0, failed = 0;
+async function check(name, fn) {
+  try { await fn(); console.log(`ok   ${name}`); passed++; } catch (e) { console.log(`FAIL ${name}: ${e && e.message ? e.message : e}`); failed++; }
+}
+function eq(a, b, what) {
+  if (JSON.stringify(a) !== JSON.stringify(b)) throw new Error(`${what}: got ${JSON.stringify(a)}, want ${JSON.stringify(b)}`);
+}
+
+const tools = [{ type: 'function', function: { name: 'get_weather', description: 'Current weather',
+  parameters: { type: 'object', properties: { city: { type: 'string' }, days: { type: 'integer' } }, required: ['city'] } } }];
+const call = '<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n<parameter=days>\n2\n</parameter>\n</function>\n</tool_call>';
+const user = { role: 'user', content: `Weather in Paris? <<answer:${call}>>` };
+
+for (const stream of [false, true]) {
+  const tag = stream ? 'streaming' : 'non-streaming';
+  let assistant;
+  await check(`${tag}: the model's call comes back as tool_calls`, async () => {
+    let msg, finish;
+    if (!stream) {
+      const r = await client.chat.completions.create({ model: 'fake', messages: [user], tools, max_tokens: 400 });
+      msg = r.choices[0].message;
+      finish = r.choices[0].finish_reason;
+    } else {
+      const s = await client.chat.completions.create({ model: 'fake', messages: [user], tools, max_tokens: 400, stream: true });
+      msg = { content: '', tool_calls: [] };
+      for await (const c of s) {
+        const ch = c.choices[0];
+        if (!ch) continue;
+        if (ch.delta.content) msg.content += ch.delta.content;
+        for (const t of ch.delta.tool_calls ?? []) {
+          if (!msg.tool_calls[t.index]) msg.tool_calls[t.index] = { id: t.id, type: t.type, function: { name: t.function.name, arguments: '' } };
+          else if (t.id || t.function?.name) throw new Error('id/name sent twice');
+          msg.tool_calls[t.index].function.arguments += t.function?.arguments ?? '';
+        }
+        if (ch.finish_reason) finish = ch.finish_reason;
+      }
+      if (msg.content.includes('<')) throw new Error(`a tag leaked into content: ${msg.content}`);
+    }
+    eq(finish, 'tool_calls', 'finish_reason');
+    eq(msg.tool_calls.length, 1, 'number of calls');
+    eq(msg.tool_calls[0].function.name, 'get_weather', 'name');
+    eq(JSON.parse(msg.tool_calls[0].function.arguments), { city: 'Paris', days: 2 }, 'arguments (days typed by the schema)');
+    assistant = { role: 'assistant', content: null, tool_calls: msg.tool_calls };
+  });
+  await check(`${tag}: the tool result goes back and the answer is text`, async () => {
+    const messages = [user, assistant, { role: 'tool', tool_call_id: assistant.tool_calls[0].id,
+      content: '{"temp_c": 21} <<answer:It is 21 °C in Paris.>>' }];
+    const r = await client.chat.completions.create({ model: 'fake', messages, tools, max_tokens: 400 });
+    eq(r.choices[0].message.content, 'It is 21 °C in Paris.', 'content');
+    eq(r.choices[0].finish_reason, 'stop', 'finish_reason');
+    eq(r.choices[0].message.tool_calls ?? null, null, 'no tool calls');
+  });
+}
+
+await check('a template raise_exception is a 400 with its message', async () => {
+  try {
+    await client.chat.completions.create({ model: 'fake', messages: [{ role: 'user', content: 'a' }, { role: 'system', content: 'b' }] });
+    throw new Error('no error');
+  } catch (e) {
+    eq(e.status, 400, 'status');
+    if (!String(e.message).includes('System message must be at the beginning.')) throw new Error(e.message);
+  }
+});
+
+console.log(`${passed} passed, ${failed} failed`);
+process.exit(failed ? 1 : 0);
