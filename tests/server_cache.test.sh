@@ -15,7 +15,7 @@ nx_test_setup server-cache
 command -v curl >/dev/null && command -v jq >/dev/null || skip "curl or jq not installed"
 [ -f "$model" ] || { fail "$model missing"; echo "0 passed, 1 failed"; exit 1; }
 
-flags=(-m "$model" -np 2 -c 2048 -t 1 -ub 32 --spec-type mtp --draft-max 4 --ctx-checkpoint-interval 16)
+flags=(-m "$model" -np 2 -c 2048 -t 1 -ub 32 --spec-type mtp --draft-max 4 --draft-adaptive off --ctx-checkpoint-interval 16)
 post() {   # post PATH BODY OUT
     curl -s -m 60 -o "$3" -w '%{http_code}' "$url$1" -H 'Content-Type: application/json' -d "$2"
 }

@@ -20,7 +20,7 @@ if timeout 20 "$NEXTN" serve -m /nonexistent.gguf --port 0 >/dev/null 2>"$work/e
     grep -q "nonexistent.gguf" "$work/e2" && ok "a missing model file is refused" || fail "missing model: $(cat "$work/e2")"; fi
 
 # ---- the real server ----
-nx_serve_start "$work" 200 -m "$model" -np 4 -c 2048 -t 1 -ub 16 --spec-type mtp --draft-max 4
+nx_serve_start "$work" 200 -m "$model" -np 4 -c 2048 -t 1 -ub 16 --spec-type mtp --draft-max 4 --draft-adaptive off
 [ "$(curl -s -m 10 -o /dev/null -w '%{http_code}' "$url/health")" = 200 ] && ok "/health" || fail "/health"
 
 prompts=("def fib(n):" "import os" "class Stack:" "# print the numbers 1 to 10")
