@@ -37,12 +37,17 @@ static void test_costs_prior_and_interpolation(void) {
     CHECK_NEAR(nx_spec_costs_verify(&c, 1), 1.0, 1e-12);
     CHECK_NEAR(nx_spec_costs_verify(&c, 2), 1.2, 1e-12);
 
-    nx_spec_costs_init(&c);                                           /* online: mean, then EMA */
+    nx_spec_costs_init(&c);                    /* online: slower -> mean (then EMA), faster -> half way */
     CHECK(nx_spec_costs_observe(&c, 1, 1.0, NULL) == NX_OK);
     CHECK(nx_spec_costs_observe(&c, 1, 3.0, NULL) == NX_OK);
     CHECK_NEAR(nx_spec_costs_verify(&c, 1), 2.0, 1e-12);
     CHECK(nx_spec_costs_observe(&c, 1, 5.0, NULL) == NX_OK);
     CHECK_NEAR(nx_spec_costs_verify(&c, 1), 3.0, 1e-12);
+    CHECK(nx_spec_costs_observe(&c, 1, 1.0, NULL) == NX_OK);
+    CHECK_NEAR(nx_spec_costs_verify(&c, 1), 2.0, 1e-12);
+    for (int i = 0; i < 20; i++) CHECK(nx_spec_costs_observe(&c, 1, 1.0, NULL) == NX_OK);
+    CHECK(nx_spec_costs_observe(&c, 1, 11.0, NULL) == NX_OK);   /* one slow outlier: weight alpha */
+    CHECK(nx_spec_costs_verify(&c, 1) < 2.1);
 
     nx_error err = {0};
     CHECK(nx_spec_costs_set(&c, 0, 1.0, &err) == NX_ERR_INVALID_ARG);

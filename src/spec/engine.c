@@ -38,6 +38,7 @@ typedef struct eng_ckpt {
 
 typedef struct eng_seq {
     bool used, active, in_round;
+    int rounds;                  /* rounds of the current request */
     bool pending;                /* prompt not finished (submit) */
     nx_sampler *ch;
     nx_spec_policy_params pp;    /* the engine's, with the request's overrides */
@@ -546,6 +547,7 @@ static nx_status req_setup(nx_spec_engine *e, eng_seq *q, const nx_spec_request 
     }
     q->n_predict = r->n_predict;
     q->n_out = q->taken = 0;
+    q->rounds = 0;
     q->n_probs = r->n_probs;
     q->n_top = r->n_probs < e->V ? r->n_probs : e->V;
     q->n_reused = 0;
@@ -833,7 +835,11 @@ nx_status nx_spec_engine_step(nx_spec_engine *e, nx_error *err) {
         return decode_err(err, "spec engine: verify");
     }
     const double t2 = nx_spec_time_now(), t_verify = t2 - t1;
-    if (e->p.observe_costs && n_rows == n_vrows && n_rows <= NX_SPEC_VERIFY_ROWS_MAX)
+    /* A request's first round runs on caches the prompt pass left cold: its verify time would
+     * stick as an outlier in the table, so only later rounds are observed. */
+    bool warm = true;
+    for (int s = 0; s < e->n_seq; s++) warm &= !e->seqs[s].in_round || e->seqs[s].rounds > 0;
+    if (e->p.observe_costs && warm && n_rows == n_vrows && n_rows <= NX_SPEC_VERIFY_ROWS_MAX)
         nx_spec_costs_observe(&e->costs, n_rows, t_verify, NULL);
     if (e->drafter) {
         nx_target_rows rows = {
@@ -924,7 +930,7 @@ nx_status nx_spec_engine_step(nx_spec_engine *e, nx_error *err) {
             nx_spec_stats_add_time(&q->st, t_draft / n_act, t_verify / n_act, t_other / n_act);
             /* the guard compares whole steps: each sequence waited for all of it; a step that
              * also read prompt rows says nothing about decoding speed */
-            if (q->draft_on && n_rows == n_vrows && !(q->req.n == 0 && q->shadow >= 0)) {
+            if (q->draft_on && n_rows == n_vrows && q->rounds > 0 && !(q->req.n == 0 && q->shadow >= 0)) {
                 const int sw = nx_spec_policy_observe_round(&q->pol, q->req.n, q->round_n, t3 - t0);
                 if (sw)
                     NX_INFO("speculation guard: sequence %d: speculation %s (%.3f ms/token with drafts, %.3f plain)", s,
@@ -932,6 +938,7 @@ nx_status nx_spec_engine_step(nx_spec_engine *e, nx_error *err) {
                             q->pol.t_plain * 1e3);
             }
         }
+        if (q->in_round) q->rounds++;
         q->in_round = false;
     }
     nx_spec_stats_add_time(&e->total, t_draft, t_verify, t_other);

@@ -80,7 +80,10 @@ nx_status nx_spec_costs_observe(nx_spec_costs *c, int n_rows, double cost, nx_er
     nx_status st = check_cost(n_rows, cost, err);
     if (st) return st;
     uint32_t k = c->n_obs[n_rows];
-    double w = 1.0 / (double)(k + 1);                 /* plain mean first, EMA once warmed up */
+    /* Timing noise is one-sided (interference only slows a step down): a faster observation
+     * moves the estimate half way at once, a slower one by alpha (the plain mean while fewer
+     * than 1/alpha are in), so one slow outlier cannot make a row count look dear for long. */
+    double w = cost < c->meas[n_rows] ? 0.5 : 1.0 / (double)(k + 1);
     if (w < c->alpha) w = c->alpha;
     c->meas[n_rows] = k ? c->meas[n_rows] + w * (cost - c->meas[n_rows]) : cost;
     if (k < UINT32_MAX) c->n_obs[n_rows] = k + 1;
@@ -152,7 +155,7 @@ nx_spec_policy_params nx_spec_policy_default_params(void) {
     return (nx_spec_policy_params){
         .draft_max = 8, .draft_min = 0, .adaptive = true, .p_min = 0.0f, .ema_alpha = 0.1,
         .accept_prior = 0.6, .draft_cost_prior = 0.05, .probe_every = 8, .shadow_every = 4, .guard = true,
-        .guard_margin = 0.03, .guard_probe_every = 32, .plain_every = 64,
+        .guard_margin = 0.03, .guard_probe_every = 32, .plain_every = 64, .explore_every = 16,
     };
 }
 
@@ -173,7 +176,8 @@ nx_status nx_spec_policy_init(nx_spec_policy *pol, const nx_spec_policy_params *
         return nx_fail(err, NX_ERR_INVALID_ARG, "draft policy: draft_cost_prior %g < 0", p.draft_cost_prior);
     if (p.probe_every < 1)
         return nx_fail(err, NX_ERR_INVALID_ARG, "draft policy: probe_every %d < 1", p.probe_every);
-    if (p.shadow_every < 0 || p.guard_probe_every < 1 || p.plain_every < 1 || !(p.guard_margin >= 0.0))
+    if (p.shadow_every < 0 || p.guard_probe_every < 1 || p.plain_every < 1 || !(p.guard_margin >= 0.0) ||
+        p.explore_every < 0)
         return nx_fail(err, NX_ERR_INVALID_ARG, "draft policy: shadow_every %d (>= 0), guard_probe_every %d, plain_every "
                        "%d (>= 1), guard_margin %g (>= 0)", p.shadow_every, p.guard_probe_every, p.plain_every,
                        p.guard_margin);
@@ -260,6 +264,11 @@ nx_spec_plan nx_spec_policy_plan(nx_spec_policy *pol, const nx_spec_costs *c) {
         return plan;
     }
     pol->idle_rounds = 0;
+    if (pol->p.explore_every && plan.k < pol->p.draft_max && ++pol->since_explore >= pol->p.explore_every) {
+        pol->since_explore = 0;
+        plan.k++;                      /* verified: measures c_v(k + 2) and depth k + 1 for real */
+        return plan;
+    }
     const int every = shadow_period(pol, c);
     if (every && plan.k < pol->p.draft_max && ++pol->since_shadow >= every) {
         pol->since_shadow = 0;

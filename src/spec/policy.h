@@ -59,7 +59,8 @@ void      nx_spec_costs_init(nx_spec_costs *c);
 /* A measured cost for n rows (replaces earlier ones; e.g. from `bench --verify-sweep`).
  * Errors: n outside 1..NX_SPEC_VERIFY_ROWS_MAX, cost not finite or <= 0. */
 nx_status nx_spec_costs_set(nx_spec_costs *c, int n_rows, double cost, nx_error *err);
-/* One online measurement (EMA; the first ones average). Same errors. */
+/* One online measurement: a faster one moves the estimate half way, a slower one by the EMA
+ * weight (the plain mean while few are in): timing noise only ever slows a step. Same errors. */
 nx_status nx_spec_costs_observe(nx_spec_costs *c, int n_rows, double cost, nx_error *err);
 /* c_v(n); n is clamped to 1..NX_SPEC_VERIFY_ROWS_MAX. */
 double    nx_spec_costs_verify(const nx_spec_costs *c, int n_rows);
@@ -98,6 +99,8 @@ typedef struct nx_spec_policy_params {
     double guard_margin;         /* 0.03: speculation must not be slower than plain by more */
     int    guard_probe_every;    /* 32: rounds between re-tries while the guard holds k at 0 */
     int    plain_every;          /* 64: a plain round among speculative ones (measures plain speed) */
+    int    explore_every;        /* 16: a verified round at k* + 1 (its verify cost is measured too:
+                                    an entry of the cost table is only refreshed when used; 0: none) */
 } nx_spec_policy_params;
 
 typedef struct nx_spec_policy {
@@ -115,7 +118,7 @@ typedef struct nx_spec_policy {
     uint32_t n_spec, n_plain;
     bool     off;                      /* the guard holds k at 0 */
     bool     retry;                    /* this round is a re-try while off */
-    int      since_plain, since_retry;
+    int      since_plain, since_retry, since_explore;
     uint64_t n_switches;               /* times the guard turned speculation off or back on */
 } nx_spec_policy;
 
