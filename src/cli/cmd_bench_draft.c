@@ -153,22 +153,12 @@ int nx_cmd_bench_draft(int argc, char **argv) {
     cp.n_threads = n_threads;
     if (nx_ctx_create(m, &cp, &ctx) != NX_OK) { fprintf(stderr, "nextn bench-draft: %s\n", nx_last_error()); goto done; }
     const int V = nx_model_n_vocab(m), E = nx_model_n_embd(m);
-    const int n_sub = nx_draft_vocab_size(sp.draft_vocab, V);
     nx_mtp_head_opts o = {.requant = sp.draft_head_requant, .head_type = sp.draft_head_type};
-    char *calib = NULL;
-    size_t calib_len = 0;
-    if (n_sub < V) {
-        sub = malloc((size_t)n_sub * sizeof *sub);
-        if (sp.draft_vocab_file && nx_read_file(sp.draft_vocab_file, (size_t)1 << 28, &calib, &calib_len, &err) != NX_OK) {
-            fprintf(stderr, "nextn bench-draft: %s\n", err.msg);
-            goto done;
-        }
-        nx_status st = sub ? nx_draft_vocab_pick(tok, calib, calib_len, n_sub, sub, &err) : NX_ERR_NOMEM;
-        free(calib);
-        if (st != NX_OK) { fprintf(stderr, "nextn bench-draft: %s\n", err.msg); goto done; }
-        o.vocab = sub;
-        o.n_vocab = n_sub;
+    if (nx_draft_vocab_build(m->gguf, V, sp.draft_vocab, sp.draft_vocab_file, &sub, &o.n_vocab, &err) != NX_OK) {
+        fprintf(stderr, "nextn bench-draft: %s\n", err.msg);
+        goto done;
     }
+    o.vocab = sub;
     if (nx_mtp_head_create(ctx, &full.h, &err) != NX_OK || nx_mtp_head_create_opts(ctx, &o, &cheap.h, &err) != NX_OK) {
         fprintf(stderr, "nextn bench-draft: %s\n", err.msg);
         goto done;

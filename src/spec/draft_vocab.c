@@ -5,6 +5,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include "core/io.h"
 
 int nx_draft_vocab_size(int request, int n_vocab) {
     if (request < 0) return n_vocab > NX_DRAFT_VOCAB_DEFAULT ? NX_DRAFT_VOCAB_DEFAULT : n_vocab;
@@ -58,4 +59,28 @@ nx_status nx_draft_vocab_pick(const nx_tokenizer *t, const char *calib, size_t c
     free(cnt);
     free(taken);
     return st;
+}
+
+nx_status nx_draft_vocab_build(const nx_gguf *g, int n_vocab, int request, const char *calib_path, int32_t **ids,
+                               int *n, nx_error *err) {
+    *ids = NULL;
+    *n = nx_draft_vocab_size(request, n_vocab);
+    if (*n >= n_vocab) return NX_OK;
+    int32_t *v = malloc((size_t)*n * sizeof *v);
+    if (!v) return nx_fail(err, NX_ERR_NOMEM, "draft vocabulary: out of memory");
+    char *text = NULL;
+    size_t len = 0;
+    nx_tokenizer *tok = NULL;
+    nx_status st = calib_path ? nx_read_file(calib_path, (size_t)1 << 28, &text, &len, err) : NX_OK;
+    nx_error terr = {0};
+    if (st == NX_OK && nx_tokenizer_from_gguf(g, &tok, &terr) != NX_OK) {
+        if (text) st = nx_fail(err, terr.code, "--draft-vocab-file: the model's tokenizer: %s", terr.msg);
+        else for (int i = 0; i < *n; i++) v[i] = i;   /* no tokenizer: plain rank order */
+    }
+    if (st == NX_OK && tok) st = nx_draft_vocab_pick(tok, text, len, *n, v, err);
+    nx_tokenizer_free(tok);
+    free(text);
+    if (st != NX_OK) { free(v); return st; }
+    *ids = v;
+    return NX_OK;
 }

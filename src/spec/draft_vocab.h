@@ -16,6 +16,7 @@
 
 #include <stdint.h>
 #include "core/error.h"
+#include "gguf.h"
 #include "tokenizer.h"
 
 #define NX_DRAFT_VOCAB_DEFAULT 32768   /* --draft-vocab default: smaller vocabularies keep them all */
@@ -29,5 +30,13 @@ int nx_draft_vocab_size(int request, int n_vocab);
  * Errors: bad n (NX_ERR_INVALID_ARG), tokenizer failures, NX_ERR_NOMEM. */
 nx_status nx_draft_vocab_pick(const nx_tokenizer *t, const char *calib, size_t calib_len, int n, int32_t *ids,
                               nx_error *err);
+
+/* The whole choice for a model file: the size from `request` (as nx_draft_vocab_size), then the
+ * tokens from g's tokenizer with the counts of the text file calib_path (NULL: rank order; a
+ * file without a tokenizer: ids 0..n-1, or an error when calib_path is given). *ids = NULL
+ * (and *n = n_vocab) when the whole vocabulary stays; else the caller frees *ids.
+ * Errors: reading calib_path, the tokenizer, NX_ERR_NOMEM. */
+nx_status nx_draft_vocab_build(const nx_gguf *g, int n_vocab, int request, const char *calib_path, int32_t **ids,
+                               int *n, nx_error *err);
 
 #endif

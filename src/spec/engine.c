@@ -25,8 +25,6 @@
 #include "model.h"
 #include "spec/mtp.h"
 #include "spec/draft_vocab.h"
-#include "core/io.h"
-#include "tokenizer.h"
 #include "spec/ngram.h"
 
 /* A recurrent-state checkpoint: the state after the first pos positions, and the trunk hidden
@@ -130,28 +128,10 @@ static nx_status decode_err(nx_error *err, const char *what) {
 static nx_status mtp_create(nx_spec_engine *e, nx_drafter **d, nx_error *err) {
     const nx_spec_params *sp = &e->p.spec;
     nx_mtp_head_opts o = {.requant = sp->draft_head_requant, .head_type = sp->draft_head_type};
-    const int n = nx_draft_vocab_size(sp->draft_vocab, e->V);
     int32_t *ids = NULL;
-    nx_status st = NX_OK;
-    if (n < e->V) {
-        ids = malloc((size_t)n * sizeof *ids);
-        char *text = NULL;
-        size_t len = 0;
-        nx_tokenizer *tok = NULL;
-        if (!ids) st = nx_fail(err, NX_ERR_NOMEM, "spec engine: out of memory");
-        if (st == NX_OK && sp->draft_vocab_file)
-            st = nx_read_file(sp->draft_vocab_file, (size_t)1 << 28, &text, &len, err);
-        nx_error terr = {0};
-        if (st == NX_OK && nx_tokenizer_from_gguf(e->ctx->model->gguf, &tok, &terr) != NX_OK) {
-            if (text) st = nx_fail(err, terr.code, "--draft-vocab-file: the model's tokenizer: %s", terr.msg);
-            else for (int i = 0; i < n; i++) ids[i] = i;   /* no tokenizer: plain rank order */
-        }
-        if (st == NX_OK && tok) st = nx_draft_vocab_pick(tok, text, len, n, ids, err);
-        nx_tokenizer_free(tok);
-        free(text);
-        o.vocab = ids;
-        o.n_vocab = n;
-    }
+    nx_status st = nx_draft_vocab_build(e->ctx->model->gguf, e->V, sp->draft_vocab, sp->draft_vocab_file, &ids,
+                                        &o.n_vocab, err);
+    o.vocab = ids;
     if (st == NX_OK) st = nx_mtp_drafter_create_opts(e->ctx, &o, d, err);
     free(ids);
     return st != NX_OK ? nx_error_prefix(err, "--spec-type mtp") : NX_OK;
