@@ -7,6 +7,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 #include "arch/arch.h"
 #include "kernels/matmul.h"
 #include "quant/quant.h"
@@ -120,7 +122,37 @@ static int shape_str(char *buf, size_t cap, int n_dims, const int64_t *ne) {
     return (int)used;
 }
 
-nx_status nx_model_tensor(const nx_model *m, const char *name, int n_dims, const int64_t *ne, unsigned flags,
+/* A matmul weight gets the current level's packed copy (matmul.h: nx_matmul_pack) when there
+ * is one, and only when the file is mapped: the mapped pages of the original are then released
+ * (never written, so they come back from the file if anything reads them, e.g. an embedding
+ * lookup into a tied output head), and memory stays at one copy. The record is the model's own
+ * (its nx_gguf), so setting t->packed here is setting it on the model's tensor. */
+void nx_model_pack_weight(nx_model *m, const nx_tensor *ct) {
+    nx_tensor *t = (nx_tensor *)ct;
+    if (t->packed || !m->params.use_mmap) return;
+    const size_t bytes = nx_matmul_pack_size(t);
+    if (bytes == 0) return;
+    void *p = NULL;
+    const size_t huge = (size_t)2 << 20;
+    if (posix_memalign(&p, bytes >= huge ? huge : 64, bytes) != 0) return;   /* no copy: the unpacked kernels serve */
+    if (bytes >= huge) madvise(p, bytes, MADV_HUGEPAGE);   /* advice only */
+    if (m->n_owned == m->cap_owned) {
+        size_t cap = m->cap_owned ? m->cap_owned * 2 : 32;
+        void **o = realloc(m->owned, cap * sizeof *o);
+        if (!o) { free(p); return; }
+        m->owned = o;
+        m->cap_owned = cap;
+    }
+    m->owned[m->n_owned++] = p;
+    nx_matmul_pack(t, p);
+    t->packed = p;
+    m->packed_bytes += bytes;
+    const uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
+    const uintptr_t lo = ((uintptr_t)t->data + pg - 1) & ~(pg - 1), hi = ((uintptr_t)t->data + t->nbytes) & ~(pg - 1);
+    if (hi > lo) madvise((void *)lo, hi - lo, MADV_DONTNEED);   /* advice: failure only costs memory */
+}
+
+nx_status nx_model_tensor(nx_model *m, const char *name, int n_dims, const int64_t *ne, unsigned flags,
                           const nx_tensor **out, nx_error *err) {
     *out = NULL;
     char want[96], got[96];
@@ -143,6 +175,7 @@ nx_status nx_model_tensor(const nx_model *m, const char *name, int n_dims, const
     if ((flags & NX_T_MATMUL) && !nx_matmul_supports(t->type))
         return nx_fail(err, NX_ERR_UNSUPPORTED, "tensor %s has type %s, which has no matmul kernel", name,
                        nx_type_name(t->type));
+    if (flags & NX_T_MATMUL) nx_model_pack_weight(m, t);
     *out = t;
     return NX_OK;
 }

@@ -26,6 +26,7 @@ struct nx_model {
     void *arch_data;      /* the architecture's hyper-parameters and weight table */
     int n_vocab, n_embd, n_ctx_train;
     void **owned;         /* derived buffers freed with the model */
+    size_t packed_bytes;  /* of them, the matmul weights' packed copies (nx_model_pack_weight) */
     size_t n_owned, cap_owned;
 };
 
@@ -45,7 +46,7 @@ struct nx_batch {
 
 /* Look up a tensor and check its shape: ne[0..n_dims-1] (an entry < 0 matches anything; dims
  * beyond n_dims must be 1). Errors name the tensor and the expected shape. */
-nx_status nx_model_tensor(const nx_model *m, const char *name, int n_dims, const int64_t *ne, unsigned flags,
+nx_status nx_model_tensor(nx_model *m, const char *name, int n_dims, const int64_t *ne, unsigned flags,
                           const nx_tensor **out, nx_error *err);
 /* The values of a (small) tensor as F32: a view for F32 data, else a dequantized copy owned by
  * the model. */
@@ -63,6 +64,12 @@ const nx_tensor *nx_loader_tensor(nx_loader *L, unsigned flags, int n_dims, int6
                                   const char *fmt, ...) __attribute__((format(printf, 7, 8)));
 /* A 1-D weight of n values (name: fmt with the layer index) as F32; NULL if absent and optional. */
 const float *nx_loader_vec(nx_loader *L, unsigned flags, int64_t n, const char *fmt, int il);
+
+/* Give a matmul weight of the model its packed copy (matmul.h: nx_matmul_pack) if the current
+ * CPU level has one for it and the file is mapped; the original's mapped pages are released
+ * (they come back from the file if read). nx_model_tensor does this for NX_T_MATMUL tensors;
+ * call it for a tensor that becomes a matmul weight otherwise (a tied output head). */
+void nx_model_pack_weight(nx_model *m, const nx_tensor *t);
 
 /* A zeroed buffer owned by the model. */
 void *nx_model_alloc(nx_model *m, size_t bytes, nx_error *err);

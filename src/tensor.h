@@ -77,6 +77,10 @@ typedef struct nx_tensor {
     size_t      nb[NX_MAX_DIMS];/* byte strides; nb[1] = row size */
     void       *data;          /* borrowed */
     size_t      nbytes;        /* total bytes */
+    /* Optional copy of a 2-D matmul weight in a kernel's repacked layout (nx_matmul_pack),
+     * borrowed from whoever made it (the model). NULL: none. A view of other rows (a struct
+     * copy with data moved) must clear it. */
+    const void *packed;
 } nx_tensor;
 
 /* Fill ne/nb/nbytes for a contiguous tensor; returns false on overflow or bad shape. */

@@ -9,7 +9,8 @@
  *     thread invariance (1, 2, 3 threads, bitwise), row subsets, strides, odd shapes;
  *   - extreme codes (all-0x00/0xFF/0x80/0x7F weights, activations at +-127): no int16 /
  *     int32 saturation in the SIMD kernels' integer sums (== scalar, batches 1..9);
- *   - bad arguments give errors, not crashes.
+ *   - bad arguments give errors, not crashes;
+ *   - packed Q8_0 x16 weights: the packed contract bit for bit, batch / thread invariance.
  * Weights are random bytes with sane scale fields, so every code pattern is exercised.
  */
 #include "test.h"
@@ -494,6 +495,105 @@ static void test_quantize_levels(void) {
     }
 }
 
+/* Packed Q8_0 x16 (matmul.h: nx_matmul_pack). At the AVX-512 level: every output equals the
+ * contract's float ops computed here one pair at a time (acc = fma((float)I_b, d_w*d_x, acc)
+ * over blocks in order, activations quantized by the scalar reference with signed codes),
+ * bitwise, for batches 1..20 and 37 (16-row tiles plus tails), 1..3 threads, through
+ * nx_matmul_multi too, including extreme codes (-128, 127); and within the level tolerance of
+ * the unpacked kernels. At every level without a packed kernel: no packed size, and a tensor
+ * carrying a packed copy computes exactly what the unpacked tensor does. */
+static void packed_reference(const wmat *m, const float *x, int64_t n_rows, int64_t ldx, float *y, int64_t ldy) {
+    const int64_t n_in = m->n_in, nb = n_in / 32;
+    uint8_t *q = malloc((size_t)n_in);
+    float *d = malloc(sizeof(float) * (size_t)nb);
+    for (int64_t r = 0; r < n_rows; r++) {
+        nx_mm_quantize_scalar(x + r * ldx, n_in, 32, 0, q, d, NULL, NULL);
+        for (int64_t o = 0; o < m->n_out; o++) {
+            const uint8_t *row = m->wbytes + m->rb * (size_t)o;
+            float acc = 0.0f;
+            for (int64_t b = 0; b < nb; b++) {
+                const uint8_t *blk = row + 34 * b;
+                nx_half h;
+                memcpy(&h, blk, 2);
+                int32_t I = 0;
+                for (int i = 0; i < 32; i++) I += (int32_t)(int8_t)blk[2 + i] * (int8_t)q[32 * b + i];
+                const float sc = nx_half_to_f32(h) * d[b];
+                acc = fmaf((float)I, sc, acc);
+            }
+            y[r * ldy + o] = acc;
+        }
+    }
+    free(q); free(d);
+}
+
+static void test_packed(void) {
+    nx_error terr = {0};
+    nx_threadpool *tp[2] = {nx_threadpool_create(2, &terr), nx_threadpool_create(3, &terr)};
+    CHECK(tp[0] && tp[1]);
+    static const int64_t shapes[][2] = {{32, 16}, {96, 48}, {1024, 64}};
+    const bool avx512 = nx_cpu_level_detected() >= NX_CPU_AVX512;
+    for (int si = 0; si < 3; si++) {
+        const int64_t n_in = shapes[si][0], n_out = shapes[si][1], ldx = n_in + 5, ldy = n_out + 3;
+        wmat m;
+        wmat_make(&m, NX_TYPE_Q8_0, n_in, n_out);
+        if (si == 1)   /* extreme codes in some rows */
+            for (int64_t o = 0; o < 8; o++)
+                for (int64_t b = 0; b < n_in / 32; b++) memset(m.wbytes + m.rb * (size_t)o + 34 * b + 2, o % 2 ? 0x80 : 0x7F, 32);
+        enum { R = 37 };
+        float *x = make_x(R, ldx);
+        if (si == 1) for (int64_t i = 0; i < n_in; i++) x[i] = i % 2 ? 1.0f : -1.0f;
+        float *ref = malloc(sizeof(float) * R * (size_t)ldy), *y = malloc(sizeof(float) * R * (size_t)ldy);
+        float *yu = malloc(sizeof(float) * R * (size_t)ldy);
+        CHECK(nx_cpu_set_level(NX_CPU_AVX512) == (avx512 ? NX_CPU_AVX512 : nx_cpu_level_detected()));
+        const size_t bytes = nx_matmul_pack_size(&m.w);
+        CHECK(avx512 ? bytes == (size_t)(n_out / 16) * (size_t)(n_in / 32) * 544 : bytes == 0);
+        void *pk = aligned_alloc(64, (size_t)(n_out / 16) * (size_t)(n_in / 32) * 544);
+        { nx_tensor t = m.w; t.packed = NULL; nx_matmul_pack(&t, pk); }   /* the layout, even where unused */
+        wmat mp = m;
+        mp.w.packed = pk;
+        if (avx512) {
+            packed_reference(&m, x, R, ldx, ref, ldy);
+            CHECK(run_mm(NULL, &m, x, R, ldx, yu, ldy) == NX_OK);
+            for (int n = 1; n <= R; n = n == 20 ? R : n + 1)
+                for (int th = 0; th < 3; th++) {
+                    for (int64_t i = 0; i < R * ldy; i++) y[i] = NAN;
+                    CHECK(run_mm(th ? tp[th - 1] : NULL, &mp, x, n, ldx, y, ldy) == NX_OK);
+                    for (int r = 0; r < n; r++) CHECK_MSG(same_bits(y + r * ldy, ref + r * ldy, (size_t)n_out), "packed %lldx%lld batch %d row %d threads %d", (long long)n_in, (long long)n_out, n, r, th + 1);
+                    CHECK(isnan(y[n_out]));   /* padding untouched */
+                }
+            for (int r = 0; r < R; r++)
+                for (int64_t o = 0; o < n_out; o++) {
+                    double mag = 0;
+                    for (int64_t i = 0; i < n_in; i++) mag += fabs((double)m.wf[o * n_in + i] * x[r * ldx + i]);
+                    CHECK_MSG(fabs(ref[r * ldy + o] - yu[r * ldy + o]) <= 2e-5 * mag + 1e-6, "packed vs unpacked r %d o %lld", r, (long long)o);
+                }
+            /* two packed weights in one dispatch == one call each */
+            float *y2 = malloc(sizeof(float) * R * (size_t)n_out);
+            nx_mm_out outs[2] = {{&mp.w, y, ldy}, {&mp.w, y2, n_out}};
+            nx_error err = {0};
+            CHECK(nx_matmul_multi(tp[0], NULL, outs, 2, x, 9, ldx, &err) == NX_OK);
+            for (int r = 0; r < 9; r++) CHECK(same_bits(y + r * ldy, ref + r * ldy, (size_t)n_out) && same_bits(y2 + r * n_out, ref + r * ldy, (size_t)n_out));
+            free(y2);
+            setenv("NEXTN_REPACK", "0", 1);
+            CHECK(nx_matmul_pack_size(&m.w) == 0);
+            unsetenv("NEXTN_REPACK");
+        }
+        /* levels without a packed kernel ignore the copy */
+        for (int l = 0; l < 2; l++) {
+            if (nx_cpu_set_level(k_levels[l]) != k_levels[l]) continue;
+            CHECK(nx_matmul_pack_size(&m.w) == 0);
+            CHECK(run_mm(tp[0], &m, x, 5, ldx, yu, ldy) == NX_OK);
+            CHECK(run_mm(tp[0], &mp, x, 5, ldx, y, ldy) == NX_OK);
+            for (int r = 0; r < 5; r++) CHECK(same_bits(y + r * ldy, yu + r * ldy, (size_t)n_out));
+        }
+        nx_cpu_set_level(NX_CPU_AVX512);
+        free(pk); free(x); free(ref); free(y); free(yu);
+        wmat_free(&m);
+    }
+    nx_threadpool_free(tp[0]);
+    nx_threadpool_free(tp[1]);
+}
+
 int main(void) {
     fprintf(stderr, "cpu level detected: %s\n", nx_cpu_level_name(nx_cpu_level_detected()));
     RUN(test_quantize_levels);
@@ -506,5 +606,6 @@ int main(void) {
     RUN(test_errors);
     RUN(test_nonfinite);
     RUN(test_extremes);
+    RUN(test_packed);
     return test_summary();
 }

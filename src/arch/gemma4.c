@@ -317,6 +317,7 @@ static nx_status g4_load(nx_model *m, nx_error *err) {
             L.base.st = nx_fail(err, NX_ERR_UNSUPPORTED, "tied output: token_embd.weight has type %s, which has no matmul kernel",
                            nx_type_name(gm->tok_embd->type));
         gm->output = gm->tok_embd;
+        if (L.base.st == NX_OK) nx_model_pack_weight(L.base.m, gm->output);
     }
     gm->rope_freqs = vec(&L, NX_T_OPTIONAL, hp->n_rot_full / 2, "rope_freqs.weight", 0);
     if (hp->P > 0) {

@@ -9,6 +9,7 @@ nx_tensor nx_moe_expert_view(const nx_tensor *t, int e) {
     v.ne[2] = v.ne[3] = 1;
     v.data = (char *)t->data + (size_t)e * t->nb[2];
     v.nbytes = t->nb[2];
+    v.packed = NULL;   /* a packed copy covers the whole tensor, not this expert */
     return v;
 }
 

@@ -324,6 +324,7 @@ static nx_status qw_load(nx_model *m, nx_error *err) {
             L.base.st = nx_fail(err, NX_ERR_UNSUPPORTED, "tied output: token_embd.weight has type %s, which has no matmul kernel",
                            nx_type_name(qm->tok_embd->type));
         qm->output = qm->tok_embd;
+        if (L.base.st == NX_OK) nx_model_pack_weight(L.base.m, qm->output);
     }
     for (int il = 0; il < hp->n_main && L.base.st == NX_OK; il++) {
         qw_layer *ly = &qm->layers[il];

@@ -306,6 +306,7 @@ static void prefault(const nx_model *m, const char *path) {
     const int64_t n = nx_gguf_n_tensors(m->gguf);
     for (int64_t i = 0; i < n; i++) {
         const nx_tensor *t = nx_gguf_tensor(m->gguf, i);
+        if (t->packed) { done += t->nbytes; continue; }   /* its packed copy is resident; the original's pages were released */
         const unsigned char *p = t->data;
         for (size_t off = 0; off < t->nbytes; off += chunk) {
             size_t end = off + chunk < t->nbytes ? off + chunk : t->nbytes;

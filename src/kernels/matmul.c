@@ -49,7 +49,7 @@ void nx_matmul_scratch_free(nx_matmul_scratch *s) {
 }
 
 typedef struct act_plan {
-    size_t q_row, d_row, s_row, bs_row, de_row;   /* bytes per activation row of each array */
+    size_t q_row, d_row, s_row, bs_row, de_row, cs_row;   /* bytes per activation row of each array */
     size_t total;
 } act_plan;
 
@@ -59,11 +59,13 @@ static act_plan plan_act(act_kind kind, int64_t n_in, int64_t n_rows) {
     if (kind == ACT_FLOAT) return p;
     int64_t bsz = kind == ACT_B32 ? 32 : 256, nb = n_in / bsz;
     p.q_row = ALIGN64((size_t)n_in);
+    if (p.q_row % 4096 == 0) p.q_row += 64;   /* rows 4 KiB apart share L1 sets: a batch's loads would evict each other */
     p.d_row = ALIGN64((size_t)nb * sizeof(float));
     p.s_row = kind == ACT_B32 ? p.d_row : 0;
     p.bs_row = kind == ACT_B256 ? ALIGN64((size_t)nb * 16 * sizeof(int16_t)) : 0;
     p.de_row = kind == ACT_B32 ? (size_t)(nb + 1) / 2 * 16 * sizeof(float) : 0;   /* multiple of 64 */
-    p.total = (p.q_row + p.d_row + p.s_row + p.bs_row + p.de_row) * (size_t)n_rows;
+    p.cs_row = kind == ACT_B32 ? ALIGN64((size_t)nb * sizeof(int32_t)) : 0;   /* packed kernels only */
+    p.total = (p.q_row + p.d_row + p.s_row + p.bs_row + p.de_row + p.cs_row) * (size_t)n_rows;
     return p;
 }
 
@@ -146,6 +148,8 @@ static void quantize_rows(act_kind kind, int bias, const float *x, int64_t n_row
     a->bs_stride = (int64_t)(p->bs_row / sizeof(int16_t));
     a->de = kind == ACT_B32 ? de : NULL;
     a->de_stride = (int64_t)(p->de_row / sizeof(float));
+    a->cs = NULL;
+    a->cs_stride = (int64_t)(p->cs_row / sizeof(int32_t));
     nx_mm_quant_fn quant = pick_quant();
     const int64_t nb = n_in / B;
     for (int64_t r = 0; r < n_rows; r++) {
@@ -156,6 +160,52 @@ static void quantize_rows(act_kind kind, int bias, const float *x, int64_t n_row
         float *der = de + r * a->de_stride;
         for (int64_t b = 0; b < (nb + 1) / 2 * 2; b++)
             for (int l = 0; l < 8; l++) der[8 * b + l] = b < nb ? dr[b] : 0.0f;
+    }
+}
+
+/* ===== Packed weights (matmul.h) ===== */
+
+/* The packed kernel of the current level for a type, or NULL. */
+static nx_mm_pkernel pick_pkernel(nx_type type) {
+    if (type != NX_TYPE_Q8_0) return NULL;
+    return nx_cpu_level_get() == NX_CPU_AVX512 ? nx_mm_pk_q8_0_avx512 : NULL;
+}
+
+size_t nx_matmul_pack_size(const nx_tensor *w) {
+    const char *env = getenv("NEXTN_REPACK");
+    if (env && !strcmp(env, "0")) return 0;
+    if (!w || !w->data || !pick_pkernel(w->type)) return 0;
+    if (w->ne[2] != 1 || w->ne[3] != 1 || w->ne[0] <= 0 || w->ne[0] % 32 || w->ne[1] <= 0 ||
+        w->ne[1] % NX_MM_PACK_ROWS || w->nb[1] != nx_row_size(w->type, w->ne[0]))
+        return 0;
+    return (size_t)(w->ne[1] / NX_MM_PACK_ROWS) * (size_t)(w->ne[0] / 32) * NX_MM_Q8X16_BLOCK;
+}
+
+void nx_matmul_pack(const nx_tensor *w, void *dst) {
+    const int64_t nb = w->ne[0] / 32, ng = w->ne[1] / NX_MM_PACK_ROWS;
+    uint8_t *out = dst;
+    for (int64_t g = 0; g < ng; g++)
+        for (int64_t b = 0; b < nb; b++) {
+            uint8_t *bp = out + (size_t)(g * nb + b) * NX_MM_Q8X16_BLOCK;
+            for (int l = 0; l < NX_MM_PACK_ROWS; l++) {
+                const uint8_t *blk = (const uint8_t *)w->data + (size_t)(g * NX_MM_PACK_ROWS + l) * w->nb[1] + (size_t)b * 34;
+                memcpy(bp + 2 * l, blk, 2);   /* the fp16 scale */
+                for (int k = 0; k < 8; k++) memcpy(bp + 32 + 64 * k + 4 * l, blk + 2 + 4 * k, 4);
+            }
+        }
+}
+
+/* cs[r][b] = -128 * (sum of block b's signed codes): cancels the packed kernels' flip of the
+ * weight codes to unsigned, exactly. */
+static void fill_cs(nx_mm_act *a, int32_t *cs, int64_t n_rows, int64_t n_in) {
+    a->cs = cs;
+    for (int64_t r = 0; r < n_rows; r++) {
+        const int8_t *q = (const int8_t *)(a->q + r * a->q_stride);
+        for (int64_t b = 0; b < n_in / 32; b++) {
+            int32_t sum = 0;
+            for (int i = 0; i < 32; i++) sum += q[32 * b + i];
+            cs[r * a->cs_stride + b] = -128 * sum;
+        }
     }
 }
 
@@ -184,10 +234,12 @@ typedef struct mm_seg {
     float *y;
     int64_t ldy;
     int64_t chunk;         /* weight rows per cache block when n_rows > one tile */
+    const uint8_t *wp;     /* packed jobs: the segment's first group of rows */
 } mm_seg;
 
 typedef struct mm_job {
     nx_mm_kernel kern;
+    nx_mm_pkernel pkern;   /* set: every segment is packed; rows and threads go by groups of 16 */
     int tile;              /* activation rows per kernel call */
     int64_t n_in, n_rows;
     nx_mm_act act;
@@ -215,10 +267,41 @@ static void mm_run(const mm_job *j, const mm_seg *g, long lo, long hi) {
     }
 }
 
-/* A thread's share is a contiguous range of the segments' concatenated output rows. */
+/* Packed: groups [lo, hi) of one segment; prefill keeps ~256 KB of groups in L2 while every
+ * tile of activation rows runs over them. */
+static void mm_run_packed(const mm_job *j, const mm_seg *g, long lo, long hi) {
+    const int64_t nb = j->n_in / 32;
+    const size_t gs = (size_t)nb * NX_MM_Q8X16_BLOCK;
+    long chunk = (long)((256u << 10) / gs);
+    if (chunk < 1) chunk = 1;
+    if (j->n_rows <= NX_MM_TILE) chunk = hi - lo;
+    for (long o = lo; o < hi; o += chunk) {
+        const long n_g = hi - o < chunk ? hi - o : chunk;
+        for (int64_t r = 0; r < j->n_rows; r += NX_MM_TILE) {
+            const int n_act = (int)(j->n_rows - r < NX_MM_TILE ? j->n_rows - r : NX_MM_TILE);
+            const nx_mm_act a = nx_mm_act_rows(&j->act, r);
+            j->pkern(nb, g->wp + (size_t)o * gs, n_g, &a, n_act, g->y + r * g->ldy + (int64_t)o * NX_MM_PACK_ROWS, g->ldy);
+        }
+    }
+}
+
+/* A thread's share is a contiguous range of the segments' concatenated output rows (packed
+ * jobs: of their groups of 16 rows). */
 static void mm_task(void *arg, int ith, int nth) {
     const mm_job *j = arg;
     long lo, hi;
+    if (j->pkern) {
+        nx_split_range((long)(j->n_total / NX_MM_PACK_ROWS), ith, nth, &lo, &hi);
+        long base = 0;
+        for (int k = 0; k < j->n_seg && base < hi; k++) {
+            const mm_seg *g = &j->seg[k];
+            const long ng = (long)(g->n_out / NX_MM_PACK_ROWS);
+            long a = lo > base ? lo - base : 0, b = hi - base < ng ? hi - base : ng;
+            if (a < b) mm_run_packed(j, g, a, b);
+            base += ng;
+        }
+        return;
+    }
     nx_split_range((long)j->n_total, ith, nth, &lo, &hi);
     long base = 0;
     for (int k = 0; k < j->n_seg && base < hi; k++) {
@@ -277,6 +360,7 @@ static nx_status mm_dispatch(nx_threadpool *tp, nx_matmul_scratch *scratch, nx_t
                              const float *x, int64_t ldx, mm_job *job, nx_error *err) {
     int bias;
     job->kern = pick_kernel(type, &job->tile, &bias);
+    if (job->pkern) bias = 0;   /* packed kernels take signed codes and cs */
     if (!job->kern) return nx_fail(err, NX_ERR_INTERNAL, "matmul: no kernel for %s", nx_type_name(type));
     nx_matmul_scratch own = {0};
     if (kind == ACT_FLOAT) {
@@ -289,7 +373,9 @@ static nx_status mm_dispatch(nx_threadpool *tp, nx_matmul_scratch *scratch, nx_t
         nx_status st = scratch_reserve(s, p.total + (perm ? p.q_row * (size_t)job->n_rows : 0), err);
         if (st != NX_OK) return st;
         quantize_rows(kind, bias, x, job->n_rows, ldx, job->n_in, &p, s->buf, &job->act);
-        if (perm) {
+        if (job->pkern)
+            fill_cs(&job->act, (int32_t *)((uint8_t *)s->buf + p.total - p.cs_row * (size_t)job->n_rows), job->n_rows, job->n_in);
+        if (perm && !job->pkern) {
             uint8_t *qp = (uint8_t *)s->buf + p.total;
             for (int64_t r = 0; r < job->n_rows; r++)
                 nx_mm_q4k_perm_avx512(job->act.q + r * job->act.q_stride, qp + (size_t)r * p.q_row, job->n_in);
@@ -309,6 +395,8 @@ nx_status nx_matmul_rows(nx_threadpool *tp, nx_matmul_scratch *scratch, const nx
     if (st != NX_OK || n_rows == 0 || o0 == o1) return st;
     mm_job job = {.n_in = w->ne[0], .n_rows = n_rows, .n_seg = 1, .n_total = o1 - o0};
     mm_seg_init(&job.seg[0], w, o0, o1, y, ldy);
+    if (w->packed && o0 % NX_MM_PACK_ROWS == 0 && o1 % NX_MM_PACK_ROWS == 0 && (job.pkern = pick_pkernel(w->type)))
+        job.seg[0].wp = (const uint8_t *)w->packed + (size_t)(o0 / NX_MM_PACK_ROWS) * (size_t)(w->ne[0] / 32) * NX_MM_Q8X16_BLOCK;
     return mm_dispatch(tp, scratch, w->type, kind, x, ldx, &job, err);
 }
 
@@ -321,7 +409,8 @@ nx_status nx_matmul_multi(nx_threadpool *tp, nx_matmul_scratch *scratch, const n
         const nx_tensor *w = outs[k].w;
         nx_status st = mm_check(w, 0, w ? w->ne[1] : 0, x, n_rows, ldx, outs[k].y, outs[k].ldy, &kind, err);
         if (st != NX_OK) return st;
-        if (k > 0 && (w->type != outs[0].w->type || w->ne[0] != outs[0].w->ne[0] || w->nb[1] != outs[0].w->nb[1]))
+        if (k > 0 && (w->type != outs[0].w->type || w->ne[0] != outs[0].w->ne[0] || w->nb[1] != outs[0].w->nb[1] ||
+                      !w->packed != !outs[0].w->packed))
             same = false;
     }
     if (n_rows == 0 || n_outs == 0) return NX_OK;
@@ -333,8 +422,10 @@ nx_status nx_matmul_multi(nx_threadpool *tp, nx_matmul_scratch *scratch, const n
         return NX_OK;
     }
     mm_job job = {.n_in = outs[0].w->ne[0], .n_rows = n_rows, .n_seg = n_outs};
+    if (outs[0].w->packed) job.pkern = pick_pkernel(outs[0].w->type);
     for (int k = 0; k < n_outs; k++) {
         mm_seg_init(&job.seg[k], outs[k].w, 0, outs[k].w->ne[1], outs[k].y, outs[k].ldy);
+        job.seg[k].wp = outs[k].w->packed;
         job.n_total += outs[k].w->ne[1];
     }
     return mm_dispatch(tp, scratch, outs[0].w->type, kind, x, ldx, &job, err);

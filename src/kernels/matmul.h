@@ -78,6 +78,23 @@ typedef struct nx_mm_out {
 nx_status nx_matmul_multi(nx_threadpool *tp, nx_matmul_scratch *scratch, const nx_mm_out *outs, int n_outs,
                           const float *x, int64_t n_rows, int64_t ldx, nx_error *err);
 
+/* Repacked weights (issue #11: verify batches of a few rows at close to one row's cost).
+ * Q8_0 weights with a multiple of 16 rows can be stored interleaved for the AVX-512 level
+ * ("q8_0 x16": per 16 rows and 32-value block, the 16 fp16 scales, then the codes in 4-byte
+ * groups of the 16 rows side by side), so one activation's 4 bytes, broadcast, meet 16 weight
+ * rows in one vpdpbusd and each row's sum lives in a lane: no horizontal sums, and the scale
+ * multiply-add per block serves 16 rows. Per (weight row, activation row) the float ops are
+ * acc = fma((float)I_b, d_w[b] * d_x[b], acc) over the blocks b in order, from acc = 0 (I_b the
+ * exact integer dot product of block b) — the same for every batch size, tile and thread
+ * count, so batch invariance holds; values differ from the unpacked kernels only by that
+ * rounding order (within the tolerance of the levels, tested).
+ * nx_matmul_pack_size: bytes of w's packed copy at the current level, 0 when it has none
+ * (type, shape, level, or NEXTN_REPACK=0). nx_matmul_pack fills dst (64-byte aligned, that
+ * many bytes). With w->packed set, nx_matmul / nx_matmul_multi use it whenever the current
+ * level has its kernel (else the unpacked data, which must stay readable). */
+size_t nx_matmul_pack_size(const nx_tensor *w);
+void nx_matmul_pack(const nx_tensor *w, void *dst);
+
 /* Read n bytes (64-byte aligned, n a multiple of 256) with the current level's widest loads;
  * returns a checksum so the reads are not optimised away. For bench-kernels' bandwidth figure. */
 uint64_t nx_matmul_stream_read(const void *p, size_t n);

@@ -79,8 +79,11 @@ AI uint32_t ld32(const uint8_t *p) { uint32_t v; memcpy(&v, p, 4); return v; }
 /* Two floats at p as lanes 0 and 1 of an xmm (upper lanes zero). */
 AI __m128 ld2f(const float *p) { return _mm_castsi128_ps(_mm_loadl_epi64((const __m128i *)p)); }
 
-/* One weight row at a time; the tile's rows in groups (nx_mm_group), each group a separate
+/* One weight row at a time; the tile's rows in groups (grp512), each group a separate
  * compiled body with its accumulators in registers. */
+/* Rows per group: all of them up to 8, balanced halves up to 15 (9 = 5 + 4: no batch pays a
+ * second pass over the weight row for one leftover row), 16 beyond. */
+static inline int grp512(int rem) { return rem >= 16 ? 16 : rem <= 8 ? rem : (rem + 1) / 2; }
 #define KERNEL_FN(name, CALL) KERNEL_FN_P(name, CALL, (void)0)
 #define KERNEL_FN_P(name, CALL, PAIR) \
     static void name(int64_t n, const uint8_t *w, size_t ws, int64_t nw, const nx_mm_act *a, int na, float *y, int64_t ldy) { \
@@ -88,11 +91,12 @@ AI __m128 ld2f(const float *p) { return _mm_castsi128_ps(_mm_loadl_epi64((const 
         for (int64_t o = 0; o < nw; o++) { \
             const uint8_t *wo = w + (size_t)o * ws; \
             for (int r0 = 0; r0 < na;) { \
-                const int nr = na - r0 >= 16 ? 16 : nx_mm_group(na - r0); \
+                const int nr = grp512(na - r0); \
                 const nx_mm_act sub = nx_mm_act_rows(a, r0); \
                 float *yo = y + (int64_t)r0 * ldy + o; \
                 switch (nr) { case 1: CALL(1); break; case 2: CALL(2); break; case 3: CALL(3); break; \
-                              case 4: CALL(4); break; case 8: CALL(8); break; default: CALL(16); break; } \
+                              case 4: CALL(4); break; case 5: CALL(5); break; case 6: CALL(6); break; \
+                              case 7: CALL(7); break; case 8: CALL(8); break; default: CALL(16); break; } \
                 r0 += nr; \
             } \
         } }
@@ -476,9 +480,37 @@ AI void b32_tiled(const int T, int64_t n, const uint8_t *w, size_t ws, int64_t n
 KERNEL_FN_P(k_q4_1, B32_CALL_NX_TYPE_Q4_1, if (na == 1) { b32_pair1(NX_TYPE_Q4_1, n, w, ws, nw, a, y); return; })
 KERNEL_FN_P(k_q5_1, B32_CALL_NX_TYPE_Q5_1, if (na == 1) { b32_pair1(NX_TYPE_Q5_1, n, w, ws, nw, a, y); return; })
 
+#ifndef B32_SMALL
+#define B32_SMALL 16
+#endif
+AI void b32_small(const int T, int64_t n, const uint8_t *w, size_t ws, int64_t nw, const nx_mm_act *a, int na,
+                  float *y, int64_t ldy) {
+    for (int64_t o = 0; o < nw; o++) {
+        const uint8_t *wo = w + (size_t)o * ws;
+        for (int r0 = 0; r0 < na;) {
+            const int nr = grp512(na - r0);
+            const nx_mm_act sub = nx_mm_act_rows(a, r0);
+            float *yo = y + (int64_t)r0 * ldy + o;
+            switch (nr) {
+            case 1: b32_kernel(T, 1, n, wo, ws, 1, &sub, yo, ldy); break;
+            case 2: b32_kernel(T, 2, n, wo, ws, 1, &sub, yo, ldy); break;
+            case 3: b32_kernel(T, 3, n, wo, ws, 1, &sub, yo, ldy); break;
+            case 4: b32_kernel(T, 4, n, wo, ws, 1, &sub, yo, ldy); break;
+            case 5: b32_kernel(T, 5, n, wo, ws, 1, &sub, yo, ldy); break;
+            case 6: b32_kernel(T, 6, n, wo, ws, 1, &sub, yo, ldy); break;
+            case 7: b32_kernel(T, 7, n, wo, ws, 1, &sub, yo, ldy); break;
+            case 8: b32_kernel(T, 8, n, wo, ws, 1, &sub, yo, ldy); break;
+            default: b32_kernel(T, 16, n, wo, ws, 1, &sub, yo, ldy); break;
+            }
+            r0 += nr;
+        }
+    }
+}
+
 #define B32T_FN(name, T) \
     static void name(int64_t n, const uint8_t *w, size_t ws, int64_t nw, const nx_mm_act *a, int na, float *y, int64_t ldy) { \
         if (na == 1) b32_pair1(T, n, w, ws, nw, a, y); \
+        else if (na <= B32_SMALL) b32_small(T, n, w, ws, nw, a, na, y, ldy); \
         else b32_tiled(T, n, w, ws, nw, a, na, y, ldy); \
     }
 B32T_FN(k_q4_0, NX_TYPE_Q4_0)
@@ -888,5 +920,65 @@ nx_mm_kernel nx_mm_kernel_avx512(nx_type type) {
     case NX_TYPE_Q6_K: return k_q6_K;
     case NX_TYPE_IQ4_XS: return k_iq4_xs;
     default: return NULL;
+    }
+}
+
+/* ===== Packed Q8_0 x16 (matmul_impl.h, matmul.h: nx_matmul_pack) =====
+ * Per block: the 8 code vectors of 16 rows (flipped to unsigned: w + 128) are loaded once and
+ * serve every activation row; per activation row, 8 vpdpbusd with its broadcast 4-byte groups
+ * (two chains, for latency) start from cs = -128 * sum(codes), which cancels the flip exactly.
+ * Then one convert, one scale product and one fma for 16 weight rows. Rows are done in passes
+ * of at most 8 (balanced: 9 = 5 + 4), each pass over the group's blocks in order: the float
+ * ops of a (weight row, activation row) pair are the contract's, whatever the pass. */
+AI void pk_q8_0(const int NR, int64_t nb, const uint8_t *gp, const nx_mm_act *a, float *y, int64_t ldy) {
+    const __m512i flip = _mm512_set1_epi8((char)0x80), zero = _mm512_setzero_si512();
+    __m512 acc[8];
+#pragma GCC unroll 8
+    for (int r = 0; r < NR; r++) acc[r] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *bp = gp + (size_t)b * NX_MM_Q8X16_BLOCK;
+        for (int o = 0; o < NX_MM_Q8X16_BLOCK; o += 64)
+            _mm_prefetch((const char *)(bp + NX_MM_PREFETCH + o), _MM_HINT_T0);
+        const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)bp));
+        __m512i W[8];
+#pragma GCC unroll 8
+        for (int k = 0; k < 8; k++) W[k] = _mm512_xor_si512(_mm512_loadu_si512(bp + 32 + 64 * k), flip);
+#pragma GCC unroll 8
+        for (int r = 0; r < NR; r++) {
+            const uint8_t *q = a->q + r * a->q_stride + 32 * b;
+            __m512i I0 = _mm512_set1_epi32(a->cs[r * a->cs_stride + b]), I1 = zero;
+#pragma GCC unroll 4
+            for (int k = 0; k < 8; k += 2) {
+                I0 = _mm512_dpbusd_epi32(I0, W[k], _mm512_set1_epi32((int)ld32(q + 4 * k)));
+                I1 = _mm512_dpbusd_epi32(I1, W[k + 1], _mm512_set1_epi32((int)ld32(q + 4 * k + 4)));
+            }
+            const __m512 S = _mm512_mul_ps(dw, _mm512_set1_ps(a->d[r * a->d_stride + b]));
+            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(I0, I1)), S, acc[r]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < NR; r++) _mm512_storeu_ps(y + r * ldy, acc[r]);
+}
+
+void nx_mm_pk_q8_0_avx512(int64_t nb, const uint8_t *wp, int64_t n_groups, const nx_mm_act *a, int n_act,
+                          float *y, int64_t ldy) {
+    for (int64_t g = 0; g < n_groups; g++) {
+        const uint8_t *gp = wp + (size_t)g * (size_t)nb * NX_MM_Q8X16_BLOCK;
+        for (int r0 = 0; r0 < n_act;) {
+            const int np = (n_act - r0 + 7) / 8, nr = (n_act - r0 + np - 1) / np;
+            const nx_mm_act sub = nx_mm_act_rows(a, r0);
+            float *yo = y + (int64_t)r0 * ldy + NX_MM_PACK_ROWS * g;
+            switch (nr) {
+            case 1: pk_q8_0(1, nb, gp, &sub, yo, ldy); break;
+            case 2: pk_q8_0(2, nb, gp, &sub, yo, ldy); break;
+            case 3: pk_q8_0(3, nb, gp, &sub, yo, ldy); break;
+            case 4: pk_q8_0(4, nb, gp, &sub, yo, ldy); break;
+            case 5: pk_q8_0(5, nb, gp, &sub, yo, ldy); break;
+            case 6: pk_q8_0(6, nb, gp, &sub, yo, ldy); break;
+            case 7: pk_q8_0(7, nb, gp, &sub, yo, ldy); break;
+            default: pk_q8_0(8, nb, gp, &sub, yo, ldy); break;
+            }
+            r0 += nr;
+        }
     }
 }

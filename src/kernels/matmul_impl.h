@@ -40,7 +40,8 @@ typedef struct nx_mm_act {
     const int16_t *bs;
     const float   *de;
     const float   *x;
-    int64_t q_stride, d_stride, s_stride, bs_stride, de_stride, ldx;
+    const int32_t *cs;   /* packed kernels: cs[r*cs_stride + b] = -128 * sum of block b's signed codes */
+    int64_t q_stride, d_stride, s_stride, bs_stride, de_stride, ldx, cs_stride;
 } nx_mm_act;
 
 /* The view advanced by r activation rows. */
@@ -52,8 +53,26 @@ static inline nx_mm_act nx_mm_act_rows(const nx_mm_act *a, int64_t r) {
     if (a->bs) o.bs = a->bs + r * a->bs_stride;
     if (a->de) o.de = a->de + r * a->de_stride;
     if (a->x) o.x = a->x + r * a->ldx;
+    if (a->cs) o.cs = a->cs + r * a->cs_stride;
     return o;
 }
+
+/* ===== Packed weights (matmul.h: nx_matmul_pack) =====
+ * Q8_0 x16: group g of 16 weight rows, block b (32 values) at wp + (g*nb + b)*NX_MM_Q8X16_BLOCK:
+ * 16 fp16 scales (row order), then for k = 0..7 the 4 codes 4k..4k+3 of rows 0..15 (64 bytes
+ * per k). Activations: signed codes (bias 0), d, and cs. A packed kernel computes output rows
+ * 16g..16g+15 of n_groups groups for n_act activation rows (<= NX_MM_TILE):
+ * y[r*ldy + 16g + l]. */
+#define NX_MM_PACK_ROWS 16
+#define NX_MM_Q8X16_BLOCK 544
+typedef void (*nx_mm_pkernel)(int64_t nb, const uint8_t *wp, int64_t n_groups, const nx_mm_act *a, int n_act,
+                              float *y, int64_t ldy);
+/* The reference: the packed contract's float ops one lane at a time (bit-identical to the SIMD
+ * packed kernels, tested). */
+void nx_mm_pk_q8_0_scalar(int64_t nb, const uint8_t *wp, int64_t n_groups, const nx_mm_act *a, int n_act,
+                          float *y, int64_t ldy);
+void nx_mm_pk_q8_0_avx512(int64_t nb, const uint8_t *wp, int64_t n_groups, const nx_mm_act *a, int n_act,
+                          float *y, int64_t ldy);
 
 /* The AVX-512 kernels handle a tile in groups of 16, 8, 4, 3, 2 or 1 rows (one compiled body each, to
  * keep code size sane); a group's rows share one decode of the weight row. (The AVX2 kernels
