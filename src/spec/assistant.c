@@ -7,6 +7,9 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include "ctx.h"
+#include "model.h"
+#include "spec/draft_model.h"
 #include "spec/policy.h"
 
 /* ===== the drafter ===== */
@@ -168,6 +171,17 @@ nx_status nx_assistant_create(nx_ctx *target, const char *path, const nx_assista
     nx_assistant *a = NULL;
     nx_status st = nx_assistant_load(target, path, opts, n_seq, &a, err);
     if (st != NX_OK) return st;
+    /* the loader compared the sizes; the token texts too (llama.cpp's rule, draft_model.h) */
+    nx_gguf *g = NULL;
+    if ((st = nx_gguf_open(path, &g, err)) == NX_OK) {
+        const int V = nx_model_n_vocab(target->model);
+        st = nx_spec_vocab_check(target->model->gguf, V, g, V, path, err);
+        nx_gguf_close(g);
+    }
+    if (st != NX_OK) {
+        nx_assistant_free(a);
+        return st;
+    }
     as_drafter *D = calloc(1, sizeof *D);
     if (!D) {
         nx_assistant_free(a);

@@ -115,7 +115,7 @@ nx_status nx_drafter_begin_keep(nx_drafter *d, nx_seq_id seq, const nx_token *pr
 
 bool nx_drafter_keeps_positions(const nx_drafter *d) {
     if (!d || !d->ops) return false;
-    if (nx_drafter_chain_stage((nx_drafter *)d, 0) == d) return d->ops->begin_keep != NULL;   /* not a chain */
+    if (nx_drafter_chain_stage((nx_drafter *)d, 0) == d) return d->ops->begin_keep != NULL && !d->ops->keep_any;   /* not a chain */
     for (int s = 0; s < nx_drafter_chain_n_stages(d); s++)
         if (nx_drafter_keeps_positions(nx_drafter_chain_stage((nx_drafter *)d, s))) return true;
     return false;

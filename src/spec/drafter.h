@@ -106,6 +106,9 @@ typedef struct nx_drafter_ops {
      * (n-gram: begin indexes the prompt; assistant: reads the target KV), so begin() is called. */
     nx_status (*begin_keep)(nx_drafter *d, nx_seq_id seq, const nx_token *prompt, int n_prompt, int keep,
                             const float *hidden_prev, nx_error *err);
+    /* begin_keep works for any keep and without hidden_prev (a draft model keeps its own KV and
+     * re-decodes what it cannot keep): the drafter does not count as keeping positions. */
+    bool keep_any;
 } nx_drafter_ops;
 
 /* Every implementation embeds this as its first member. */

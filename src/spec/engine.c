@@ -23,7 +23,9 @@
 #include "core/log.h"
 #include "ctx.h"
 #include "model.h"
+#include "arch/gemma4_assistant.h"
 #include "spec/mtp.h"
+#include "spec/draft_model.h"
 #include "spec/draft_vocab.h"
 #include "spec/ngram.h"
 
@@ -174,8 +176,22 @@ static nx_status build_drafters(nx_spec_engine *e, nx_error *err) {
             st = nx_assistant_create(e->ctx, sp->draft_model, &ao, e->n_seq, &d, err);
             break;
         }
+        case NX_SPEC_DRAFT: {
+            if (!sp->draft_model) {
+                st = nx_fail(err, NX_ERR_INVALID_ARG, "--spec-type draft needs --model-draft FILE (-md, --draft-model)");
+                break;
+            }
+            nx_draft_model_opts o = nx_draft_model_default_opts();
+            o.n_ctx = sp->draft_n_ctx;
+            o.n_threads = sp->draft_threads;
+            o.type_k = sp->draft_type_k;
+            o.type_v = sp->draft_type_v;
+            st = nx_draft_model_create(e->ctx, sp->draft_model, &o, e->n_seq, &d, err);
+            if (st != NX_OK) nx_error_prefix(err, "--spec-type draft");
+            break;
+        }
         default:
-            st = nx_fail(err, NX_ERR_UNSUPPORTED, "--spec-type %s: not available yet in nextn (available: mtp, ngram, assistant)",
+            st = nx_fail(err, NX_ERR_UNSUPPORTED, "--spec-type %s: not available in nextn (available: mtp, ngram, assistant, draft)",
                          nx_spec_type_name(sp->types[i]));
             break;
         }
@@ -222,8 +238,11 @@ void nx_spec_engine_free(nx_spec_engine *e) {
 
 void nx_spec_params_resolve_auto(nx_spec_params *sp, const nx_model *m) {
     if (!sp || !sp->auto_type || sp->n_types != 0) return;
-    if (nx_mtp_supported(m)) sp->types[sp->n_types++] = NX_SPEC_MTP;
-    else if (sp->draft_model) sp->types[sp->n_types++] = NX_SPEC_ASSISTANT;
+    /* a drafter file named on the command line wins: a Gemma 4 assistant GGUF drafts as an
+     * assistant, any other model as a draft model; else the model's own MTP head */
+    if (sp->draft_model)
+        sp->types[sp->n_types++] = nx_assistant_file_is_drafter(sp->draft_model) ? NX_SPEC_ASSISTANT : NX_SPEC_DRAFT;
+    else if (nx_mtp_supported(m)) sp->types[sp->n_types++] = NX_SPEC_MTP;
 }
 
 nx_status nx_spec_engine_create(nx_ctx *ctx, const nx_spec_engine_params *params, nx_spec_engine **out, nx_error *err) {
