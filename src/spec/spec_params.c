@@ -313,8 +313,8 @@ size_t nx_spec_params_describe(const nx_spec_params *p, char *buf, size_t size) 
 
 const char *nx_spec_params_usage(void) {
     return "  --spec-type LIST         drafters tried in order, comma-separated: mtp, assistant, draft, ngram\n"
-           "                           (e.g. ngram,mtp), none, or auto (mtp when the model has an MTP layer,\n"
-           "                           assistant with --draft-model, else none)\n"
+           "                           (e.g. ngram,mtp), none, or auto (with --draft-model: assistant or draft,\n"
+           "                           else mtp when the model has an MTP layer, else none)\n"
            "  --draft-max N            largest draft length (default 8)\n"
            "  --draft-min N            smallest draft length when drafting (default 0)\n"
            "  --draft-p-min P          stop drafting below this drafter probability (default 0: off)\n"

@@ -3,9 +3,9 @@
  * so that `run`, `bench`, `eval` and the server accept exactly the same flags.
  *
  *   --spec-type LIST         comma-separated drafters, tried in order: mtp, assistant, draft,
- *                            ngram (e.g. "ngram,mtp"), none, or auto (the engine picks: mtp when
- *                            the model has a NextN layer, assistant with --draft-model, else none;
- *                            the CLI's default). Unknown names fail with the list of known ones.
+ *                            ngram (e.g. "ngram,mtp"), none, or auto (the engine picks: with
+ *                            --draft-model assistant or draft by the file, else mtp when the model
+ *                            has a NextN layer, else none; the CLI's default). Unknown names fail with the list of known ones.
  *   --draft-max N            largest draft length (default 8; 1..NX_SPEC_DRAFT_CAP)
  *   --draft-min N            smallest draft length when drafting (default 0)
  *   --draft-p-min P          stop drafting when the drafter's top probability < P (default 0 = off)
