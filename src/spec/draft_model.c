@@ -76,6 +76,7 @@ typedef struct dm_drafter {
     int b_cap;
     int *row;                    /* per request: its batch row in this step (-1: none) */
     bool *on;
+    float *lg;                   /* [Vt] a draft row's logits over the target's ids (sampled drafts) */
 } dm_drafter;
 
 static dm_drafter *dm_of(nx_drafter *d) { return (dm_drafter *)d; }
@@ -288,7 +289,19 @@ static nx_status dm_draft(nx_drafter *d, nx_draft_req *reqs, int n_reqs, nx_erro
             }
             nx_token t;
             float pr;
-            pick(D, nx_ctx_logits(D->c, D->row[i]), &t, &pr);
+            if (r->sampler) {   /* d ~ q = the request's chain over the draft model's logits */
+                const float *lg = nx_ctx_logits(D->c, D->row[i]);
+                const int n = D->V < D->Vt ? D->V : D->Vt;
+                memcpy(D->lg, lg, (size_t)n * sizeof *lg);
+                for (int v = n; v < D->Vt; v++) D->lg[v] = -INFINITY;
+                nx_sample_dist *q = &r->q[r->n];
+                if ((st = nx_sampler_dist(r->sampler, D->lg, q, err)) != NX_OK ||
+                    (st = nx_sampler_sample_dist(r->sampler, q, &t, err)) != NX_OK)
+                    return nx_error_prefix(err, "draft: sampling");
+                pr = nx_sample_dist_prob(q, t);
+            } else {
+                pick(D, nx_ctx_logits(D->c, D->row[i]), &t, &pr);
+            }
             const nx_pmin_verdict v = nx_spec_pmin_step(step, pr, r->p_min);
             D->row[i] = -1;
             if (v == NX_PMIN_DROP_STOP) continue;
@@ -296,6 +309,10 @@ static nx_status dm_draft(nx_drafter *d, nx_draft_req *reqs, int n_reqs, nx_erro
             if (r->p) r->p[r->n] = pr;
             r->n++;
             r->stage = 0;
+            if (r->sampler) {
+                r->sampled = true;
+                nx_sampler_accept(r->sampler, t, NULL);   /* penalties of the next step see it */
+            }
             if (v != NX_PMIN_KEEP || r->n >= r->k_max || r->pos + r->n >= D->n_ctx) continue;
             D->row[i] = nx_batch_size(D->b);
             nx_batch_add(D->b, t, r->pos + r->n, r->seq, true);
@@ -315,6 +332,7 @@ static void dm_free(nx_drafter *d) {
     free(D->s);
     free(D->row);
     free(D->on);
+    free(D->lg);
     nx_batch_free(D->b);
     nx_ctx_free(D->c);
     nx_model_free(D->m);
@@ -379,7 +397,8 @@ nx_status nx_draft_model_create(nx_ctx *target, const char *path, const nx_draft
     D->s = calloc((size_t)n_seq, sizeof *D->s);
     D->row = malloc((size_t)n_seq * sizeof *D->row);
     D->on = malloc((size_t)n_seq * sizeof *D->on);
-    bool ok = D->b && D->s && D->row && D->on;
+    D->lg = malloc((size_t)D->Vt * sizeof *D->lg);
+    bool ok = D->b && D->s && D->row && D->on && D->lg;
     for (int s = 0; ok && s < n_seq; s++) {
         D->s[s].tok = malloc((size_t)D->cap_tok * sizeof(nx_token));
         D->s[s].rec = D->R ? malloc((size_t)D->R * sizeof(float)) : NULL;

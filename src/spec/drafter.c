@@ -77,7 +77,14 @@ nx_status nx_drafter_draft(nx_drafter *d, nx_draft_req *reqs, int n_reqs, nx_err
             return nx_fail(err, NX_ERR_INVALID_ARG, "drafter %s: draft: p_min %g not in [0, 1]",
                            nx_drafter_name(d), (double)r->p_min);
     }
-    for (int i = 0; i < n_reqs; i++) { reqs[i].n = 0; reqs[i].stage = -1; }
+    for (int i = 0; i < n_reqs; i++) {
+        reqs[i].n = 0;
+        reqs[i].stage = -1;
+        reqs[i].sampled = false;
+        if (reqs[i].sampler && reqs[i].k_max > 0 && !reqs[i].q)
+            return nx_fail(err, NX_ERR_INVALID_ARG, "drafter %s: draft: sequence %d samples without q buffers",
+                           nx_drafter_name(d), (int)reqs[i].seq);
+    }
     return n_reqs ? d->ops->draft(d, reqs, n_reqs, err) : NX_OK;
 }
 

@@ -74,6 +74,9 @@ typedef struct eng_seq {
     /* this step */
     int k, row0;
     nx_token shadow;             /* this round's unverified extra draft (-1: none) */
+    nx_sampler *dch;             /* sampled drafts: the scratch chain handed to the drafter (NULL: greedy) */
+    nx_rng drng;                 /* its RNG streams: one seed per round, apart from the chain's */
+    nx_sample_dist *qd;          /* [NX_SPEC_DRAFT_CAP] the drafter's q per draft */
     int zero_streak;             /* rounds in a row whose drafts were all rejected (skip streak) */
     bool traced;                 /* this round wrote an mtp_draft line (LLAMA_MTP_ACC_TRACE) */
     int round_n;                 /* tokens this round committed */
@@ -228,6 +231,9 @@ void nx_spec_engine_free(nx_spec_engine *e) {
         free(q->prompt);
         free(q->cache);
         free(q->h_last);
+        nx_sampler_free(q->dch);
+        for (int i = 0; q->qd && i < NX_SPEC_DRAFT_CAP; i++) nx_sample_dist_free(&q->qd[i]);
+        free(q->qd);
         for (int i = 0; q->ck && i < e->p.max_checkpoints; i++) free(q->ck[i].buf);
         free(q->ck);
     }
@@ -571,6 +577,18 @@ static nx_status req_setup(nx_spec_engine *e, eng_seq *q, const nx_spec_request 
     q->rounds = 0;
     q->zero_streak = 0;
     q->traced = false;
+    nx_sampler_free(q->dch);
+    q->dch = NULL;
+    if (e->p.spec.sample_drafts && e->drafter && !nx_sampler_is_greedy(q->ch)) {
+        if (!q->qd) {
+            q->qd = calloc(NX_SPEC_DRAFT_CAP, sizeof *q->qd);
+            for (int i = 0; q->qd && i < NX_SPEC_DRAFT_CAP && st == NX_OK; i++) st = nx_sample_dist_init(&q->qd[i], e->V, err);
+            if (!q->qd) st = nx_fail(err, NX_ERR_NOMEM, "spec engine: out of memory for sampled drafts");
+        }
+        if (st == NX_OK) st = nx_sampler_clone(q->ch, &q->dch, err);
+        if (st != NX_OK) { seq_clear(q); return st; }
+        nx_rng_seed(&q->drng, (uint64_t)nx_sampler_seed(q->ch) * 0x9E3779B97F4A7C15ull ^ 0xD1B54A32D192ED03ull);
+    }
     q->n_probs = r->n_probs;
     q->n_top = r->n_probs < e->V ? r->n_probs : e->V;
     q->n_reused = 0;
@@ -717,7 +735,7 @@ static nx_status judge(nx_spec_engine *e, eng_seq *q, int n, int *a, nx_token *t
     for (int i = 0; i < n && st == NX_OK; i++) {
         bool ok = false;
         nx_token rep = -1;
-        st = nx_sampler_spec_accept(q->ch, &e->dist, q->drafts[i], NULL, &ok, &rep, err);
+        st = nx_sampler_spec_accept(q->ch, &e->dist, q->drafts[i], q->req.sampled ? &q->qd[i] : NULL, &ok, &rep, err);
         if (st != NX_OK) return st;
         if (!ok) {
             *tok = rep;
@@ -823,6 +841,15 @@ nx_status nx_spec_engine_step(nx_spec_engine *e, nx_error *err) {
             r->p_min = q->pp.p_min;
             r->tok = q->drafts;
             r->p = q->dp;
+            if (q->dch) {   /* sampled drafts: the chain as it stands, a fresh RNG stream per round */
+                nx_status cs = nx_sampler_copy(q->dch, q->ch, err);
+                if (cs != NX_OK) { stop_all(e); return nx_error_prefix(err, "spec engine: draft sampler"); }
+                nx_rng rr;
+                nx_rng_seed(&rr, nx_rng_next(&q->drng));
+                nx_sampler_set_rng(q->dch, rr);
+                r->sampler = q->dch;
+                r->q = q->qd;
+            }
             e->reqs[n_req] = *r;
             e->req_seq[n_req++] = s;
         }

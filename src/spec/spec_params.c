@@ -126,7 +126,7 @@ static nx_status parse_onoff(const char *flag, const char *v, bool *out, nx_erro
 /* ===== Flags ===== */
 
 enum { F_TYPE, F_DMAX, F_DMIN, F_PMIN, F_ADAPT, F_NGMAX, F_NGMIN, F_MODEL, F_TRACE, F_FALLBACK, F_DPOS, F_DENSE,
-       F_DVOCAB, F_DVFILE, F_DHTYPE, F_CD, F_TD, F_CTKD, F_CTVD, F_BLOCK, F_MTP, F_NOMTP, F_MTPADAPT };
+       F_DVOCAB, F_DVFILE, F_DHTYPE, F_CD, F_TD, F_CTKD, F_CTVD, F_BLOCK, F_MTP, F_NOMTP, F_MTPADAPT, F_DSAMPLE };
 
 static const struct flag { const char *name; int id; bool has_value; } flags[] = {
     {"--spec-type", F_TYPE, true},       {"--draft-max", F_DMAX, true},
@@ -148,6 +148,7 @@ static const struct flag { const char *name; int id; bool has_value; } flags[] =
     {"-mtp", F_MTP, false},              {"--multi-token-prediction", F_MTP, false},
     {"-no-mtp", F_NOMTP, false},         {"--no-multi-token-prediction", F_NOMTP, false},
     {"--mtp-adaptive", F_MTPADAPT, false},
+    {"--draft-sample", F_DSAMPLE, true},
 };
 
 static nx_status parse_cache(const char *flag, const char *v, nx_cache_type *out, nx_error *err) {
@@ -239,6 +240,7 @@ nx_status nx_spec_params_parse_arg(nx_spec_params *p, int argc, char **argv, int
         if (f->id == F_MTP) p->types[p->n_types++] = NX_SPEC_MTP;
         break;
     case F_MTPADAPT: p->adaptive = true; p->guard = true; break;
+    case F_DSAMPLE: st = parse_onoff(f->name, v, &p->sample_drafts, err); break;
     case F_DPOS:  st = nx_assistant_parse_positions(v, &p->draft_positions, err); break;
     case F_DENSE: p->assistant_dense_head = true; break;
     }
@@ -324,6 +326,8 @@ const char *nx_spec_params_usage(void) {
            "  --ngram-min N            shortest n-gram it matches (default 1)\n"
            "  --draft-model FILE       drafter GGUF for assistant / draft (aliases -md, --model-draft,\n"
            "                           --mtp-head); with auto: assistant for a Gemma 4 assistant GGUF, else draft\n"
+           "  --draft-sample on|off    at temperature > 0 model drafters (draft, mtp, assistant) sample their\n"
+           "                           drafts; exact acceptance with their distribution (default off: greedy)\n"
            "  -cd, --ctx-size-draft N  draft model context (default 0: the target's)\n"
            "  -td, --threads-draft N   draft model threads (default 0: the target's)\n"
            "  -ctkd, -ctvd TYPE        draft model KV cache types: f32 (default), f16\n"

@@ -15,6 +15,7 @@
  *   --draft-model F          drafter GGUF for `assistant` / `draft` (aliases -md, --model-draft,
  *                            --mtp-head); with auto, an assistant GGUF means assistant, any other
  *                            model means draft
+ *   --draft-sample on|off    sampled drafts at temperature > 0 (default off: greedy drafts)
  *   -cd, --ctx-size-draft N  the draft model's context (0: the target's)
  *   -td, --threads-draft N   the draft model's threads (0: the target's)
  *   -ctkd / -ctvd TYPE       the draft model's KV cache types (f32 default, f16)
@@ -77,6 +78,9 @@ typedef struct nx_spec_params {
     int   draft_n_ctx;           /* -cd: positions (0: the target context's) */
     int   draft_threads;         /* -td: threads (0: the target's) */
     nx_cache_type draft_type_k, draft_type_v;   /* -ctkd / -ctvd: F32 (default) or F16 */
+    bool  sample_drafts;         /* --draft-sample on: at temperature > 0 the model drafters (draft,
+                                    mtp, assistant) draw their drafts from their own distribution after
+                                    the request's chain; verified with q (exact rule). Default off */
     bool  guard;                 /* the wall-clock guard of the adaptive policy (default on;
                                     --mtp-adaptive turns adaptive mode and the guard on) */
 } nx_spec_params;
