@@ -279,6 +279,7 @@ uint32_t nx_sampler_seed(const nx_sampler *s) { return s ? s->seed : 0; }
 bool nx_sampler_is_greedy(const nx_sampler *s) { return s && s->p.temperature <= 0.0f; }
 int32_t nx_sampler_history_len(const nx_sampler *s) { return s ? s->hist_len : 0; }
 nx_rng nx_sampler_rng_state(const nx_sampler *s) { return s ? s->rng : (nx_rng){{0, 0, 0, 0}}; }
+void nx_sampler_set_rng(nx_sampler *s, nx_rng r) { if (s) s->rng = r; }
 
 /* ===== Distributions ===== */
 

@@ -129,6 +129,9 @@ bool      nx_sampler_is_greedy(const nx_sampler *s);
 int32_t   nx_sampler_history_len(const nx_sampler *s); /* tokens in the penalty window */
 nx_rng    nx_sampler_rng_state(const nx_sampler *s);   /* a copy: to log it, or to check that a
                                                            call consumed no randomness */
+/* Give s another RNG stream (a drafter's sampled drafts must draw independently of the
+ * verification's draws on the target chain). */
+void      nx_sampler_set_rng(nx_sampler *s, nx_rng r);
 
 /* out[i] = logits[i] after logit bias and penalties (steps 1-2): what --n-probs style
  * reporting and tests look at. out may equal logits. */

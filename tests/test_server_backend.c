@@ -150,6 +150,17 @@ static void test_request(void) {
     CHECK_EQ_INT(r.gen.n_probs, 3);
     CHECK_EQ_INT(r.gen.spec.n_max, 2);
     nx_api_request_free(&r);
+    /* the fork's per-request switch: speculative.mtp_adaptive = adaptive k with the guard; "-sN" pins a slot */
+    const char *ma = "{\"model\":\"m-s1\",\"prompt\":\"x\",\"speculative\":{\"mtp_adaptive\":false}}";
+    CHECK(nx_api_parse(NX_API_NATIVE, ma, strlen(ma), &info, &r, &e) == NX_OK);
+    CHECK_EQ_INT(r.gen.spec.adaptive, 0);
+    CHECK_EQ_INT(r.gen.id_slot, 1);
+    nx_api_request_free(&r);
+    const char *ma2 = "{\"prompt\":\"x\",\"speculative.mtp_adaptive\":true}";
+    CHECK(nx_api_parse(NX_API_NATIVE, ma2, strlen(ma2), &info, &r, &e) == NX_OK);
+    CHECK_EQ_INT(r.gen.spec.adaptive, 1);
+    nx_api_request_free(&r);
+    CHECK_EQ_INT(http_of(NX_API_NATIVE, "{\"prompt\":\"x\",\"speculative\":{\"mtp_adaptive\":3}}", NULL, 0), 400);
 
     char msg[NX_ERROR_MSG_MAX];
     CHECK_EQ_INT(http_of(NX_API_CHAT, "{", msg, sizeof msg), 400);

@@ -1065,6 +1065,7 @@ static void test_strict(void) {
     cJSON *j = cJSON_Parse(r.body);
     CHECK_STR(cJSON_GetObjectItem(j, "id")->valuestring, "fake");
     CHECK_STR(cJSON_GetObjectItem(j, "object")->valuestring, "model");
+    CHECK(cJSON_IsNumber(cJSON_GetObjectItem(j, "max_model_len")) && cJSON_GetObjectItem(j, "max_model_len")->valueint > 0);
     cJSON_Delete(j);
     resp_free(&r);
     CHECK_EQ_INT(get(S.port, "/v1/models/fake-slot1", &r), 200);

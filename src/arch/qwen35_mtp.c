@@ -285,6 +285,13 @@ nx_status nx_mtp_head_draft_rows(nx_mtp_head *h, int n, const nx_token *tok, con
     return head_chunk(h, n, tok, pos, seq, hidden, want, NULL, am, ap, err);
 }
 
+nx_status nx_mtp_head_draft_logits(nx_mtp_head *h, int n, const nx_token *tok, const nx_pos *pos, const nx_seq_id *seq,
+                                   const float *hidden, const bool *want, float *logits, nx_error *err) {
+    if (!h || n < 0 || n > h->rows_cap || !logits)
+        return nx_fail(err, NX_ERR_INVALID_ARG, "mtp head: draft logits: bad arguments (%d rows)", n);
+    return head_chunk(h, n, tok, pos, seq, hidden, want, logits, NULL, NULL, err);
+}
+
 const float *nx_mtp_head_hidden(const nx_mtp_head *h) { return h ? h->hout : NULL; }
 int nx_mtp_head_max_rows(const nx_mtp_head *h) { return h ? h->rows_cap : 0; }
 int nx_mtp_head_n_embd(const nx_mtp_head *h) { return h ? h->E : 0; }

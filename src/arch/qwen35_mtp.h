@@ -66,6 +66,10 @@ nx_status nx_mtp_head_forward(nx_mtp_head *h, int n, const nx_token *tok, const 
  * rows' h_mtp ([n][n_embd]) until the next call. */
 nx_status nx_mtp_head_draft_rows(nx_mtp_head *h, int n, const nx_token *tok, const nx_pos *pos, const nx_seq_id *seq,
                                  const float *hidden, const bool *want, int *am, float *ap, nx_error *err);
+/* draft_rows with the model's full-head logits of the wanted rows instead ([number of wanted
+ * rows][n_vocab], row order): sampled drafts draw from them. */
+nx_status nx_mtp_head_draft_logits(nx_mtp_head *h, int n, const nx_token *tok, const nx_pos *pos, const nx_seq_id *seq,
+                                   const float *hidden, const bool *want, float *logits, nx_error *err);
 const float *nx_mtp_head_hidden(const nx_mtp_head *h);
 int  nx_mtp_head_max_rows(const nx_mtp_head *h);
 int  nx_mtp_head_n_embd(const nx_mtp_head *h);

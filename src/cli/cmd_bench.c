@@ -42,6 +42,7 @@
 #include "cli/args.h"
 #include "cli/bandwidth.h"
 #include "cli/cli.h"
+#include "cli/env_args.h"
 #include "ctx.h"
 #include "core/io.h"
 #include "kernels/cpu.h"
@@ -69,8 +70,8 @@ static void bench_usage(FILE *f) {
             "  -f, --file FILE       prompt text of the speculative test (default: built-in Python code)\n"
             "speculative decoding (greedy tg with speculation off and on, same prompt):\n%s"
             "Prints tok/s, effective weight GB/s and %% of the read bandwidth measured with the same\n"
-            "threads, then resident memory vs the file size + KV.\n",
-            nx_spec_params_usage());
+            "threads, then resident memory vs the file size + KV.\n%s",
+            nx_spec_params_usage(), nx_cli_env_usage());
 }
 
 /* ===== Tests and results ===== */

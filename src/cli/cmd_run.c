@@ -27,6 +27,7 @@
 #include "cli/args.h"
 #include "core/io.h"
 #include "cli/cli.h"
+#include "cli/env_args.h"
 #include "model.h"
 #include "sample.h"
 #include "spec/engine.h"
@@ -55,8 +56,8 @@ static void run_usage(FILE *f) {
             "speculative decoding (default --spec-type auto: mtp when the model has an MTP layer; greedy output\n"
             "is identical to --spec-type none; with sampling and a fixed --seed auto stays off):\n%s"
             "stdout: the generated text only; stderr: a summary line (prompt and generation tok/s),\n"
-            "then with speculation on the acceptance summary.\n",
-            nx_spec_params_usage());
+            "then with speculation on the acceptance summary.\n%s",
+            nx_spec_params_usage(), nx_cli_env_usage());
 }
 
 /* The prompt as one user turn through a Jinja chat template (file, else the GGUF's); *done =

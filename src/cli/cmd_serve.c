@@ -25,6 +25,7 @@
 #include <string.h>
 #include <pthread.h>
 #include "cli/cli.h"
+#include "cli/env_args.h"
 #include "core/io.h"
 #include "core/log.h"
 #include "server/backend_model.h"
@@ -60,8 +61,8 @@ static void usage(FILE *f) {
             "  --ctx-checkpoint-interval N  recurrent-state checkpoint every N prompt tokens, so a\n"
             "                         later request sharing the prefix resumes there (default 512, 0 = off)\n"
             "  --ctx-checkpoints N    checkpoints kept per slot (default 8)\n"
-            "%s",
-            nx_spec_params_usage());
+            "%s%s",
+            nx_spec_params_usage(), nx_cli_env_usage());
 }
 
 static bool parse_int(const char *s, long lo, long hi, long *out) {

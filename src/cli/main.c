@@ -1,7 +1,9 @@
 /* main.c — `nextn` entry point: dispatches to the subcommand named by argv[1]. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include "cli/cli.h"
+#include "cli/env_args.h"
 #include "nextn.h"
 
 typedef struct {
@@ -44,7 +46,19 @@ int main(int argc, char **argv) {
         return 0;
     }
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-        if (!strcmp(argv[1], commands[i].name)) return commands[i].fn(argc - 1, argv + 1);
+        if (!strcmp(argv[1], commands[i].name)) {
+            /* LLAMA_ARG_* variables become flags before the command line's (env_args.h) */
+            int n = 0;
+            char **v = NULL;
+            nx_error err = {0};
+            if (nx_cli_env_argv(argv[1], argc - 1, argv + 1, &n, &v, &err) != NX_OK) {
+                fprintf(stderr, "nextn %s: %s\n", argv[1], err.msg);
+                return 1;
+            }
+            const int rc = commands[i].fn(n, v);
+            if (v != argv + 1) free(v);
+            return rc;
+        }
     fprintf(stderr, "nextn: unknown command '%s'\n", argv[1]);
     usage(stderr);
     return 2;

@@ -220,6 +220,7 @@ static cJSON *model_json(const nx_server *srv, const nx_gen_info *info, int s) {
     cJSON_AddStringToObject(m, "object", "model");
     cJSON_AddNumberToObject(m, "created", (double)srv->created);
     cJSON_AddStringToObject(m, "owned_by", "nextn");
+    cJSON_AddNumberToObject(m, "max_model_len", info->n_ctx_slot);   /* vLLM's name: a request's context */
     cJSON *meta = cJSON_AddObjectToObject(m, "meta");
     cJSON_AddNumberToObject(meta, "n_ctx_slot", info->n_ctx_slot);
     cJSON_AddNumberToObject(meta, "n_ctx_train", info->n_ctx_train);

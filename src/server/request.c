@@ -174,6 +174,12 @@ static nx_status parse_spec_fields(const cJSON *o, const char *pfx, nx_gen_spec 
     const cJSON *av = field(o, key);
     TRY(get_bool(o, key, &ad, e));
     if (av) sp->adaptive = ad ? 1 : 0;
+    /* the llama.cpp fork's name (ik_llama.cpp mtp_adaptive): adaptive k with the wall-clock guard */
+    snprintf(key, sizeof key, "%smtp_adaptive", pfx);
+    av = field(o, key);
+    ad = sp->adaptive > 0;
+    TRY(get_bool(o, key, &ad, e));
+    if (av) sp->adaptive = ad ? 1 : 0;
     snprintf(key, sizeof key, "%stype", pfx);
     const cJSON *t = field(o, key);
     if (t) {

@@ -7,6 +7,9 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include "ctx.h"
+#include "model.h"
+#include "spec/draft_model.h"
 #include "spec/policy.h"
 
 /* ===== the drafter ===== */
@@ -30,6 +33,8 @@ typedef struct as_drafter {
     nx_pos *pos, *end;
     nx_seq_id *seq;
     float *prob, *hin, *hout;
+    float *lg;                      /* [n_seq][V] dense logits when a request samples its drafts */
+    int V;
 } as_drafter;
 
 static as_drafter *as_of(nx_drafter *d) { return (as_drafter *)d; }
@@ -110,9 +115,22 @@ static nx_status as_draft(nx_drafter *d, nx_draft_req *reqs, int n_reqs, nx_erro
             D->end[j] = q->pos;
             D->seq[j] = q->seq;
         }
-        nx_status st = nx_assistant_forward(a, n_act, D->tok, D->pos, D->seq, D->end, D->hin, D->hout, NULL, D->next,
-                                            D->prob, err);
+        bool sampled = false;
+        for (int j = 0; j < n_act; j++) sampled |= reqs[D->act[j]].sampler != NULL;
+        nx_status st = nx_assistant_forward(a, n_act, D->tok, D->pos, D->seq, D->end, D->hin, D->hout,
+                                            sampled ? D->lg : NULL, D->next, D->prob, err);
         if (st != NX_OK) return st;
+        for (int j = 0; sampled && j < n_act; j++) {   /* sampled drafts: d ~ q = the chain over the dense logits */
+            nx_draft_req *q = &reqs[D->act[j]];
+            if (!q->sampler) continue;
+            nx_sample_dist *qd = &q->q[q->n];
+            nx_token t = 0;
+            st = nx_sampler_dist(q->sampler, D->lg + (size_t)j * D->V, qd, err);
+            if (st == NX_OK) st = nx_sampler_sample_dist(q->sampler, qd, &t, err);
+            if (st != NX_OK) return st;
+            D->next[j] = t;
+            D->prob[j] = nx_sample_dist_prob(qd, t);
+        }
         int m = 0;
         for (int j = 0; j < n_act; j++) {
             nx_draft_req *q = &reqs[D->act[j]];
@@ -123,6 +141,10 @@ static nx_status as_draft(nx_drafter *d, nx_draft_req *reqs, int n_reqs, nx_erro
                 if (q->p) q->p[q->n] = D->prob[j];
                 q->n++;
                 q->stage = 0;
+                if (q->sampler) {
+                    q->sampled = true;
+                    nx_sampler_accept(q->sampler, D->next[j], NULL);
+                }
             }
             /* a position increment must stay inside the context */
             if (q->n >= q->k_max || (nx_assistant_positions(a) == NX_ASST_POS_INCREMENT && q->pos + step + 1 >= nx_assistant_target_n_ctx(a)))
@@ -148,7 +170,7 @@ static void as_free(nx_drafter *d) {
         }
     free(D->s);
     free(D->act); free(D->tok); free(D->next); free(D->pos); free(D->end); free(D->seq); free(D->prob);
-    free(D->hin); free(D->hout);
+    free(D->hin); free(D->hout); free(D->lg);
     nx_assistant_free(D->a);
     free(D);
 }
@@ -168,6 +190,17 @@ nx_status nx_assistant_create(nx_ctx *target, const char *path, const nx_assista
     nx_assistant *a = NULL;
     nx_status st = nx_assistant_load(target, path, opts, n_seq, &a, err);
     if (st != NX_OK) return st;
+    /* the loader compared the sizes; the token texts too (llama.cpp's rule, draft_model.h) */
+    nx_gguf *g = NULL;
+    if ((st = nx_gguf_open(path, &g, err)) == NX_OK) {
+        const int V = nx_model_n_vocab(target->model);
+        st = nx_spec_vocab_check(target->model->gguf, V, g, V, path, err);
+        nx_gguf_close(g);
+    }
+    if (st != NX_OK) {
+        nx_assistant_free(a);
+        return st;
+    }
     as_drafter *D = calloc(1, sizeof *D);
     if (!D) {
         nx_assistant_free(a);
@@ -187,7 +220,9 @@ nx_status nx_assistant_create(nx_ctx *target, const char *path, const nx_assista
     D->prob = malloc(N * sizeof *D->prob);
     D->hin = malloc(N * B * sizeof(float));
     D->hout = malloc(N * B * sizeof(float));
-    bool ok = D->s && D->act && D->tok && D->next && D->pos && D->end && D->seq && D->prob && D->hin && D->hout;
+    D->V = nx_model_n_vocab(target->model);
+    D->lg = malloc(N * (size_t)D->V * sizeof(float));
+    bool ok = D->lg && D->s && D->act && D->tok && D->next && D->pos && D->end && D->seq && D->prob && D->hin && D->hout;
     for (size_t i = 0; ok && i < N; i++) {
         D->s[i].h = malloc(B * sizeof(float));
         D->s[i].pend = malloc((size_t)(NX_SPEC_DRAFT_CAP + 1) * B * sizeof(float));

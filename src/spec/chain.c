@@ -81,6 +81,7 @@ static nx_status ch_draft(nx_drafter *d, nx_draft_req *reqs, int n_reqs, nx_erro
             nx_draft_req *r = &reqs[c->sub_of[j]];
             r->n = c->sub[j].n;
             r->stage = s;
+            r->sampled = c->sub[j].sampled;
         }
     }
     /* A short proposal that no later stage beat still wrote into the caller's buffers; it was

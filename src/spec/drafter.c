@@ -77,7 +77,14 @@ nx_status nx_drafter_draft(nx_drafter *d, nx_draft_req *reqs, int n_reqs, nx_err
             return nx_fail(err, NX_ERR_INVALID_ARG, "drafter %s: draft: p_min %g not in [0, 1]",
                            nx_drafter_name(d), (double)r->p_min);
     }
-    for (int i = 0; i < n_reqs; i++) { reqs[i].n = 0; reqs[i].stage = -1; }
+    for (int i = 0; i < n_reqs; i++) {
+        reqs[i].n = 0;
+        reqs[i].stage = -1;
+        reqs[i].sampled = false;
+        if (reqs[i].sampler && reqs[i].k_max > 0 && !reqs[i].q)
+            return nx_fail(err, NX_ERR_INVALID_ARG, "drafter %s: draft: sequence %d samples without q buffers",
+                           nx_drafter_name(d), (int)reqs[i].seq);
+    }
     return n_reqs ? d->ops->draft(d, reqs, n_reqs, err) : NX_OK;
 }
 
@@ -115,7 +122,7 @@ nx_status nx_drafter_begin_keep(nx_drafter *d, nx_seq_id seq, const nx_token *pr
 
 bool nx_drafter_keeps_positions(const nx_drafter *d) {
     if (!d || !d->ops) return false;
-    if (nx_drafter_chain_stage((nx_drafter *)d, 0) == d) return d->ops->begin_keep != NULL;   /* not a chain */
+    if (nx_drafter_chain_stage((nx_drafter *)d, 0) == d) return d->ops->begin_keep != NULL && !d->ops->keep_any;   /* not a chain */
     for (int s = 0; s < nx_drafter_chain_n_stages(d); s++)
         if (nx_drafter_keeps_positions(nx_drafter_chain_stage((nx_drafter *)d, s))) return true;
     return false;

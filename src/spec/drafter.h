@@ -23,8 +23,10 @@
  *
  * Promises: state is per sequence only (no counter shared across sequences); a drafter never
  * touches the target context's state (it may read what process() hands it); drafts are only
- * proposals, so a drafter can never make the output wrong, only slow. Every drafter here drafts
- * deterministically (q is one-hot: pass q = NULL to nx_sampler_spec_accept).
+ * proposals, so a drafter can never make the output wrong, only slow. Drafters draft
+ * deterministically (q one-hot: q = NULL to nx_sampler_spec_accept) unless a request hands them a
+ * sampler (the draft model, MTP head and assistant can: from their full-vocabulary logits): then
+ * req.sampled and the q_i they drew from.
  * Never: print, exit, or keep pointers into a rows / req struct after the call returns.
  * A drafter is not thread-safe; one engine thread drives it.
  */
@@ -34,6 +36,7 @@
 #include <stdbool.h>
 #include "nextn.h"
 #include "core/error.h"
+#include "sample.h"
 
 #define NX_SPEC_DRAFT_CAP  32   /* most drafts one request may ask for */
 #define NX_SPEC_MAX_STAGES 4    /* most drafters in one chain */
@@ -74,11 +77,19 @@ typedef struct nx_draft_req {
                                     min(k_max, k_max_by_stage[s]) (0: skip the stage) */
     float     p_min;             /* model drafters: stop when the top probability falls below
                                     (nx_spec_pmin_step in policy.h); 0 = off */
+    nx_sampler *sampler;         /* sampled drafts (NULL: greedy drafts, q one-hot): a scratch copy of
+                                    the request's chain (history = the committed tokens and id_last,
+                                    its own RNG stream). A drafter that samples draws d_i from
+                                    q_i = nx_sampler_dist(sampler, its logits for step i), accepts
+                                    d_i into sampler, writes q_i to q[i] and sets sampled; others
+                                    ignore it (greedy drafts) */
+    nx_sample_dist *q;           /* [k_max] caller-owned (room for the vocabulary each), with sampler */
     /* out (caller-owned buffers with room for k_max) */
     nx_token *tok;               /* the drafts d1..dn */
     float    *p;                 /* the drafter's probability of each draft (1 for lookup); may be NULL */
     int       n;                 /* drafts produced, 0..k_max */
     int       stage;             /* chain stage that produced them (0 for a single drafter, -1: none) */
+    bool      sampled;           /* the drafts were drawn from q[0..n-1] (verify with q) */
 } nx_draft_req;
 
 /* ===== The interface ===== */
@@ -106,6 +117,9 @@ typedef struct nx_drafter_ops {
      * (n-gram: begin indexes the prompt; assistant: reads the target KV), so begin() is called. */
     nx_status (*begin_keep)(nx_drafter *d, nx_seq_id seq, const nx_token *prompt, int n_prompt, int keep,
                             const float *hidden_prev, nx_error *err);
+    /* begin_keep works for any keep and without hidden_prev (a draft model keeps its own KV and
+     * re-decodes what it cannot keep): the drafter does not count as keeping positions. */
+    bool keep_any;
 } nx_drafter_ops;
 
 /* Every implementation embeds this as its first member. */

@@ -18,12 +18,15 @@
 
 #include <limits.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "core/log.h"
 #include "ctx.h"
 #include "model.h"
+#include "arch/gemma4_assistant.h"
 #include "spec/mtp.h"
+#include "spec/draft_model.h"
 #include "spec/draft_vocab.h"
 #include "spec/ngram.h"
 
@@ -71,6 +74,11 @@ typedef struct eng_seq {
     /* this step */
     int k, row0;
     nx_token shadow;             /* this round's unverified extra draft (-1: none) */
+    nx_sampler *dch;             /* sampled drafts: the scratch chain handed to the drafter (NULL: greedy) */
+    nx_rng drng;                 /* its RNG streams: one seed per round, apart from the chain's */
+    nx_sample_dist *qd;          /* [NX_SPEC_DRAFT_CAP] the drafter's q per draft */
+    int zero_streak;             /* rounds in a row whose drafts were all rejected (skip streak) */
+    bool traced;                 /* this round wrote an mtp_draft line (LLAMA_MTP_ACC_TRACE) */
     int round_n;                 /* tokens this round committed */
     int prow0, pn;               /* prompt rows in the batch */
     nx_draft_req req;
@@ -93,6 +101,10 @@ struct nx_spec_engine {
     nx_spec_policy_params pp;
     nx_spec_costs costs;
     nx_spec_trace *trace;
+    FILE *acc;                   /* LLAMA_MTP_ACC_TRACE: NDJSON mtp_draft / mtp_accept (NULL: off) */
+    bool acc_own;
+    uint64_t acc_iter;
+    int skip_streak;             /* LLAMA_MTP_SKIP_STREAK_THRESHOLD (0: off) */
     eng_seq *seqs;
     nx_batch *batch;
     int batch_cap;
@@ -174,8 +186,22 @@ static nx_status build_drafters(nx_spec_engine *e, nx_error *err) {
             st = nx_assistant_create(e->ctx, sp->draft_model, &ao, e->n_seq, &d, err);
             break;
         }
+        case NX_SPEC_DRAFT: {
+            if (!sp->draft_model) {
+                st = nx_fail(err, NX_ERR_INVALID_ARG, "--spec-type draft needs --model-draft FILE (-md, --draft-model)");
+                break;
+            }
+            nx_draft_model_opts o = nx_draft_model_default_opts();
+            o.n_ctx = sp->draft_n_ctx;
+            o.n_threads = sp->draft_threads;
+            o.type_k = sp->draft_type_k;
+            o.type_v = sp->draft_type_v;
+            st = nx_draft_model_create(e->ctx, sp->draft_model, &o, e->n_seq, &d, err);
+            if (st != NX_OK) nx_error_prefix(err, "--spec-type draft");
+            break;
+        }
         default:
-            st = nx_fail(err, NX_ERR_UNSUPPORTED, "--spec-type %s: not available yet in nextn (available: mtp, ngram, assistant)",
+            st = nx_fail(err, NX_ERR_UNSUPPORTED, "--spec-type %s: not available in nextn (available: mtp, ngram, assistant, draft)",
                          nx_spec_type_name(sp->types[i]));
             break;
         }
@@ -205,6 +231,9 @@ void nx_spec_engine_free(nx_spec_engine *e) {
         free(q->prompt);
         free(q->cache);
         free(q->h_last);
+        nx_sampler_free(q->dch);
+        for (int i = 0; q->qd && i < NX_SPEC_DRAFT_CAP; i++) nx_sample_dist_free(&q->qd[i]);
+        free(q->qd);
         for (int i = 0; q->ck && i < e->p.max_checkpoints; i++) free(q->ck[i].buf);
         free(q->ck);
     }
@@ -212,6 +241,7 @@ void nx_spec_engine_free(nx_spec_engine *e) {
     nx_drafter_free(e->drafter);
     if (e->trace) nx_spec_trace_stats(e->trace, &e->total, e->stage_names, NULL);   /* the run's summary line */
     nx_spec_trace_close(e->trace, NULL);
+    if (e->acc_own) fclose(e->acc);
     nx_batch_free(e->batch);
     free(e->reqs);
     free(e->req_seq);
@@ -222,8 +252,11 @@ void nx_spec_engine_free(nx_spec_engine *e) {
 
 void nx_spec_params_resolve_auto(nx_spec_params *sp, const nx_model *m) {
     if (!sp || !sp->auto_type || sp->n_types != 0) return;
-    if (nx_mtp_supported(m)) sp->types[sp->n_types++] = NX_SPEC_MTP;
-    else if (sp->draft_model) sp->types[sp->n_types++] = NX_SPEC_ASSISTANT;
+    /* a drafter file named on the command line wins: a Gemma 4 assistant GGUF drafts as an
+     * assistant, any other model as a draft model; else the model's own MTP head */
+    if (sp->draft_model)
+        sp->types[sp->n_types++] = nx_assistant_file_is_drafter(sp->draft_model) ? NX_SPEC_ASSISTANT : NX_SPEC_DRAFT;
+    else if (nx_mtp_supported(m)) sp->types[sp->n_types++] = NX_SPEC_MTP;
 }
 
 nx_status nx_spec_engine_create(nx_ctx *ctx, const nx_spec_engine_params *params, nx_spec_engine **out, nx_error *err) {
@@ -291,6 +324,20 @@ nx_status nx_spec_engine_create(nx_ctx *ctx, const nx_spec_engine_params *params
     if (st == NX_OK) st = nx_sample_dist_init(&e->dist, e->V, err);
     const char *tp = nx_spec_params_trace_path(&p.spec);
     if (st == NX_OK && tp && e->drafter) st = nx_spec_trace_open(tp, &e->trace, err);
+    /* the llama.cpp fork's variables (speculative.md: same meaning, nextn's engine) */
+    const char *at = getenv("LLAMA_MTP_ACC_TRACE");
+    if (st == NX_OK && e->drafter && at && *at && strcmp(at, "0")) {
+        e->acc = strcmp(at, "1") ? fopen(at, "a") : stderr;
+        e->acc_own = e->acc && e->acc != stderr;
+        if (!e->acc) NX_WARN("LLAMA_MTP_ACC_TRACE: cannot open %s; no trace", at);
+    }
+    const char *ss = getenv("LLAMA_MTP_SKIP_STREAK_THRESHOLD");
+    if (ss && *ss) {
+        char *end;
+        const long v = strtol(ss, &end, 10);
+        if (!*end && v >= 1 && v <= 32) e->skip_streak = (int)v;
+        else NX_WARN("LLAMA_MTP_SKIP_STREAK_THRESHOLD '%s' is not in 1..32; ignored", ss);
+    }
     if (st != NX_OK) {
         nx_spec_engine_free(e);
         return nx_error_prefix(err, "spec engine");
@@ -528,6 +575,20 @@ static nx_status req_setup(nx_spec_engine *e, eng_seq *q, const nx_spec_request 
     q->n_predict = r->n_predict;
     q->n_out = q->taken = 0;
     q->rounds = 0;
+    q->zero_streak = 0;
+    q->traced = false;
+    nx_sampler_free(q->dch);
+    q->dch = NULL;
+    if (e->p.spec.sample_drafts && e->drafter && !nx_sampler_is_greedy(q->ch)) {
+        if (!q->qd) {
+            q->qd = calloc(NX_SPEC_DRAFT_CAP, sizeof *q->qd);
+            for (int i = 0; q->qd && i < NX_SPEC_DRAFT_CAP && st == NX_OK; i++) st = nx_sample_dist_init(&q->qd[i], e->V, err);
+            if (!q->qd) st = nx_fail(err, NX_ERR_NOMEM, "spec engine: out of memory for sampled drafts");
+        }
+        if (st == NX_OK) st = nx_sampler_clone(q->ch, &q->dch, err);
+        if (st != NX_OK) { seq_clear(q); return st; }
+        nx_rng_seed(&q->drng, (uint64_t)nx_sampler_seed(q->ch) * 0x9E3779B97F4A7C15ull ^ 0xD1B54A32D192ED03ull);
+    }
     q->n_probs = r->n_probs;
     q->n_top = r->n_probs < e->V ? r->n_probs : e->V;
     q->n_reused = 0;
@@ -651,6 +712,20 @@ nx_status nx_spec_engine_submit(nx_spec_engine *e, const nx_spec_request *r, nx_
 
 /* ===== one step ===== */
 
+/* One LLAMA_MTP_ACC_TRACE draft line: attn_pos = the last position in the target KV (P - 1),
+ * h_l2 = the norm of the trunk hidden the MTP / assistant drafters condition on (0 unknown). */
+static void acc_draft(nx_spec_engine *e, eng_seq *q, nx_seq_id s) {
+    double h2 = 0;
+    for (int j = 0; q->h_ok && j < e->E; j++) h2 += (double)q->h_last[j] * (double)q->h_last[j];
+    fprintf(e->acc, "{\"evt\":\"mtp_draft\",\"iter\":%llu,\"seq_id\":%d,\"id_last\":%d,\"attn_pos\":%d,"
+            "\"n_steps\":%d,\"h_l2\":%.4f,\"drafts\":[", (unsigned long long)e->acc_iter, s, (int)q->id_last,
+            (int)q->P - 1, q->req.n, sqrt(h2));
+    for (int j = 0; j < q->req.n; j++) fprintf(e->acc, j ? ",%d" : "%d", (int)q->drafts[j]);
+    fputs("]}\n", e->acc);
+    fflush(e->acc);
+    q->traced = true;
+}
+
 /* Acceptance of one sequence's verify rows (speculative.md §2 step 3); *a = drafts accepted,
  * *tok = the target's token after them. */
 static nx_status judge(nx_spec_engine *e, eng_seq *q, int n, int *a, nx_token *tok, nx_error *err) {
@@ -660,7 +735,7 @@ static nx_status judge(nx_spec_engine *e, eng_seq *q, int n, int *a, nx_token *t
     for (int i = 0; i < n && st == NX_OK; i++) {
         bool ok = false;
         nx_token rep = -1;
-        st = nx_sampler_spec_accept(q->ch, &e->dist, q->drafts[i], NULL, &ok, &rep, err);
+        st = nx_sampler_spec_accept(q->ch, &e->dist, q->drafts[i], q->req.sampled ? &q->qd[i] : NULL, &ok, &rep, err);
         if (st != NX_OK) return st;
         if (!ok) {
             *tok = rep;
@@ -745,6 +820,12 @@ nx_status nx_spec_engine_step(nx_spec_engine *e, nx_error *err) {
             /* a shadow draft is never verified: it needs head room only, no budget */
             k_ask = k + (plan.shadow && k == plan.k && k + 1 <= room && k + 1 <= NX_SPEC_DRAFT_CAP);
         }
+        /* LLAMA_MTP_SKIP_STREAK_THRESHOLD: after that many rounds whose drafts all failed, one
+         * plain round (the fork's rule) */
+        if (e->skip_streak && k > 0 && q->zero_streak >= e->skip_streak) {
+            q->zero_streak = 0;
+            k = k_ask = 0;
+        }
         q->k = k;
         k = k_ask;
         nx_draft_req *r = &q->req;
@@ -760,6 +841,15 @@ nx_status nx_spec_engine_step(nx_spec_engine *e, nx_error *err) {
             r->p_min = q->pp.p_min;
             r->tok = q->drafts;
             r->p = q->dp;
+            if (q->dch) {   /* sampled drafts: the chain as it stands, a fresh RNG stream per round */
+                nx_status cs = nx_sampler_copy(q->dch, q->ch, err);
+                if (cs != NX_OK) { stop_all(e); return nx_error_prefix(err, "spec engine: draft sampler"); }
+                nx_rng rr;
+                nx_rng_seed(&rr, nx_rng_next(&q->drng));
+                nx_sampler_set_rng(q->dch, rr);
+                r->sampler = q->dch;
+                r->q = q->qd;
+            }
             e->reqs[n_req] = *r;
             e->req_seq[n_req++] = s;
         }
@@ -789,6 +879,7 @@ nx_status nx_spec_engine_step(nx_spec_engine *e, nx_error *err) {
                 q->shadow = q->drafts[q->k];
                 q->req.n = q->k;
             }
+            if (e->acc) acc_draft(e, q, e->req_seq[i]);
             if (e->trace) {
                 const char *src = q->req.stage >= 0 && q->req.stage < e->n_stages ? e->stage_names[q->req.stage] : NULL;
                 nx_spec_trace_draft(e->trace, e->req_seq[i], q->P, q->k, src, q->drafts, q->dp, q->req.n, NULL);
@@ -864,6 +955,13 @@ nx_status nx_spec_engine_step(nx_spec_engine *e, nx_error *err) {
         nx_sampler_accept(q->ch, tok, NULL);
         nx_spec_stats_round(&q->st, q->req.stage, n, a);
         nx_spec_stats_round(&e->total, q->req.stage, n, a);
+        if (n > 0) q->zero_streak = a == 0 ? q->zero_streak + 1 : 0;
+        if (q->traced) {
+            fprintf(e->acc, "{\"evt\":\"mtp_accept\",\"iter\":%llu,\"seq_id\":%d,\"n_accepted\":%d}\n",
+                    (unsigned long long)e->acc_iter++, s, a);
+            fflush(e->acc);
+            q->traced = false;
+        }
         nx_spec_policy_observe(&q->pol, n, a);
         if (q->shadow >= 0 && a == n) {
             nx_spec_policy_observe_shadow(&q->pol, n + 1, tok == q->shadow);

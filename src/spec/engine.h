@@ -97,8 +97,9 @@ nx_spec_engine_params nx_spec_engine_default_params(void);
 
 typedef struct nx_spec_engine nx_spec_engine;
 
-/* --spec-type auto (sp->auto_type with no drafter named): mtp when the model has an MTP layer,
- * else assistant when a draft model is given, else none. nx_spec_engine_create applies it; the
+/* --spec-type auto (sp->auto_type with no drafter named): with --draft-model, assistant for a
+ * Gemma 4 assistant GGUF and draft for any other model; else mtp when the model has an MTP layer,
+ * else none. nx_spec_engine_create applies it; the
  * CLI calls it after loading to report what runs. */
 void nx_spec_params_resolve_auto(nx_spec_params *sp, const nx_model *m);
 

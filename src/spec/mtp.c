@@ -8,6 +8,7 @@
  */
 #include "spec/mtp.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include "spec/policy.h"
@@ -50,6 +51,8 @@ typedef struct mtp_drafter {
     int *r_am;
     float *r_ap;
     bool *r_on;
+    nx_draft_req *cur;         /* the requests of the draft call in progress (NULL outside one) */
+    float *s_lg;               /* [n_seq][V] full-head logits of sampled requests' rows */
 } mtp_drafter;
 
 static const nx_drafter_ops mtp_ops;
@@ -63,14 +66,44 @@ static void seq_reset(mtp_drafter *md, mtp_seq *q, nx_seq_id seq) {
 }
 
 /* Run the gathered rows; wanted rows deliver argmax / prob / h_mtp to their request. */
+/* A draw from q = the request's chain over a full-head logits row (sampled drafts), or the
+ * argmax and its softmax probability for a greedy request in the same batch. */
+static nx_status pick_row(mtp_drafter *md, nx_draft_req *r, const float *lg, int *tok, float *prob, nx_error *err) {
+    if (r->sampler) {
+        nx_sample_dist *q = &r->q[r->n];
+        nx_status st = nx_sampler_dist(r->sampler, lg, q, err);
+        nx_token t = 0;
+        if (st == NX_OK) st = nx_sampler_sample_dist(r->sampler, q, &t, err);
+        *tok = t;
+        *prob = nx_sample_dist_prob(q, t);
+        return st;
+    }
+    int am = 0;
+    for (int v = 1; v < md->V; v++)
+        if (lg[v] > lg[am]) am = v;
+    double sum = 0;
+    for (int v = 0; v < md->V; v++) sum += exp((double)lg[v] - (double)lg[am]);
+    *tok = am;
+    *prob = (float)(1.0 / sum);
+    return NX_OK;
+}
+
 static nx_status g_flush(mtp_drafter *md, nx_error *err) {
     if (!md->g_n) return NX_OK;
-    nx_status st = nx_mtp_head_draft_rows(md->h, md->g_n, md->g_tok, md->g_pos, md->g_seq, md->g_hid, md->g_want,
-                                          md->g_am, md->g_ap, err);
+    bool sampled = false;
+    for (int r = 0; md->cur && r < md->g_n; r++) sampled |= md->g_want[r] && md->cur[md->g_req[r]].sampler;
+    nx_status st = sampled ? nx_mtp_head_draft_logits(md->h, md->g_n, md->g_tok, md->g_pos, md->g_seq, md->g_hid,
+                                                      md->g_want, md->s_lg, err)
+                           : nx_mtp_head_draft_rows(md->h, md->g_n, md->g_tok, md->g_pos, md->g_seq, md->g_hid,
+                                                    md->g_want, md->g_am, md->g_ap, err);
     if (st != NX_OK) return st;
     for (int r = 0, o = 0; r < md->g_n; r++) {
         if (!md->g_want[r]) continue;
         const int i = md->g_req[r];
+        if (sampled) {
+            st = pick_row(md, &md->cur[i], md->s_lg + (size_t)o * md->V, &md->g_am[o], &md->g_ap[o], err);
+            if (st != NX_OK) return st;
+        }
         md->r_am[i] = md->g_am[o];
         md->r_ap[i] = md->g_ap[o];
         memcpy(md->r_h + (size_t)i * md->E, nx_mtp_head_hidden(md->h) + (size_t)r * md->E, (size_t)md->E * sizeof(float));
@@ -258,6 +291,7 @@ static nx_status md_draft(nx_drafter *d, nx_draft_req *reqs, int n_reqs, nx_erro
         if (q->qn == 0) nx_mtp_head_seq_trim(h, s, q->committed);
     }
     /* Step 0: every queued committed row + one row (id_last, h_{P-1}) at P per request. */
+    md->cur = reqs;
     nx_status st = push_queues(md, err);
     for (int i = 0; i < n_reqs && st == NX_OK; i++) {
         nx_draft_req *r = &reqs[i];
@@ -267,6 +301,7 @@ static nx_status md_draft(nx_drafter *d, nx_draft_req *reqs, int n_reqs, nx_erro
     if (st == NX_OK) st = g_flush(md, err);
     if (st != NX_OK) {
         md->g_n = 0;
+        md->cur = NULL;
         return st;
     }
     for (int step = 0;; step++) {
@@ -280,6 +315,10 @@ static nx_status md_draft(nx_drafter *d, nx_draft_req *reqs, int n_reqs, nx_erro
                 if (r->p) r->p[r->n] = md->r_ap[i];
                 r->n++;
                 r->stage = 0;
+                if (r->sampler) {
+                    r->sampled = true;
+                    nx_sampler_accept(r->sampler, md->r_am[i], NULL);   /* the next step's penalties */
+                }
             }
             md->r_on[i] = v == NX_PMIN_KEEP && r->n < r->k_max && r->pos + r->n < md->n_ctx;
             active += md->r_on[i];
@@ -297,6 +336,7 @@ static nx_status md_draft(nx_drafter *d, nx_draft_req *reqs, int n_reqs, nx_erro
             break;
         }
     }
+    md->cur = NULL;
     /* Draft rows are not kept; row P is real data (Decisions 3). */
     for (int i = 0; i < n_reqs; i++) nx_mtp_head_seq_trim(h, reqs[i].seq, reqs[i].pos + 1);
     return st;
@@ -315,6 +355,7 @@ static void md_free(nx_drafter *d) {
     free(md->g_tok); free(md->g_pos); free(md->g_seq); free(md->g_want); free(md->g_req); free(md->g_hid);
     free(md->g_am); free(md->g_ap);
     free(md->r_h); free(md->r_am); free(md->r_ap); free(md->r_on);
+    free(md->s_lg);
     free(md);
 }
 
@@ -361,7 +402,8 @@ nx_status nx_mtp_drafter_create_opts(nx_ctx *target, const nx_mtp_head_opts *opt
     md->r_am = malloc((size_t)S * sizeof(int));
     md->r_ap = malloc((size_t)S * sizeof(float));
     md->r_on = malloc((size_t)S * sizeof(bool));
-    bool ok = md->seqs && md->seq_mem && md->g_tok && md->g_pos && md->g_seq && md->g_want && md->g_req && md->g_hid &&
+    md->s_lg = malloc((size_t)S * (size_t)md->V * sizeof(float));
+    bool ok = md->s_lg && md->seqs && md->seq_mem && md->g_tok && md->g_pos && md->g_seq && md->g_want && md->g_req && md->g_hid &&
               md->g_am && md->g_ap && md->r_h && md->r_am && md->r_ap && md->r_on;
     for (int s = 0; ok && s < S; s++) {
         mtp_seq *q = &md->seqs[s];

@@ -26,7 +26,8 @@ nx_spec_params nx_spec_params_default(void) {
         .n_types = 0, .draft_max = pp.draft_max, .draft_min = pp.draft_min, .p_min = pp.p_min,
         .adaptive = pp.adaptive, .ngram_max = ng.ngram_max, .ngram_min = ng.ngram_min,
         .draft_positions = NX_ASST_POS_CONSTANT, .assistant_dense_head = false,
-        .auto_type = false, .draft_vocab = -1,
+        .auto_type = false, .draft_vocab = -1, .draft_type_k = NX_CACHE_F32, .draft_type_v = NX_CACHE_F32,
+        .guard = pp.guard,
     };
 }
 
@@ -39,6 +40,9 @@ const char *nx_spec_type_list(void) {
 }
 
 nx_status nx_spec_type_parse(const char *name, nx_spec_type *out, nx_error *err) {
+    /* the names of llama.cpp forks (llamafile's draft-mtp for NextN, draft-assistant for Gemma 4) */
+    if (name && !strcmp(name, "draft-mtp")) { *out = NX_SPEC_MTP; return NX_OK; }
+    if (name && !strcmp(name, "draft-assistant")) { *out = NX_SPEC_ASSISTANT; return NX_OK; }
     for (int t = 0; t < NX_SPEC_TYPE_COUNT; t++)
         if (name && !strcmp(name, type_names[t])) {
             *out = (nx_spec_type)t;
@@ -122,7 +126,7 @@ static nx_status parse_onoff(const char *flag, const char *v, bool *out, nx_erro
 /* ===== Flags ===== */
 
 enum { F_TYPE, F_DMAX, F_DMIN, F_PMIN, F_ADAPT, F_NGMAX, F_NGMIN, F_MODEL, F_TRACE, F_FALLBACK, F_DPOS, F_DENSE,
-       F_DVOCAB, F_DVFILE, F_DHTYPE };
+       F_DVOCAB, F_DVFILE, F_DHTYPE, F_CD, F_TD, F_CTKD, F_CTVD, F_BLOCK, F_MTP, F_NOMTP, F_MTPADAPT, F_DSAMPLE };
 
 static const struct flag { const char *name; int id; bool has_value; } flags[] = {
     {"--spec-type", F_TYPE, true},       {"--draft-max", F_DMAX, true},
@@ -134,7 +138,26 @@ static const struct flag { const char *name; int id; bool has_value; } flags[] =
     {"--draft-positions", F_DPOS, true}, {"--assistant-dense-head", F_DENSE, false},
     {"--draft-vocab", F_DVOCAB, true},   {"--draft-vocab-file", F_DVFILE, true},
     {"--draft-head-type", F_DHTYPE, true},
+    {"-md", F_MODEL, true},              {"--model-draft", F_MODEL, true},
+    {"-cd", F_CD, true},                 {"--ctx-size-draft", F_CD, true},
+    {"-td", F_TD, true},                 {"--threads-draft", F_TD, true},
+    {"-ctkd", F_CTKD, true},             {"--cache-type-k-draft", F_CTKD, true},
+    {"-ctvd", F_CTVD, true},             {"--cache-type-v-draft", F_CTVD, true},
+    {"--draft", F_DMAX, true},           {"--draft-n", F_DMAX, true},
+    {"--draft-block-size", F_BLOCK, true},
+    {"-mtp", F_MTP, false},              {"--multi-token-prediction", F_MTP, false},
+    {"-no-mtp", F_NOMTP, false},         {"--no-multi-token-prediction", F_NOMTP, false},
+    {"--mtp-adaptive", F_MTPADAPT, false},
+    {"--draft-sample", F_DSAMPLE, true},
 };
+
+static nx_status parse_cache(const char *flag, const char *v, nx_cache_type *out, nx_error *err) {
+    if (!strcmp(v, "f32")) *out = NX_CACHE_F32;
+    else if (!strcmp(v, "f16")) *out = NX_CACHE_F16;
+    else return nx_fail(err, NX_ERR_INVALID_ARG, "%s: unsupported cache type '%s' for the draft model (supported: f32, f16)",
+                        flag, v);
+    return NX_OK;
+}
 
 nx_status nx_spec_params_parse_arg(nx_spec_params *p, int argc, char **argv, int *i, bool *consumed, nx_error *err) {
     *consumed = false;
@@ -200,6 +223,24 @@ nx_status nx_spec_params_parse_arg(nx_spec_params *p, int argc, char **argv, int
         if (f->id == F_MODEL) p->draft_model = v; else p->trace_path = v;
         break;
     case F_FALLBACK: p->fallback = true; break;
+    case F_CD: st = parse_int(f->name, v, 0, 1 << 24, &p->draft_n_ctx, err); break;
+    case F_TD: st = parse_int(f->name, v, 0, 1024, &p->draft_threads, err); break;
+    case F_CTKD: st = parse_cache(f->name, v, &p->draft_type_k, err); break;
+    case F_CTVD: st = parse_cache(f->name, v, &p->draft_type_v, err); break;
+    case F_BLOCK: {   /* a block = id_last + the drafts */
+        int b = 0;
+        if (!(st = parse_int(f->name, v, 2, NX_SPEC_DRAFT_CAP + 1, &b, err))) p->draft_max = b - 1;
+        break;
+    }
+    case F_MTP:
+    case F_NOMTP:
+        memset(p->types, 0, sizeof p->types);
+        p->n_types = 0;
+        p->auto_type = false;
+        if (f->id == F_MTP) p->types[p->n_types++] = NX_SPEC_MTP;
+        break;
+    case F_MTPADAPT: p->adaptive = true; p->guard = true; break;
+    case F_DSAMPLE: st = parse_onoff(f->name, v, &p->sample_drafts, err); break;
     case F_DPOS:  st = nx_assistant_parse_positions(v, &p->draft_positions, err); break;
     case F_DENSE: p->assistant_dense_head = true; break;
     }
@@ -252,6 +293,7 @@ nx_spec_policy_params nx_spec_params_policy(const nx_spec_params *p) {
     pp.draft_min = p->draft_min;
     pp.p_min = p->p_min;
     pp.adaptive = p->adaptive;
+    pp.guard = p->guard;
     return pp;
 }
 
@@ -273,8 +315,8 @@ size_t nx_spec_params_describe(const nx_spec_params *p, char *buf, size_t size) 
 
 const char *nx_spec_params_usage(void) {
     return "  --spec-type LIST         drafters tried in order, comma-separated: mtp, assistant, draft, ngram\n"
-           "                           (e.g. ngram,mtp), none, or auto (mtp when the model has an MTP layer,\n"
-           "                           assistant with --draft-model, else none)\n"
+           "                           (e.g. ngram,mtp), none, or auto (with --draft-model: assistant or draft,\n"
+           "                           else mtp when the model has an MTP layer, else none)\n"
            "  --draft-max N            largest draft length (default 8)\n"
            "  --draft-min N            smallest draft length when drafting (default 0)\n"
            "  --draft-p-min P          stop drafting below this drafter probability (default 0: off)\n"
@@ -282,7 +324,16 @@ const char *nx_spec_params_usage(void) {
            "                           (default on); off: always --draft-max\n"
            "  --ngram-max N            longest n-gram the ngram drafter matches (default 4)\n"
            "  --ngram-min N            shortest n-gram it matches (default 1)\n"
-           "  --draft-model FILE       drafter GGUF for assistant / draft (alias --mtp-head)\n"
+           "  --draft-model FILE       drafter GGUF for assistant / draft (aliases -md, --model-draft,\n"
+           "                           --mtp-head); with auto: assistant for a Gemma 4 assistant GGUF, else draft\n"
+           "  --draft-sample on|off    at temperature > 0 model drafters (draft, mtp, assistant) sample their\n"
+           "                           drafts; exact acceptance with their distribution (default off: greedy)\n"
+           "  -cd, --ctx-size-draft N  draft model context (default 0: the target's)\n"
+           "  -td, --threads-draft N   draft model threads (default 0: the target's)\n"
+           "  -ctkd, -ctvd TYPE        draft model KV cache types: f32 (default), f16\n"
+           "  --draft, --draft-n N     alias of --draft-max; --draft-block-size B = --draft-max B-1\n"
+           "  -mtp / -no-mtp           --spec-type mtp / none; --spec-type draft-mtp / draft-assistant = mtp / assistant\n"
+           "  --mtp-adaptive           adaptive draft length with the wall-clock guard (plain decoding when faster)\n"
            "  --draft-positions P      assistant draft positions: constant (default) or increment\n"
            "  --assistant-dense-head   the assistant drafts with its dense head even when it has centroids\n"
            "  --spec-trace FILE        write one JSON line per draft and accept (or env NEXTN_SPEC_TRACE)\n"

@@ -3,16 +3,26 @@
  * so that `run`, `bench`, `eval` and the server accept exactly the same flags.
  *
  *   --spec-type LIST         comma-separated drafters, tried in order: mtp, assistant, draft,
- *                            ngram (e.g. "ngram,mtp"), none, or auto (the engine picks: mtp when
- *                            the model has a NextN layer, assistant with --draft-model, else none;
- *                            the CLI's default). Unknown names fail with the list of known ones.
+ *                            ngram (e.g. "ngram,mtp"), none, or auto (the engine picks: with
+ *                            --draft-model assistant or draft by the file, else mtp when the model
+ *                            has a NextN layer, else none; the CLI's default). Unknown names fail with the list of known ones.
  *   --draft-max N            largest draft length (default 8; 1..NX_SPEC_DRAFT_CAP)
  *   --draft-min N            smallest draft length when drafting (default 0)
  *   --draft-p-min P          stop drafting when the drafter's top probability < P (default 0 = off)
  *   --draft-adaptive on|off  adaptive k (speculative.md §5, default on); off = fixed k = draft-max
  *   --ngram-max N            longest n-gram the ngram drafter matches (default 4; 1..16)
  *   --ngram-min N            shortest (default 1)
- *   --draft-model F          drafter GGUF for `assistant` / `draft` (alias --mtp-head)
+ *   --draft-model F          drafter GGUF for `assistant` / `draft` (aliases -md, --model-draft,
+ *                            --mtp-head); with auto, an assistant GGUF means assistant, any other
+ *                            model means draft
+ *   --draft-sample on|off    sampled drafts at temperature > 0 (default off: greedy drafts)
+ *   -cd, --ctx-size-draft N  the draft model's context (0: the target's)
+ *   -td, --threads-draft N   the draft model's threads (0: the target's)
+ *   -ctkd / -ctvd TYPE       the draft model's KV cache types (f32 default, f16)
+ *   aliases (llama.cpp and its forks): --draft / --draft-n N (= --draft-max), --draft-block-size B
+ *                            (= --draft-max B-1), --spec-type draft-mtp (= mtp) / draft-assistant
+ *                            (= assistant), -mtp (= --spec-type mtp), -no-mtp (= none),
+ *                            --mtp-adaptive (adaptive k with the wall-clock guard)
  *   --draft-positions constant|increment   assistant draft positions (default constant)
  *   --assistant-dense-head   the assistant scores with its dense head even when it has centroids
  *   --spec-trace FILE        NDJSON trace (env NEXTN_SPEC_TRACE when the flag is absent)
@@ -64,6 +74,15 @@ typedef struct nx_spec_params {
     const char *draft_vocab_file;/* calibration text for the token frequencies (NULL: rank order) */
     bool  draft_head_requant;    /* MTP draft head requantized to draft_head_type */
     nx_type draft_head_type;
+    /* the `draft` drafter's own context (draft_model.h) */
+    int   draft_n_ctx;           /* -cd: positions (0: the target context's) */
+    int   draft_threads;         /* -td: threads (0: the target's) */
+    nx_cache_type draft_type_k, draft_type_v;   /* -ctkd / -ctvd: F32 (default) or F16 */
+    bool  sample_drafts;         /* --draft-sample on: at temperature > 0 the model drafters (draft,
+                                    mtp, assistant) draw their drafts from their own distribution after
+                                    the request's chain; verified with q (exact rule). Default off */
+    bool  guard;                 /* the wall-clock guard of the adaptive policy (default on;
+                                    --mtp-adaptive turns adaptive mode and the guard on) */
 } nx_spec_params;
 
 /* Speculation off, the defaults listed above. */

@@ -274,7 +274,8 @@ nx_status nx_spec_trace_open(const char *path, nx_spec_trace **out, nx_error *er
     if (!out) return nx_fail(err, NX_ERR_INVALID_ARG, "spec trace: no output pointer");
     *out = NULL;
     if (!path || !*path) return nx_fail(err, NX_ERR_INVALID_ARG, "spec trace: empty path");
-    if (!strcmp(path, "-")) return nx_spec_trace_open_stream(stdout, out, err);
+    /* "-" is stderr: stdout carries the generated text, which the trace must never mix into */
+    if (!strcmp(path, "-")) return nx_spec_trace_open_stream(stderr, out, err);
     FILE *f = fopen(path, "w");
     if (!f) return nx_fail(err, NX_ERR_IO, "spec trace: cannot create %s: %s", path, strerror(errno));
     nx_status st = nx_spec_trace_open_stream(f, out, err);

@@ -94,7 +94,7 @@ double nx_spec_time_now(void);
 
 typedef struct nx_spec_trace nx_spec_trace;
 
-/* Create / truncate `path` ("-": stdout). Errors: NX_ERR_IO naming the path. */
+/* Create / truncate `path` ("-": stderr, so a trace never mixes into generated text on stdout). Errors: NX_ERR_IO naming the path. */
 nx_status nx_spec_trace_open(const char *path, nx_spec_trace **out, nx_error *err);
 /* Write to a stream the caller keeps owning (close flushes but does not fclose it). */
 nx_status nx_spec_trace_open_stream(FILE *f, nx_spec_trace **out, nx_error *err);
