@@ -547,7 +547,7 @@ static void test_packed(void) {
         CHECK(nx_cpu_set_level(NX_CPU_AVX512) == (avx512 ? NX_CPU_AVX512 : nx_cpu_level_detected()));
         const size_t bytes = nx_matmul_pack_size(&m.w);
         CHECK(avx512 ? bytes == (size_t)(n_out / 16) * (size_t)(n_in / 32) * 544 : bytes == 0);
-        void *pk = aligned_alloc(64, (size_t)(n_out / 16) * (size_t)(n_in / 32) * 544);
+        void *pk = aligned_alloc(64, ((size_t)(n_out / 16) * (size_t)(n_in / 32) * 544 + 63) / 64 * 64);
         { nx_tensor t = m.w; t.packed = NULL; nx_matmul_pack(&t, pk); }   /* the layout, even where unused */
         wmat mp = m;
         mp.w.packed = pk;

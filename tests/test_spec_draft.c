@@ -467,7 +467,8 @@ static void test_sampled_distribution(void) {
     if (m && as) {
         dist_arm(m, NX_SPEC_NONE, NULL, false, 1000, runs, 3.0f, off);
         dist_arm(m, NX_SPEC_ASSISTANT, as, true, 500000, runs, 3.0f, on);
-        compare_arms("assistant, sampled", off, on, 3);
+        /* the sanitizer build runs 400 samples: after token 1 too few categories are populated */
+        compare_arms("assistant, sampled", off, on, SLOW ? 1 : 3);
         CHECK(on->accepted > 0 && on->accepted < on->drafted);
     } else CHECK_MSG(false, "gemma4 target / assistant");
     nx_model_free(m);
