@@ -97,14 +97,19 @@ bool nx_model_can_run(const nx_model *m) { return m->impl != NULL; }
 
 /* ===== Helpers for architectures ===== */
 
+/* Room for one more owned buffer; false when out of memory. */
+static bool owned_reserve(nx_model *m) {
+    if (m->n_owned < m->cap_owned) return true;
+    size_t cap = m->cap_owned ? m->cap_owned * 2 : 32;
+    void **p = realloc(m->owned, cap * sizeof *p);
+    if (!p) return false;
+    m->owned = p;
+    m->cap_owned = cap;
+    return true;
+}
+
 void *nx_model_alloc(nx_model *m, size_t bytes, nx_error *err) {
-    if (m->n_owned == m->cap_owned) {
-        size_t cap = m->cap_owned ? m->cap_owned * 2 : 32;
-        void **p = realloc(m->owned, cap * sizeof *p);
-        if (!p) { nx_fail(err, NX_ERR_NOMEM, "out of memory"); return NULL; }
-        m->owned = p;
-        m->cap_owned = cap;
-    }
+    if (!owned_reserve(m)) { nx_fail(err, NX_ERR_NOMEM, "out of memory"); return NULL; }
     void *p = calloc(1, bytes ? bytes : 1);
     if (!p) { nx_fail(err, NX_ERR_NOMEM, "out of memory (%zu bytes)", bytes); return NULL; }
     m->owned[m->n_owned++] = p;
@@ -136,13 +141,7 @@ void nx_model_pack_weight(nx_model *m, const nx_tensor *ct) {
     const size_t huge = (size_t)2 << 20;
     if (posix_memalign(&p, bytes >= huge ? huge : 64, bytes) != 0) return;   /* no copy: the unpacked kernels serve */
     if (bytes >= huge) madvise(p, bytes, MADV_HUGEPAGE);   /* advice only */
-    if (m->n_owned == m->cap_owned) {
-        size_t cap = m->cap_owned ? m->cap_owned * 2 : 32;
-        void **o = realloc(m->owned, cap * sizeof *o);
-        if (!o) { free(p); return; }
-        m->owned = o;
-        m->cap_owned = cap;
-    }
+    if (!owned_reserve(m)) { free(p); return; }
     m->owned[m->n_owned++] = p;
     nx_matmul_pack(t, p);
     t->packed = p;

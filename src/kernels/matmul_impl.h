@@ -74,10 +74,7 @@ void nx_mm_pk_q8_0_scalar(int64_t nb, const uint8_t *wp, int64_t n_groups, const
 void nx_mm_pk_q8_0_avx512(int64_t nb, const uint8_t *wp, int64_t n_groups, const nx_mm_act *a, int n_act,
                           float *y, int64_t ldy);
 
-/* The AVX-512 kernels handle a tile in groups of 16, 8, 4, 3, 2 or 1 rows (one compiled body each, to
- * keep code size sane); a group's rows share one decode of the weight row. (The AVX2 kernels
- * balance their groups instead, matmul_avx2.c: group_rows.) */
-static inline int nx_mm_group(int rem) { return rem >= 8 ? 8 : rem >= 4 ? 4 : rem; }
+/* Row groups per kernel call: matmul_avx512.c grp512, matmul_avx2.c group_rows (both balanced). */
 
 typedef void (*nx_mm_kernel)(int64_t n_in, const uint8_t *w, size_t w_stride, int64_t n_w,
                              const nx_mm_act *a, int n_act, float *y, int64_t ldy);
