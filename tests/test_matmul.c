@@ -10,7 +10,8 @@
  *   - extreme codes (all-0x00/0xFF/0x80/0x7F weights, activations at +-127): no int16 /
  *     int32 saturation in the SIMD kernels' integer sums (== scalar, batches 1..9);
  *   - bad arguments give errors, not crashes;
- *   - packed Q8_0 x16 weights: the packed contract bit for bit, batch / thread invariance.
+ *   - packed Q8_0 / Q4_K x16 weights (AVX2 and AVX-512): the packed contract bit for bit,
+ *     batch / thread invariance.
  * Weights are random bytes with sane scale fields, so every code pattern is exercised.
  */
 #include "test.h"
@@ -495,101 +496,151 @@ static void test_quantize_levels(void) {
     }
 }
 
-/* Packed Q8_0 x16 (matmul.h: nx_matmul_pack). At the AVX-512 level: every output equals the
- * contract's float ops computed here one pair at a time (acc = fma((float)I_b, d_w*d_x, acc)
- * over blocks in order, activations quantized by the scalar reference with signed codes),
- * bitwise, for batches 1..20 and 37 (16-row tiles plus tails), 1..3 threads, through
- * nx_matmul_multi too, including extreme codes (-128, 127); and within the level tolerance of
- * the unpacked kernels. At every level without a packed kernel: no packed size, and a tensor
- * carrying a packed copy computes exactly what the unpacked tensor does. */
+/* Packed weights: each packed kernel bit for bit against its layout's contract, computed
+ * here from the original blocks (not the packed bytes), at every batch size 1..20 and 37 and
+ * 1..3 threads; close to the unpacked kernels; the scalar packed reference equal to the
+ * contract too. At the scalar level: no packed size, and a tensor carrying a packed copy
+ * computes exactly what the unpacked tensor does. */
 static void packed_reference(const wmat *m, const float *x, int64_t n_rows, int64_t ldx, float *y, int64_t ldy) {
-    const int64_t n_in = m->n_in, nb = n_in / 32;
+    const int64_t n_in = m->n_in, B = m->type == NX_TYPE_Q4_K ? 256 : 32, nb = n_in / B;
     uint8_t *q = malloc((size_t)n_in);
     float *d = malloc(sizeof(float) * (size_t)nb);
+    int16_t *bs = malloc(sizeof(int16_t) * (size_t)nb * 16);
     for (int64_t r = 0; r < n_rows; r++) {
-        nx_mm_quantize_scalar(x + r * ldx, n_in, 32, 0, q, d, NULL, NULL);
+        nx_mm_quantize_scalar(x + r * ldx, n_in, (int)B, 0, q, d, NULL, B == 256 ? bs : NULL);
         for (int64_t o = 0; o < m->n_out; o++) {
             const uint8_t *row = m->wbytes + m->rb * (size_t)o;
             float acc = 0.0f;
             for (int64_t b = 0; b < nb; b++) {
-                const uint8_t *blk = row + 34 * b;
-                nx_half h;
-                memcpy(&h, blk, 2);
-                int32_t I = 0;
-                for (int i = 0; i < 32; i++) I += (int32_t)(int8_t)blk[2 + i] * (int8_t)q[32 * b + i];
-                const float sc = nx_half_to_f32(h) * d[b];
-                acc = fmaf((float)I, sc, acc);
+                if (B == 32) {
+                    const uint8_t *blk = row + 34 * b;
+                    nx_half h;
+                    memcpy(&h, blk, 2);
+                    int32_t I = 0;
+                    for (int i = 0; i < 32; i++) I += (int32_t)(int8_t)blk[2 + i] * (int8_t)q[32 * b + i];
+                    const float sc = nx_half_to_f32(h) * d[b];
+                    acc = fmaf((float)I, sc, acc);
+                    continue;
+                }
+                const nx_block_q4_K *blk = (const void *)(row + sizeof(nx_block_q4_K) * b);
+                uint8_t sc[8], mn[8];
+                nx_mm_k4_scales(blk->scales, sc, mn);
+                const float dw = nx_half_to_f32(blk->d), dm = nx_half_to_f32(blk->dmin);
+                int32_t M = 0;
+                for (int j = 0; j < 8; j++) M += mn[j] * (bs[16 * b + 2 * j] + bs[16 * b + 2 * j + 1]);
+                float t = (float)M * -dm;
+                for (int j = 0; j < 8; j++) {
+                    int32_t I = 0;
+                    for (int i = 0; i < 32; i++) {
+                        const int v = 32 * j + i;
+                        I += ((blk->qs[32 * (v / 64) + v % 32] >> (4 * ((v % 64) / 32))) & 15) * (int8_t)q[256 * b + v];
+                    }
+                    t = fmaf((float)I, dw * (float)sc[j], t);
+                }
+                acc = fmaf(t, d[b], acc);
             }
             y[r * ldy + o] = acc;
         }
     }
-    free(q); free(d);
+    free(q); free(d); free(bs);
+}
+
+static void check_packed(nx_type type, int64_t n_in, int64_t n_out, bool extreme, nx_threadpool **tp) {
+    const int64_t ldx = n_in + 5, ldy = n_out + 3;
+    const int B = type == NX_TYPE_Q4_K ? 256 : 32;
+    size_t bb;
+    CHECK(nx_mm_pack_format(type, NULL, &bb));
+    wmat m;
+    wmat_make(&m, type, n_in, n_out);
+    if (extreme)   /* extreme codes in some rows: no int16 / int32 saturation */
+        for (int64_t o = 0; o < 8; o++)
+            for (int64_t b = 0; b < n_in / B; b++) {
+                if (type == NX_TYPE_Q8_0) memset(m.wbytes + m.rb * (size_t)o + 34 * b + 2, o % 2 ? 0x80 : 0x7F, 32);
+                else memset(m.wbytes + m.rb * (size_t)o + 144 * b + 4, 0xFF, 140);   /* sc = m = 63, codes 15 */
+            }
+    enum { R = 37 };
+    float *x = make_x(R, ldx);
+    if (extreme)
+        for (int64_t i = 0; i < n_in; i++) { x[i] = 1.0f; x[ldx + i] = i % 2 ? 1.0f : -1.0f; x[2 * ldx + i] = -1.0f; }
+    float *ref = malloc(sizeof(float) * R * (size_t)ldy), *y = malloc(sizeof(float) * R * (size_t)ldy);
+    float *yu = malloc(sizeof(float) * R * (size_t)ldy);
+    const size_t want = (size_t)(n_out / 16) * (size_t)(n_in / B) * bb;
+    void *pk = aligned_alloc(64, (want + 63) / 64 * 64);
+    { nx_tensor t = m.w; t.packed = NULL; nx_matmul_pack(&t, pk); }   /* the layout, even where unused */
+    wmat mp = m;
+    mp.w.packed = pk;
+    packed_reference(&m, x, R, ldx, ref, ldy);
+    { /* the scalar reference reads the packed bytes: equal to the contract from the blocks */
+        uint8_t *q = malloc((size_t)n_in);
+        float *d = malloc(sizeof(float) * (size_t)(n_in / B));
+        int16_t *bs = malloc(sizeof(int16_t) * (size_t)(n_in / 16));
+        int32_t *cs = malloc(sizeof(int32_t) * (size_t)(n_in / 32));
+        for (int r = 0; r < 3; r++) {
+            nx_mm_quantize_scalar(x + r * ldx, n_in, B, 0, q, d, NULL, B == 256 ? bs : NULL);
+            for (int64_t b = 0; b < n_in / 32; b++) {
+                int32_t sum = 0;
+                for (int i = 0; i < 32; i++) sum += (int8_t)q[32 * b + i];
+                cs[b] = -128 * sum;
+            }
+            nx_mm_act act = {.q = q, .d = d, .bs = bs, .cs = cs};
+            (type == NX_TYPE_Q4_K ? nx_mm_pk_q4_K_scalar : nx_mm_pk_q8_0_scalar)(n_in / B, pk, n_out / 16, &act, 1, y, ldy);
+            CHECK_MSG(same_bits(y, ref + r * ldy, (size_t)n_out), "%s scalar packed reference row %d", nx_type_name(type), r);
+        }
+        free(q); free(d); free(bs); free(cs);
+    }
+    for (int l = 1; l < 3; l++) {
+        if (nx_cpu_set_level(k_levels[l]) != k_levels[l]) continue;
+        const size_t bytes = nx_matmul_pack_size(&m.w);
+        CHECK_MSG(bytes == want, "%s pack size %zu at %s", nx_type_name(type), bytes, nx_cpu_level_name(k_levels[l]));
+        CHECK(run_mm(NULL, &m, x, R, ldx, yu, ldy) == NX_OK);
+        for (int n = 1; n <= R; n = n == 20 ? R : n + 1)
+            for (int th = 0; th < 3; th++) {
+                for (int64_t i = 0; i < R * ldy; i++) y[i] = NAN;
+                CHECK(run_mm(th ? tp[th - 1] : NULL, &mp, x, n, ldx, y, ldy) == NX_OK);
+                for (int r = 0; r < n; r++)
+                    CHECK_MSG(same_bits(y + r * ldy, ref + r * ldy, (size_t)n_out), "packed %s %lldx%lld %s batch %d row %d threads %d",
+                              nx_type_name(type), (long long)n_in, (long long)n_out, nx_cpu_level_name(k_levels[l]), n, r, th + 1);
+                CHECK(isnan(y[n_out]));   /* padding untouched */
+            }
+        for (int r = 0; r < R; r++)
+            for (int64_t o = 0; o < n_out; o++) {
+                double mag = 0;
+                for (int64_t i = 0; i < n_in; i++) mag += fabs((double)m.wf[o * n_in + i] * x[r * ldx + i]);
+                CHECK_MSG(fabs(ref[r * ldy + o] - yu[r * ldy + o]) <= 2e-5 * mag + 1e-6, "packed vs unpacked %s r %d o %lld",
+                          nx_type_name(type), r, (long long)o);
+            }
+        /* two packed weights in one dispatch == one call each */
+        float *y2 = malloc(sizeof(float) * R * (size_t)n_out);
+        nx_mm_out outs[2] = {{&mp.w, y, ldy}, {&mp.w, y2, n_out}};
+        nx_error err = {0};
+        CHECK(nx_matmul_multi(tp[0], NULL, outs, 2, x, 9, ldx, &err) == NX_OK);
+        for (int r = 0; r < 9; r++) CHECK(same_bits(y + r * ldy, ref + r * ldy, (size_t)n_out) && same_bits(y2 + r * n_out, ref + r * ldy, (size_t)n_out));
+        free(y2);
+        setenv("NEXTN_REPACK", "0", 1);
+        CHECK(nx_matmul_pack_size(&m.w) == 0);
+        unsetenv("NEXTN_REPACK");
+    }
+    /* the scalar level has no packed kernel and ignores the copy */
+    CHECK(nx_cpu_set_level(NX_CPU_SCALAR) == NX_CPU_SCALAR);
+    CHECK(nx_matmul_pack_size(&m.w) == 0);
+    CHECK(run_mm(tp[0], &m, x, 5, ldx, yu, ldy) == NX_OK);
+    CHECK(run_mm(tp[0], &mp, x, 5, ldx, y, ldy) == NX_OK);
+    for (int r = 0; r < 5; r++) CHECK(same_bits(y + r * ldy, yu + r * ldy, (size_t)n_out));
+    nx_cpu_set_level(NX_CPU_AVX512);
+    free(pk); free(x); free(ref); free(y); free(yu);
+    wmat_free(&m);
 }
 
 static void test_packed(void) {
     nx_error terr = {0};
     nx_threadpool *tp[2] = {nx_threadpool_create(2, &terr), nx_threadpool_create(3, &terr)};
     CHECK(tp[0] && tp[1]);
-    static const int64_t shapes[][2] = {{32, 16}, {96, 48}, {1024, 64}};
-    const bool avx512 = nx_cpu_level_detected() >= NX_CPU_AVX512;
-    for (int si = 0; si < 3; si++) {
-        const int64_t n_in = shapes[si][0], n_out = shapes[si][1], ldx = n_in + 5, ldy = n_out + 3;
-        wmat m;
-        wmat_make(&m, NX_TYPE_Q8_0, n_in, n_out);
-        if (si == 1)   /* extreme codes in some rows */
-            for (int64_t o = 0; o < 8; o++)
-                for (int64_t b = 0; b < n_in / 32; b++) memset(m.wbytes + m.rb * (size_t)o + 34 * b + 2, o % 2 ? 0x80 : 0x7F, 32);
-        enum { R = 37 };
-        float *x = make_x(R, ldx);
-        if (si == 1) for (int64_t i = 0; i < n_in; i++) x[i] = i % 2 ? 1.0f : -1.0f;
-        float *ref = malloc(sizeof(float) * R * (size_t)ldy), *y = malloc(sizeof(float) * R * (size_t)ldy);
-        float *yu = malloc(sizeof(float) * R * (size_t)ldy);
-        CHECK(nx_cpu_set_level(NX_CPU_AVX512) == (avx512 ? NX_CPU_AVX512 : nx_cpu_level_detected()));
-        const size_t bytes = nx_matmul_pack_size(&m.w);
-        CHECK(avx512 ? bytes == (size_t)(n_out / 16) * (size_t)(n_in / 32) * 544 : bytes == 0);
-        void *pk = aligned_alloc(64, ((size_t)(n_out / 16) * (size_t)(n_in / 32) * 544 + 63) / 64 * 64);
-        { nx_tensor t = m.w; t.packed = NULL; nx_matmul_pack(&t, pk); }   /* the layout, even where unused */
-        wmat mp = m;
-        mp.w.packed = pk;
-        if (avx512) {
-            packed_reference(&m, x, R, ldx, ref, ldy);
-            CHECK(run_mm(NULL, &m, x, R, ldx, yu, ldy) == NX_OK);
-            for (int n = 1; n <= R; n = n == 20 ? R : n + 1)
-                for (int th = 0; th < 3; th++) {
-                    for (int64_t i = 0; i < R * ldy; i++) y[i] = NAN;
-                    CHECK(run_mm(th ? tp[th - 1] : NULL, &mp, x, n, ldx, y, ldy) == NX_OK);
-                    for (int r = 0; r < n; r++) CHECK_MSG(same_bits(y + r * ldy, ref + r * ldy, (size_t)n_out), "packed %lldx%lld batch %d row %d threads %d", (long long)n_in, (long long)n_out, n, r, th + 1);
-                    CHECK(isnan(y[n_out]));   /* padding untouched */
-                }
-            for (int r = 0; r < R; r++)
-                for (int64_t o = 0; o < n_out; o++) {
-                    double mag = 0;
-                    for (int64_t i = 0; i < n_in; i++) mag += fabs((double)m.wf[o * n_in + i] * x[r * ldx + i]);
-                    CHECK_MSG(fabs(ref[r * ldy + o] - yu[r * ldy + o]) <= 2e-5 * mag + 1e-6, "packed vs unpacked r %d o %lld", r, (long long)o);
-                }
-            /* two packed weights in one dispatch == one call each */
-            float *y2 = malloc(sizeof(float) * R * (size_t)n_out);
-            nx_mm_out outs[2] = {{&mp.w, y, ldy}, {&mp.w, y2, n_out}};
-            nx_error err = {0};
-            CHECK(nx_matmul_multi(tp[0], NULL, outs, 2, x, 9, ldx, &err) == NX_OK);
-            for (int r = 0; r < 9; r++) CHECK(same_bits(y + r * ldy, ref + r * ldy, (size_t)n_out) && same_bits(y2 + r * n_out, ref + r * ldy, (size_t)n_out));
-            free(y2);
-            setenv("NEXTN_REPACK", "0", 1);
-            CHECK(nx_matmul_pack_size(&m.w) == 0);
-            unsetenv("NEXTN_REPACK");
-        }
-        /* levels without a packed kernel ignore the copy */
-        for (int l = 0; l < 2; l++) {
-            if (nx_cpu_set_level(k_levels[l]) != k_levels[l]) continue;
-            CHECK(nx_matmul_pack_size(&m.w) == 0);
-            CHECK(run_mm(tp[0], &m, x, 5, ldx, yu, ldy) == NX_OK);
-            CHECK(run_mm(tp[0], &mp, x, 5, ldx, y, ldy) == NX_OK);
-            for (int r = 0; r < 5; r++) CHECK(same_bits(y + r * ldy, yu + r * ldy, (size_t)n_out));
-        }
-        nx_cpu_set_level(NX_CPU_AVX512);
-        free(pk); free(x); free(ref); free(y); free(yu);
-        wmat_free(&m);
-    }
+    check_packed(NX_TYPE_Q8_0, 32, 16, false, tp);
+    check_packed(NX_TYPE_Q8_0, 96, 48, true, tp);
+    check_packed(NX_TYPE_Q8_0, 1024, 64, false, tp);
+    check_packed(NX_TYPE_Q4_K, 256, 16, false, tp);
+    check_packed(NX_TYPE_Q4_K, 512, 48, true, tp);
+    check_packed(NX_TYPE_Q4_K, 1024, 32, false, tp);
     nx_threadpool_free(tp[0]);
     nx_threadpool_free(tp[1]);
 }

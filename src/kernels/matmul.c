@@ -163,37 +163,7 @@ static void quantize_rows(act_kind kind, int bias, const float *x, int64_t n_row
     }
 }
 
-/* ===== Packed weights (matmul.h) ===== */
-
-/* The packed kernel of the current level for a type, or NULL. */
-static nx_mm_pkernel pick_pkernel(nx_type type) {
-    if (type != NX_TYPE_Q8_0) return NULL;
-    return nx_cpu_level_get() == NX_CPU_AVX512 ? nx_mm_pk_q8_0_avx512 : NULL;
-}
-
-size_t nx_matmul_pack_size(const nx_tensor *w) {
-    const char *env = getenv("NEXTN_REPACK");
-    if (env && !strcmp(env, "0")) return 0;
-    if (!w || !w->data || !pick_pkernel(w->type)) return 0;
-    if (w->ne[2] != 1 || w->ne[3] != 1 || w->ne[0] <= 0 || w->ne[0] % 32 || w->ne[1] <= 0 ||
-        w->ne[1] % NX_MM_PACK_ROWS || w->nb[1] != nx_row_size(w->type, w->ne[0]))
-        return 0;
-    return (size_t)(w->ne[1] / NX_MM_PACK_ROWS) * (size_t)(w->ne[0] / 32) * NX_MM_Q8X16_BLOCK;
-}
-
-void nx_matmul_pack(const nx_tensor *w, void *dst) {
-    const int64_t nb = w->ne[0] / 32, ng = w->ne[1] / NX_MM_PACK_ROWS;
-    uint8_t *out = dst;
-    for (int64_t g = 0; g < ng; g++)
-        for (int64_t b = 0; b < nb; b++) {
-            uint8_t *bp = out + (size_t)(g * nb + b) * NX_MM_Q8X16_BLOCK;
-            for (int l = 0; l < NX_MM_PACK_ROWS; l++) {
-                const uint8_t *blk = (const uint8_t *)w->data + (size_t)(g * NX_MM_PACK_ROWS + l) * w->nb[1] + (size_t)b * 34;
-                memcpy(bp + 2 * l, blk, 2);   /* the fp16 scale */
-                for (int k = 0; k < 8; k++) memcpy(bp + 32 + 64 * k + 4 * l, blk + 2 + 4 * k, 4);
-            }
-        }
-}
+/* ===== Packed weights (layouts: matmul_pack.c) ===== */
 
 /* cs[r][b] = -128 * (sum of block b's signed codes): cancels the packed kernels' flip of the
  * weight codes to unsigned, exactly. */
@@ -240,6 +210,8 @@ typedef struct mm_seg {
 typedef struct mm_job {
     nx_mm_kernel kern;
     nx_mm_pkernel pkern;   /* set: every segment is packed; rows and threads go by groups of 16 */
+    int64_t pk_nb;         /* packed: blocks per row */
+    size_t pk_bb;          /* packed: bytes per (group, block) */
     int tile;              /* activation rows per kernel call */
     int64_t n_in, n_rows;
     nx_mm_act act;
@@ -270,8 +242,8 @@ static void mm_run(const mm_job *j, const mm_seg *g, long lo, long hi) {
 /* Packed: groups [lo, hi) of one segment; prefill keeps ~256 KB of groups in L2 while every
  * tile of activation rows runs over them. */
 static void mm_run_packed(const mm_job *j, const mm_seg *g, long lo, long hi) {
-    const int64_t nb = j->n_in / 32;
-    const size_t gs = (size_t)nb * NX_MM_Q8X16_BLOCK;
+    const int64_t nb = j->pk_nb;
+    const size_t gs = (size_t)nb * j->pk_bb;
     long chunk = (long)((256u << 10) / gs);
     if (chunk < 1) chunk = 1;
     if (j->n_rows <= NX_MM_TILE) chunk = hi - lo;
@@ -310,6 +282,14 @@ static void mm_task(void *arg, int ith, int nth) {
         mm_run(j, g, a, b);
         base += (long)g->n_out;
     }
+}
+
+/* Set the job's packed kernel and layout for w (packed) at the current level; false: none. */
+static bool pack_job(mm_job *job, const nx_tensor *w) {
+    int bv;
+    if (!nx_mm_pack_format(w->type, &bv, &job->pk_bb) || !(job->pkern = nx_mm_pick_pkernel(w->type))) return false;
+    job->pk_nb = w->ne[0] / bv;
+    return true;
 }
 
 /* Checks of one weight against the call; fills *kind (the activation format it needs). */
@@ -373,7 +353,7 @@ static nx_status mm_dispatch(nx_threadpool *tp, nx_matmul_scratch *scratch, nx_t
         nx_status st = scratch_reserve(s, p.total + (perm ? p.q_row * (size_t)job->n_rows : 0), err);
         if (st != NX_OK) return st;
         quantize_rows(kind, bias, x, job->n_rows, ldx, job->n_in, &p, s->buf, &job->act);
-        if (job->pkern)
+        if (job->pkern && type == NX_TYPE_Q8_0)
             fill_cs(&job->act, (int32_t *)((uint8_t *)s->buf + p.total - p.cs_row * (size_t)job->n_rows), job->n_rows, job->n_in);
         if (perm && !job->pkern) {
             uint8_t *qp = (uint8_t *)s->buf + p.total;
@@ -395,8 +375,8 @@ nx_status nx_matmul_rows(nx_threadpool *tp, nx_matmul_scratch *scratch, const nx
     if (st != NX_OK || n_rows == 0 || o0 == o1) return st;
     mm_job job = {.n_in = w->ne[0], .n_rows = n_rows, .n_seg = 1, .n_total = o1 - o0};
     mm_seg_init(&job.seg[0], w, o0, o1, y, ldy);
-    if (w->packed && o0 % NX_MM_PACK_ROWS == 0 && o1 % NX_MM_PACK_ROWS == 0 && (job.pkern = pick_pkernel(w->type)))
-        job.seg[0].wp = (const uint8_t *)w->packed + (size_t)(o0 / NX_MM_PACK_ROWS) * (size_t)(w->ne[0] / 32) * NX_MM_Q8X16_BLOCK;
+    if (w->packed && o0 % NX_MM_PACK_ROWS == 0 && o1 % NX_MM_PACK_ROWS == 0 && pack_job(&job, w))
+        job.seg[0].wp = (const uint8_t *)w->packed + (size_t)(o0 / NX_MM_PACK_ROWS) * (size_t)job.pk_nb * job.pk_bb;
     return mm_dispatch(tp, scratch, w->type, kind, x, ldx, &job, err);
 }
 
@@ -422,7 +402,7 @@ nx_status nx_matmul_multi(nx_threadpool *tp, nx_matmul_scratch *scratch, const n
         return NX_OK;
     }
     mm_job job = {.n_in = outs[0].w->ne[0], .n_rows = n_rows, .n_seg = n_outs};
-    if (outs[0].w->packed) job.pkern = pick_pkernel(outs[0].w->type);
+    if (outs[0].w->packed) pack_job(&job, outs[0].w);
     for (int k = 0; k < n_outs; k++) {
         mm_seg_init(&job.seg[k], outs[k].w, 0, outs[k].w->ne[1], outs[k].y, outs[k].ldy);
         job.seg[k].wp = outs[k].w->packed;

@@ -26,6 +26,7 @@
 #ifndef NX_KERNELS_MATMUL_IMPL_H
 #define NX_KERNELS_MATMUL_IMPL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include "tensor.h"
@@ -57,22 +58,39 @@ static inline nx_mm_act nx_mm_act_rows(const nx_mm_act *a, int64_t r) {
     return o;
 }
 
-/* ===== Packed weights (matmul.h: nx_matmul_pack) =====
- * Q8_0 x16: group g of 16 weight rows, block b (32 values) at wp + (g*nb + b)*NX_MM_Q8X16_BLOCK:
- * 16 fp16 scales (row order), then for k = 0..7 the 4 codes 4k..4k+3 of rows 0..15 (64 bytes
- * per k). Activations: signed codes (bias 0), d, and cs. A packed kernel computes output rows
- * 16g..16g+15 of n_groups groups for n_act activation rows (<= NX_MM_TILE):
- * y[r*ldy + 16g + l]. */
+/* ===== Packed weights (matmul.h: nx_matmul_pack; layouts in matmul_pack.c) =====
+ * Weight rows in groups of 16; group g, block b (32 values, or a 256-value super-block) at
+ * wp + (g*nb + b)*block_bytes. Activations: signed codes (bias 0) with d, and cs (Q8_0) or
+ * bs (Q4_K). A packed kernel computes output rows 16g..16g+15 of n_groups groups for n_act
+ * activation rows (<= NX_MM_TILE): y[r*ldy + 16g + l]. Each layout's float contract is its
+ * scalar reference's; the SIMD kernels match it bit for bit.
+ *
+ * Q8_0 x16 (544 bytes): 16 fp16 scales (row order), then for k = 0..7 the 4 codes
+ *   4k..4k+3 of rows 0..15 (64 bytes per k). Per pair: acc = fma((float)I_b, d_w*d_x, acc).
+ * Q4_K x16 (2368 bytes): d[16], dmin[16] (fp16), sc[8][16], m[8][16] (the 6-bit scales and
+ *   mins, bytes, [sub-block][row]), then for sub-block j and kk = 0..3, 64 bytes at
+ *   320 + 256j + 64kk: byte 4l + i holds in its low nibble the code of value 32j + 8kk + i of
+ *   row l and in its high nibble that of value 32j + 8kk + 4 + i. Per pair and super-block:
+ *   t = (float)Mn * -dmin with Mn = sum_j m_j*(bs[2j] + bs[2j+1]) (exact), then for j = 0..7
+ *   t = fma((float)I_j, d*sc_j, t) (I_j the exact sub-block dot product, d*sc_j one rounding),
+ *   then acc = fma(t, d_x, acc). */
 #define NX_MM_PACK_ROWS 16
 #define NX_MM_Q8X16_BLOCK 544
+#define NX_MM_Q4KX16_BLOCK 2368
 typedef void (*nx_mm_pkernel)(int64_t nb, const uint8_t *wp, int64_t n_groups, const nx_mm_act *a, int n_act,
                               float *y, int64_t ldy);
-/* The reference: the packed contract's float ops one lane at a time (bit-identical to the SIMD
- * packed kernels, tested). */
-void nx_mm_pk_q8_0_scalar(int64_t nb, const uint8_t *wp, int64_t n_groups, const nx_mm_act *a, int n_act,
-                          float *y, int64_t ldy);
-void nx_mm_pk_q8_0_avx512(int64_t nb, const uint8_t *wp, int64_t n_groups, const nx_mm_act *a, int n_act,
-                          float *y, int64_t ldy);
+/* The layout of a type: values per block and packed bytes per (group, block); false: none. */
+bool nx_mm_pack_format(nx_type type, int *block_values, size_t *block_bytes);
+/* The packed kernel of the current level for a type, or NULL (scalar level, other types). */
+nx_mm_pkernel nx_mm_pick_pkernel(nx_type type);
+#define NX_MM_PK_DECL(name) \
+    void name(int64_t nb, const uint8_t *wp, int64_t n_groups, const nx_mm_act *a, int n_act, float *y, int64_t ldy);
+NX_MM_PK_DECL(nx_mm_pk_q8_0_scalar)
+NX_MM_PK_DECL(nx_mm_pk_q8_0_avx2)
+NX_MM_PK_DECL(nx_mm_pk_q8_0_avx512)
+NX_MM_PK_DECL(nx_mm_pk_q4_K_scalar)
+NX_MM_PK_DECL(nx_mm_pk_q4_K_avx2)
+NX_MM_PK_DECL(nx_mm_pk_q4_K_avx512)
 
 /* Row groups per kernel call: matmul_avx512.c grp512, matmul_avx2.c group_rows (both balanced). */
 

@@ -287,31 +287,3 @@ nx_mm_kernel nx_mm_kernel_scalar(nx_type type) {
     default: return NULL;
     }
 }
-
-/* ===== Packed Q8_0 x16 (matmul_impl.h) ===== */
-
-void nx_mm_pk_q8_0_scalar(int64_t nb, const uint8_t *wp, int64_t n_groups, const nx_mm_act *a, int n_act,
-                          float *y, int64_t ldy) {
-    for (int64_t g = 0; g < n_groups; g++) {
-        const uint8_t *gp = wp + (size_t)g * (size_t)nb * NX_MM_Q8X16_BLOCK;
-        for (int r = 0; r < n_act; r++) {
-            const int8_t *q = (const int8_t *)(a->q + r * a->q_stride);
-            const float *d = a->d + r * a->d_stride;
-            for (int l = 0; l < NX_MM_PACK_ROWS; l++) {
-                float acc = 0.0f;
-                for (int64_t b = 0; b < nb; b++) {
-                    const uint8_t *bp = gp + (size_t)b * NX_MM_Q8X16_BLOCK;
-                    uint16_t h;
-                    memcpy(&h, bp + 2 * l, 2);
-                    int32_t I = 0;
-                    for (int k = 0; k < 8; k++)
-                        for (int j = 0; j < 4; j++)
-                            I += (int32_t)(int8_t)bp[32 + 64 * k + 4 * l + j] * q[32 * b + 4 * k + j];
-                    const float s = nx_half_to_f32(h) * d[b];   /* one rounding, as the SIMD multiply */
-                    acc = fmaf((float)I, s, acc);                  /* one rounding, as the SIMD fma */
-                }
-                y[r * ldy + NX_MM_PACK_ROWS * g + l] = acc;
-            }
-        }
-    }
-}

@@ -1,0 +1,174 @@
+/*
+ * matmul_pack.c — the packed weight layouts (matmul.h: nx_matmul_pack), which packed kernel
+ * serves a type at the current level, and the scalar references that define each layout's
+ * float contract (matmul_impl.h). The SIMD packed kernels live in matmul_pack_{avx2,avx512}.c
+ * and are tested bit for bit against these references.
+ *
+ * A layout does not depend on the level: one packed copy serves the AVX2 and the AVX-512
+ * kernels (the AVX2 ones take each 16-row vector as two halves of 8 rows), so forcing a
+ * level at run time never meets a copy made for another.
+ * Must never: change a layout without changing every kernel and reference that reads it.
+ */
+#include "kernels/matmul.h"
+#include "kernels/matmul_impl.h"
+#include "kernels/cpu.h"
+#include "quant/blocks.h"
+#include "core/fp16.h"
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ===== Layouts ===== */
+
+bool nx_mm_pack_format(nx_type type, int *block_values, size_t *block_bytes) {
+    int bv;
+    size_t bb;
+    switch (type) {
+    case NX_TYPE_Q8_0: bv = 32; bb = NX_MM_Q8X16_BLOCK; break;
+    case NX_TYPE_Q4_K: bv = 256; bb = NX_MM_Q4KX16_BLOCK; break;
+    default: return false;
+    }
+    if (block_values) *block_values = bv;
+    if (block_bytes) *block_bytes = bb;
+    return true;
+}
+
+nx_mm_pkernel nx_mm_pick_pkernel(nx_type type) {
+    const nx_cpu_level l = nx_cpu_level_get();
+    switch (type) {
+    case NX_TYPE_Q8_0: return l == NX_CPU_AVX512 ? nx_mm_pk_q8_0_avx512 : l == NX_CPU_AVX2 ? nx_mm_pk_q8_0_avx2 : NULL;
+    case NX_TYPE_Q4_K: return l == NX_CPU_AVX512 ? nx_mm_pk_q4_K_avx512 : l == NX_CPU_AVX2 ? nx_mm_pk_q4_K_avx2 : NULL;
+    default: return NULL;
+    }
+}
+
+size_t nx_matmul_pack_size(const nx_tensor *w) {
+    const char *env = getenv("NEXTN_REPACK");
+    if (env && !strcmp(env, "0")) return 0;
+    int bv;
+    size_t bb;
+    if (!w || !w->data || !nx_mm_pick_pkernel(w->type) || !nx_mm_pack_format(w->type, &bv, &bb)) return 0;
+    if (w->ne[2] != 1 || w->ne[3] != 1 || w->ne[0] <= 0 || w->ne[0] % bv || w->ne[1] <= 0 ||
+        w->ne[1] % NX_MM_PACK_ROWS || w->nb[1] != nx_row_size(w->type, w->ne[0]))
+        return 0;
+    return (size_t)(w->ne[1] / NX_MM_PACK_ROWS) * (size_t)(w->ne[0] / bv) * bb;
+}
+
+/* Q8_0 x16: per block, the 16 fp16 scales, then for k = 0..7 the codes 4k..4k+3 of rows 0..15. */
+static void pack_q8_0(const uint8_t *src, size_t rb, int64_t nb, uint8_t *bp, int64_t b) {
+    for (int l = 0; l < NX_MM_PACK_ROWS; l++) {
+        const uint8_t *blk = src + (size_t)l * rb + (size_t)b * sizeof(nx_block_q8_0);
+        memcpy(bp + 2 * l, blk, 2);   /* the fp16 scale */
+        for (int k = 0; k < 8; k++) memcpy(bp + 32 + 64 * k + 4 * l, blk + 2 + 4 * k, 4);
+    }
+    (void)nb;
+}
+
+/* Q4_K x16 (matmul_impl.h): d, dmin, the unpacked 6-bit scales and mins, then the nibbles
+ * regrouped so that each 64-byte vector holds 4 consecutive values of one sub-block for the
+ * 16 rows (low nibbles) and the next 4 (high nibbles). */
+static void pack_q4_K(const uint8_t *src, size_t rb, int64_t nb, uint8_t *bp, int64_t b) {
+    (void)nb;
+    memset(bp, 0, NX_MM_Q4KX16_BLOCK);
+    for (int l = 0; l < NX_MM_PACK_ROWS; l++) {
+        const nx_block_q4_K *blk = (const void *)(src + (size_t)l * rb + (size_t)b * sizeof(nx_block_q4_K));
+        memcpy(bp + 2 * l, &blk->d, 2);
+        memcpy(bp + 32 + 2 * l, &blk->dmin, 2);
+        uint8_t sc[8], m[8];
+        nx_mm_k4_scales(blk->scales, sc, m);
+        for (int j = 0; j < 8; j++) {
+            bp[64 + 16 * j + l] = sc[j];
+            bp[192 + 16 * j + l] = m[j];
+        }
+        for (int v = 0; v < 256; v++) {
+            const int c = v / 64, h = (v % 64) / 32, i = v % 32;
+            const uint8_t code = (uint8_t)((blk->qs[32 * c + i] >> (4 * h)) & 15);
+            const int j = v / 32, k = (v % 32) / 4, kk = k / 2;
+            uint8_t *p = bp + 320 + 256 * j + 64 * kk + 4 * l + v % 4;
+            *p |= (uint8_t)(code << (4 * (k % 2)));
+        }
+    }
+}
+
+void nx_matmul_pack(const nx_tensor *w, void *dst) {
+    int bv;
+    size_t bb;
+    if (!nx_mm_pack_format(w->type, &bv, &bb)) return;
+    const int64_t nb = w->ne[0] / bv, ng = w->ne[1] / NX_MM_PACK_ROWS;
+    uint8_t *out = dst;
+    for (int64_t g = 0; g < ng; g++) {
+        const uint8_t *src = (const uint8_t *)w->data + (size_t)(g * NX_MM_PACK_ROWS) * w->nb[1];
+        for (int64_t b = 0; b < nb; b++) {
+            uint8_t *bp = out + (size_t)(g * nb + b) * bb;
+            if (w->type == NX_TYPE_Q8_0) pack_q8_0(src, w->nb[1], nb, bp, b);
+            else pack_q4_K(src, w->nb[1], nb, bp, b);
+        }
+    }
+}
+
+/* ===== Scalar references (the contracts, one lane at a time) ===== */
+
+static float ld_half(const uint8_t *p) {
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return nx_half_to_f32(h);
+}
+
+void nx_mm_pk_q8_0_scalar(int64_t nb, const uint8_t *wp, int64_t n_groups, const nx_mm_act *a, int n_act,
+                          float *y, int64_t ldy) {
+    for (int64_t g = 0; g < n_groups; g++) {
+        const uint8_t *gp = wp + (size_t)g * (size_t)nb * NX_MM_Q8X16_BLOCK;
+        for (int r = 0; r < n_act; r++) {
+            const int8_t *q = (const int8_t *)(a->q + r * a->q_stride);
+            const float *d = a->d + r * a->d_stride;
+            for (int l = 0; l < NX_MM_PACK_ROWS; l++) {
+                float acc = 0.0f;
+                for (int64_t b = 0; b < nb; b++) {
+                    const uint8_t *bp = gp + (size_t)b * NX_MM_Q8X16_BLOCK;
+                    int32_t I = 0;
+                    for (int k = 0; k < 8; k++)
+                        for (int j = 0; j < 4; j++)
+                            I += (int32_t)(int8_t)bp[32 + 64 * k + 4 * l + j] * q[32 * b + 4 * k + j];
+                    const float s = ld_half(bp + 2 * l) * d[b];   /* one rounding, as the SIMD multiply */
+                    acc = fmaf((float)I, s, acc);                  /* one rounding, as the SIMD fma */
+                }
+                y[r * ldy + NX_MM_PACK_ROWS * g + l] = acc;
+            }
+        }
+    }
+}
+
+void nx_mm_pk_q4_K_scalar(int64_t nsb, const uint8_t *wp, int64_t n_groups, const nx_mm_act *a, int n_act,
+                          float *y, int64_t ldy) {
+    for (int64_t g = 0; g < n_groups; g++) {
+        const uint8_t *gp = wp + (size_t)g * (size_t)nsb * NX_MM_Q4KX16_BLOCK;
+        for (int r = 0; r < n_act; r++) {
+            const int8_t *q = (const int8_t *)(a->q + r * a->q_stride);
+            const int16_t *bs = a->bs + r * a->bs_stride;
+            const float *d = a->d + r * a->d_stride;
+            for (int l = 0; l < NX_MM_PACK_ROWS; l++) {
+                float acc = 0.0f;
+                for (int64_t sb = 0; sb < nsb; sb++) {
+                    const uint8_t *bp = gp + (size_t)sb * NX_MM_Q4KX16_BLOCK;
+                    const float dw = ld_half(bp + 2 * l), ndm = -ld_half(bp + 32 + 2 * l);
+                    int32_t mn = 0;
+                    for (int j = 0; j < 8; j++)
+                        mn += (int32_t)bp[192 + 16 * j + l] * (bs[16 * sb + 2 * j] + bs[16 * sb + 2 * j + 1]);
+                    float t = (float)mn * ndm;
+                    for (int j = 0; j < 8; j++) {
+                        int32_t I = 0;
+                        for (int k = 0; k < 8; k++)
+                            for (int i = 0; i < 4; i++) {
+                                const uint8_t byte = bp[320 + 256 * j + 64 * (k / 2) + 4 * l + i];
+                                I += ((byte >> (4 * (k % 2))) & 15) * q[256 * sb + 32 * j + 4 * k + i];
+                            }
+                        const float dsc = dw * (float)bp[64 + 16 * j + l];
+                        t = fmaf((float)I, dsc, t);
+                    }
+                    acc = fmaf(t, d[sb], acc);
+                }
+                y[r * ldy + NX_MM_PACK_ROWS * g + l] = acc;
+            }
+        }
+    }
+}

@@ -1,0 +1,166 @@
+/*
+ * matmul_pack_avx2.c — AVX2 kernels for the packed layouts (matmul_impl.h, matmul_pack.c).
+ * Each 64-byte group of 16 rows is taken as two halves of 8 rows (one ymm each); an
+ * activation's 4 bytes, broadcast, meet 8 rows in one maddubs and each row's sum stays in its
+ * int32 lane after madd: no horizontal sums, and the scale work serves 8 rows.
+ *
+ * AVX2 has no u8 x s8 -> int32 dot (no VNNI on the CPUs this tier is for): Q8_0 uses the
+ * sign trick (|w| x sign(x, w), no saturation as |x| <= 127), with |w| computed once per block
+ * into a stack buffer shared by the activation rows; Q4_K's unsigned 4-bit codes let 8 maddubs
+ * results add in int16 exactly (8 * 2 * 15 * 127 < 2^15) before one madd.
+ * The float ops per (weight row, activation row) are the layout's contract (bit-identical to
+ * nx_mm_pk_*_scalar, tested). Must never: read outside the packed group.
+ */
+#include "kernels/matmul_impl.h"
+#include <immintrin.h>
+#include <string.h>
+
+#define AI static inline __attribute__((always_inline))
+#ifndef NX_MM_PREFETCH
+#define NX_MM_PREFETCH 2048
+#endif
+
+AI uint32_t ld32(const void *p) { uint32_t v; memcpy(&v, p, 4); return v; }
+AI void prefetch_blk(const uint8_t *p, size_t bytes) {
+    for (size_t o = 0; o < bytes; o += 64) _mm_prefetch((const char *)(p + NX_MM_PREFETCH + o), _MM_HINT_T0);
+}
+AI __m256i bcast4(const void *p) { return _mm256_set1_epi32((int)ld32(p)); }
+AI __m256 neg(__m256 v) { return _mm256_xor_ps(v, _mm256_set1_ps(-0.0f)); }
+
+/* Rows in passes of at most 4 (balanced), each pass over the group's blocks in order. */
+#define PK_DRIVER(fname, KERN, BLOCK) \
+    void fname(int64_t nb, const uint8_t *wp, int64_t n_groups, const nx_mm_act *a, int n_act, float *y, int64_t ldy) { \
+        for (int64_t g = 0; g < n_groups; g++) { \
+            const uint8_t *gp = wp + (size_t)g * (size_t)nb * (BLOCK); \
+            for (int r0 = 0; r0 < n_act;) { \
+                const int np = (n_act - r0 + 3) / 4, nr = (n_act - r0 + np - 1) / np; \
+                const nx_mm_act sub = nx_mm_act_rows(a, r0); \
+                float *yo = y + (int64_t)r0 * ldy + NX_MM_PACK_ROWS * g; \
+                switch (nr) { \
+                case 1: KERN(1, nb, gp, &sub, yo, ldy); break; \
+                case 2: KERN(2, nb, gp, &sub, yo, ldy); break; \
+                case 3: KERN(3, nb, gp, &sub, yo, ldy); break; \
+                default: KERN(4, nb, gp, &sub, yo, ldy); break; \
+                } \
+                r0 += nr; \
+            } \
+        } \
+    }
+
+/* ===== Q8_0 x16 ===== */
+AI void pk_q8_0(const int NR, int64_t nb, const uint8_t *gp, const nx_mm_act *a, float *y, int64_t ldy) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256 acc[4][2];
+    __m256i absw[16];   /* |w| of the block's 16 half-vectors: in L1, shared by the rows */
+#pragma GCC unroll 4
+    for (int r = 0; r < NR; r++) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *bp = gp + (size_t)b * NX_MM_Q8X16_BLOCK;
+        prefetch_blk(bp, NX_MM_Q8X16_BLOCK);
+        const __m256 dw0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)bp));
+        const __m256 dw1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(bp + 16)));
+#pragma GCC unroll 16
+        for (int k = 0; k < 16; k++) {
+            const __m256i w = _mm256_loadu_si256((const __m256i *)(bp + 32 + 32 * k));
+            absw[k] = _mm256_sign_epi8(w, w);
+        }
+#pragma GCC unroll 4
+        for (int r = 0; r < NR; r++) {
+            const uint8_t *q = a->q + r * a->q_stride + 32 * b;
+            const __m256 dx = _mm256_set1_ps(a->d[r * a->d_stride + b]);
+#pragma GCC unroll 2
+            for (int h = 0; h < 2; h++) {
+                __m256i I = _mm256_setzero_si256();
+#pragma GCC unroll 8
+                for (int k = 0; k < 8; k++) {
+                    const __m256i w = _mm256_loadu_si256((const __m256i *)(bp + 32 + 64 * k + 32 * h));
+                    const __m256i p = _mm256_maddubs_epi16(absw[2 * k + h], _mm256_sign_epi8(bcast4(q + 4 * k), w));
+                    I = _mm256_add_epi32(I, _mm256_madd_epi16(p, ones));
+                }
+                const __m256 S = _mm256_mul_ps(h ? dw1 : dw0, dx);
+                acc[r][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(I), S, acc[r][h]);
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < NR; r++) {
+        _mm256_storeu_ps(y + r * ldy, acc[r][0]);
+        _mm256_storeu_ps(y + r * ldy + 8, acc[r][1]);
+    }
+}
+PK_DRIVER(nx_mm_pk_q8_0_avx2, pk_q8_0, NX_MM_Q8X16_BLOCK)
+
+/* ===== Q4_K x16 ===== */
+AI void pk_q4_K(const int NR, int64_t nsb, const uint8_t *gp, const nx_mm_act *a, float *y, int64_t ldy) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+    __m256 acc[4][2], t[4][2];
+    float ds[8][16] __attribute__((aligned(32)));     /* d * sc_j per row */
+    int32_t md[8][16] __attribute__((aligned(32)));   /* (m_j, m_j) as int16 pairs per row */
+#pragma GCC unroll 4
+    for (int r = 0; r < NR; r++) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+    for (int64_t sb = 0; sb < nsb; sb++) {
+        const uint8_t *bp = gp + (size_t)sb * NX_MM_Q4KX16_BLOCK;
+        prefetch_blk(bp, 320);   /* the rest per sub-block: a burst of 37 prefetches stalls on the fill buffers */
+        const __m256 dw[2] = {_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)bp)),
+                              _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(bp + 16)))};
+        const __m256 ndm[2] = {neg(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(bp + 32)))),
+                               neg(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(bp + 48))))};
+#pragma GCC unroll 8
+        for (int j = 0; j < 8; j++)
+#pragma GCC unroll 2
+            for (int h = 0; h < 2; h++) {
+                const __m128i sc = _mm_loadl_epi64((const __m128i *)(bp + 64 + 16 * j + 8 * h));
+                _mm256_store_ps(ds[j] + 8 * h, _mm256_mul_ps(dw[h], _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(sc))));
+                const __m256i m = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(bp + 192 + 16 * j + 8 * h)));
+                _mm256_store_si256((__m256i *)(md[j] + 8 * h), _mm256_or_si256(m, _mm256_slli_epi32(m, 16)));
+            }
+#pragma GCC unroll 4
+        for (int r = 0; r < NR; r++) {
+            const int16_t *bs = a->bs + r * a->bs_stride + 16 * sb;
+#pragma GCC unroll 2
+            for (int h = 0; h < 2; h++) {
+                __m256i mn = _mm256_setzero_si256();
+#pragma GCC unroll 8
+                for (int j = 0; j < 8; j++)
+                    mn = _mm256_add_epi32(mn, _mm256_madd_epi16(_mm256_load_si256((const __m256i *)(md[j] + 8 * h)), bcast4(bs + 2 * j)));
+                t[r][h] = _mm256_mul_ps(_mm256_cvtepi32_ps(mn), ndm[h]);
+            }
+        }
+#pragma GCC unroll 1
+        for (int j = 0; j < 8; j++) {
+            const uint8_t *cp = bp + 320 + 256 * j;
+            prefetch_blk(cp, 256);
+#pragma GCC unroll 2
+            for (int h = 0; h < 2; h++) {
+                __m256i W[8];
+#pragma GCC unroll 4
+                for (int kk = 0; kk < 4; kk++) {
+                    const __m256i v = _mm256_loadu_si256((const __m256i *)(cp + 64 * kk + 32 * h));
+                    W[2 * kk] = _mm256_and_si256(v, m4);
+                    W[2 * kk + 1] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+                }
+                const __m256 D = _mm256_load_ps(ds[j] + 8 * h);
+#pragma GCC unroll 4
+                for (int r = 0; r < NR; r++) {
+                    const uint8_t *q = a->q + r * a->q_stride + 256 * sb + 32 * j;
+                    __m256i s = _mm256_maddubs_epi16(W[0], bcast4(q));
+#pragma GCC unroll 7
+                    for (int k = 1; k < 8; k++) s = _mm256_add_epi16(s, _mm256_maddubs_epi16(W[k], bcast4(q + 4 * k)));
+                    t[r][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(s, ones)), D, t[r][h]);
+                }
+            }
+        }
+#pragma GCC unroll 4
+        for (int r = 0; r < NR; r++) {
+            const __m256 dx = _mm256_set1_ps(a->d[r * a->d_stride + sb]);
+            acc[r][0] = _mm256_fmadd_ps(t[r][0], dx, acc[r][0]);
+            acc[r][1] = _mm256_fmadd_ps(t[r][1], dx, acc[r][1]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < NR; r++) {
+        _mm256_storeu_ps(y + r * ldy, acc[r][0]);
+        _mm256_storeu_ps(y + r * ldy + 8, acc[r][1]);
+    }
+}
+PK_DRIVER(nx_mm_pk_q4_K_avx2, pk_q4_K, NX_MM_Q4KX16_BLOCK)

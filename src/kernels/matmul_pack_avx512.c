@@ -1,0 +1,168 @@
+/*
+ * matmul_pack_avx512.c — AVX-512 (VNNI) kernels for the packed layouts (matmul_impl.h,
+ * matmul_pack.c). Each weight vector holds one 4-byte group of 16 rows, so an activation's 4
+ * bytes, broadcast, meet 16 rows in one vpdpbusd and each row's sum stays in its lane: no
+ * horizontal sums, and the per-block scale work serves 16 rows.
+ *
+ * The float ops per (weight row, activation row) are the layout's contract whatever the pass,
+ * tile or thread (bit-identical to nx_mm_pk_*_scalar, tested).
+ * Must never: read outside the packed group or past n_act activation rows.
+ */
+#include "kernels/matmul_impl.h"
+#include <immintrin.h>
+#include <string.h>
+
+#define AI static inline __attribute__((always_inline))
+#ifndef NX_MM_PREFETCH
+#define NX_MM_PREFETCH 2048
+#endif
+
+AI uint32_t ld32(const void *p) { uint32_t v; memcpy(&v, p, 4); return v; }
+AI void prefetch_blk(const uint8_t *p, size_t bytes) {
+    for (size_t o = 0; o < bytes; o += 64) _mm_prefetch((const char *)(p + NX_MM_PREFETCH + o), _MM_HINT_T0);
+}
+
+/* A type's kernel is a per-block STEP(NR, bp, a, b, acc) over NR activation rows. The driver
+ * runs rows in passes of at most 8 (balanced: 9 = 5 + 4), each a compiled body with its
+ * accumulators in registers, over the group's blocks in order; passes of up to 4 rows take
+ * two groups at once (g and g + n_groups/2): two weight streams keep more DRAM reads in
+ * flight than one. Neither changes a (weight row, activation row) pair's arithmetic. */
+#define PK_KERNELS(fname, STEP, BLOCK) \
+    AI void fname##_run(const int NR, const int TWO, int64_t nb, const uint8_t *g0, const uint8_t *g1, \
+                        const nx_mm_act *a, float *y0, float *y1, int64_t ldy) { \
+        __m512 acc0[8], acc1[8]; \
+        for (int r = 0; r < NR; r++) acc0[r] = acc1[r] = _mm512_setzero_ps(); \
+        for (int64_t b = 0; b < nb; b++) { \
+            STEP(NR, g0 + (size_t)b * (BLOCK), a, b, acc0); \
+            if (TWO) STEP(NR, g1 + (size_t)b * (BLOCK), a, b, acc1); \
+        } \
+        for (int r = 0; r < NR; r++) { \
+            _mm512_storeu_ps(y0 + r * ldy, acc0[r]); \
+            if (TWO) _mm512_storeu_ps(y1 + r * ldy, acc1[r]); \
+        } \
+    } \
+    static void fname##_pass(int nr, int two, int64_t nb, const uint8_t *g0, const uint8_t *g1, const nx_mm_act *a, \
+                             float *y0, float *y1, int64_t ldy) { \
+        if (two) \
+            switch (nr) { \
+            case 1: fname##_run(1, 1, nb, g0, g1, a, y0, y1, ldy); return; \
+            case 2: fname##_run(2, 1, nb, g0, g1, a, y0, y1, ldy); return; \
+            case 3: fname##_run(3, 1, nb, g0, g1, a, y0, y1, ldy); return; \
+            case 4: fname##_run(4, 1, nb, g0, g1, a, y0, y1, ldy); return; \
+            case 5: fname##_run(5, 1, nb, g0, g1, a, y0, y1, ldy); return; \
+            case 6: fname##_run(6, 1, nb, g0, g1, a, y0, y1, ldy); return; \
+            case 7: fname##_run(7, 1, nb, g0, g1, a, y0, y1, ldy); return; \
+            default: fname##_run(8, 1, nb, g0, g1, a, y0, y1, ldy); return; \
+            } \
+        switch (nr) { \
+        case 1: fname##_run(1, 0, nb, g0, g0, a, y0, y0, ldy); break; \
+        case 2: fname##_run(2, 0, nb, g0, g0, a, y0, y0, ldy); break; \
+        case 3: fname##_run(3, 0, nb, g0, g0, a, y0, y0, ldy); break; \
+        case 4: fname##_run(4, 0, nb, g0, g0, a, y0, y0, ldy); break; \
+        case 5: fname##_run(5, 0, nb, g0, g0, a, y0, y0, ldy); break; \
+        case 6: fname##_run(6, 0, nb, g0, g0, a, y0, y0, ldy); break; \
+        case 7: fname##_run(7, 0, nb, g0, g0, a, y0, y0, ldy); break; \
+        default: fname##_run(8, 0, nb, g0, g0, a, y0, y0, ldy); break; \
+        } \
+        if (two) fname##_pass(nr, 0, nb, g1, g1, a, y1, y1, ldy); \
+    } \
+    void fname(int64_t nb, const uint8_t *wp, int64_t n_groups, const nx_mm_act *a, int n_act, float *y, int64_t ldy) { \
+        const size_t gs = (size_t)nb * (BLOCK); \
+        const int64_t h = n_groups / 2; \
+        for (int64_t g = 0; g < h + n_groups % 2; g++) { \
+            const int two = g < h; \
+            const int64_t g1 = two ? g + h : g; \
+            for (int r0 = 0; r0 < n_act;) { \
+                const int np = (n_act - r0 + 7) / 8, nr = (n_act - r0 + np - 1) / np; \
+                const nx_mm_act sub = nx_mm_act_rows(a, r0); \
+                fname##_pass(nr, two, nb, wp + (size_t)(two ? g : 2 * h) * gs, wp + (size_t)g1 * gs, &sub, \
+                             y + (int64_t)r0 * ldy + NX_MM_PACK_ROWS * (two ? g : 2 * h), \
+                             y + (int64_t)r0 * ldy + NX_MM_PACK_ROWS * g1, ldy); \
+                r0 += nr; \
+            } \
+        } \
+    }
+
+/* ===== Q8_0 x16 =====
+ * Per block: the 8 code vectors (flipped to unsigned: w + 128) are loaded once and serve
+ * every activation row; per activation row, 8 vpdpbusd with its broadcast 4-byte groups (two
+ * chains, for latency) start from cs = -128 * sum(codes), which cancels the flip exactly.
+ * Then one convert, one scale product and one fma for 16 weight rows. */
+AI void q8_step(const int NR, const uint8_t *bp, const nx_mm_act *a, int64_t b, __m512 *acc) {
+    const __m512i flip = _mm512_set1_epi8((char)0x80), zero = _mm512_setzero_si512();
+    prefetch_blk(bp, NX_MM_Q8X16_BLOCK);
+    const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)bp));
+    __m512i W[8];
+#pragma GCC unroll 8
+    for (int k = 0; k < 8; k++) W[k] = _mm512_xor_si512(_mm512_loadu_si512(bp + 32 + 64 * k), flip);
+#pragma GCC unroll 8
+    for (int r = 0; r < NR; r++) {
+        const uint8_t *q = a->q + r * a->q_stride + 32 * b;
+        __m512i I0 = _mm512_set1_epi32(a->cs[r * a->cs_stride + b]), I1 = zero;
+#pragma GCC unroll 4
+        for (int k = 0; k < 8; k += 2) {
+            I0 = _mm512_dpbusd_epi32(I0, W[k], _mm512_set1_epi32((int)ld32(q + 4 * k)));
+            I1 = _mm512_dpbusd_epi32(I1, W[k + 1], _mm512_set1_epi32((int)ld32(q + 4 * k + 4)));
+        }
+        const __m512 S = _mm512_mul_ps(dw, _mm512_set1_ps(a->d[r * a->d_stride + b]));
+        acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(I0, I1)), S, acc[r]);
+    }
+}
+PK_KERNELS(nx_mm_pk_q8_0_avx512, q8_step, NX_MM_Q8X16_BLOCK)
+
+/* ===== Q4_K x16 =====
+ * Per super-block, shared by the activation rows: the 8 scale vectors d*sc_j and the mins as
+ * int16 pairs (m_j, m_j), kept in a small stack buffer; per sub-block the 4 code vectors give
+ * 8 nibble vectors (and, shift-and). Per activation row: the mins term from 8 vpdpwssd with
+ * its broadcast group-sum pairs, then per sub-block 8 vpdpbusd (unsigned codes x signed
+ * activation bytes, two chains), one convert and one fma; one fma by d_x per super-block. */
+AI void q4k_step(const int NR, const uint8_t *bp, const nx_mm_act *a, int64_t sb, __m512 *acc) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F), zero = _mm512_setzero_si512();
+    __m512 t[8], DS[8];
+    __m512i MD[8];
+    prefetch_blk(bp, 320);   /* the rest per sub-block: a burst of 37 prefetches stalls on the fill buffers */
+    const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)bp));
+    const __m512 ndm = _mm512_castsi512_ps(_mm512_xor_si512(
+        _mm512_castps_si512(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(bp + 32)))), _mm512_set1_epi32((int)0x80000000u)));
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; j++) {
+        DS[j] = _mm512_mul_ps(dw, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(bp + 64 + 16 * j)))));
+        const __m512i m = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(bp + 192 + 16 * j)));
+        MD[j] = _mm512_or_si512(m, _mm512_slli_epi32(m, 16));
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < NR; r++) {
+        const int16_t *bs = a->bs + r * a->bs_stride + 16 * sb;
+        __m512i mn = zero;
+#pragma GCC unroll 8
+        for (int j = 0; j < 8; j++) mn = _mm512_dpwssd_epi32(mn, MD[j], _mm512_set1_epi32((int)ld32(bs + 2 * j)));
+        t[r] = _mm512_mul_ps(_mm512_cvtepi32_ps(mn), ndm);
+    }
+#pragma GCC unroll 1
+    for (int j = 0; j < 8; j++) {
+        const uint8_t *cp = bp + 320 + 256 * j;
+        prefetch_blk(cp, 256);
+        __m512i W[8];
+#pragma GCC unroll 4
+        for (int kk = 0; kk < 4; kk++) {
+            const __m512i v = _mm512_loadu_si512(cp + 64 * kk);
+            W[2 * kk] = _mm512_and_si512(v, m4);
+            W[2 * kk + 1] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+        }
+#pragma GCC unroll 8
+        for (int r = 0; r < NR; r++) {
+            const uint8_t *q = a->q + r * a->q_stride + 256 * sb + 32 * j;
+            __m512i I0 = zero, I1 = zero;
+#pragma GCC unroll 4
+            for (int k = 0; k < 8; k += 2) {
+                I0 = _mm512_dpbusd_epi32(I0, W[k], _mm512_set1_epi32((int)ld32(q + 4 * k)));
+                I1 = _mm512_dpbusd_epi32(I1, W[k + 1], _mm512_set1_epi32((int)ld32(q + 4 * k + 4)));
+            }
+            t[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(I0, I1)), DS[j], t[r]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < NR; r++) acc[r] = _mm512_fmadd_ps(t[r], _mm512_set1_ps(a->d[r * a->d_stride + sb]), acc[r]);
+}
+
+PK_KERNELS(nx_mm_pk_q4_K_avx512, q4k_step, NX_MM_Q4KX16_BLOCK)
