@@ -27,140 +27,158 @@ AI void prefetch_blk(const uint8_t *p, size_t bytes) {
 AI __m256i bcast4(const void *p) { return _mm256_set1_epi32((int)ld32(p)); }
 AI __m256 neg(__m256 v) { return _mm256_xor_ps(v, _mm256_set1_ps(-0.0f)); }
 
-/* Rows in passes of at most 4 (balanced), each pass over the group's blocks in order. */
-#define PK_DRIVER(fname, KERN, BLOCK) \
+/* A type's kernel is a per-block STEP(NR, bp, a, b, acc) over NR activation rows (acc[2r + h]:
+ * row r, half h). The driver runs rows in passes of at most 6 (balanced), each a compiled
+ * body, over the group's blocks in order, two groups at once (g and g + n_groups/2): two
+ * weight streams keep more DRAM reads in flight than one. Neither changes a (weight row,
+ * activation row) pair's arithmetic. */
+#define PK_KERNELS(fname, STEP, BLOCK) \
+    AI void fname##_run(const int NR, const int TWO, int64_t nb, const uint8_t *g0, const uint8_t *g1, \
+                        const nx_mm_act *a, float *y0, float *y1, int64_t ldy) { \
+        __m256 acc0[12], acc1[12]; \
+        for (int r = 0; r < 2 * NR; r++) acc0[r] = acc1[r] = _mm256_setzero_ps(); \
+        for (int64_t b = 0; b < nb; b++) { \
+            STEP(NR, g0 + (size_t)b * (BLOCK), a, b, acc0); \
+            if (TWO) STEP(NR, g1 + (size_t)b * (BLOCK), a, b, acc1); \
+        } \
+        for (int r = 0; r < NR; r++) { \
+            _mm256_storeu_ps(y0 + r * ldy, acc0[2 * r]); \
+            _mm256_storeu_ps(y0 + r * ldy + 8, acc0[2 * r + 1]); \
+            if (TWO) { \
+                _mm256_storeu_ps(y1 + r * ldy, acc1[2 * r]); \
+                _mm256_storeu_ps(y1 + r * ldy + 8, acc1[2 * r + 1]); \
+            } \
+        } \
+    } \
+    static void fname##_pass(int nr, int two, int64_t nb, const uint8_t *g0, const uint8_t *g1, const nx_mm_act *a, \
+                             float *y0, float *y1, int64_t ldy) { \
+        if (two) \
+            switch (nr) { \
+            case 1: fname##_run(1, 1, nb, g0, g1, a, y0, y1, ldy); return; \
+            case 2: fname##_run(2, 1, nb, g0, g1, a, y0, y1, ldy); return; \
+            case 3: fname##_run(3, 1, nb, g0, g1, a, y0, y1, ldy); return; \
+            case 4: fname##_run(4, 1, nb, g0, g1, a, y0, y1, ldy); return; \
+            case 5: fname##_run(5, 1, nb, g0, g1, a, y0, y1, ldy); return; \
+            default: fname##_run(6, 1, nb, g0, g1, a, y0, y1, ldy); return; \
+            } \
+        switch (nr) { \
+        case 1: fname##_run(1, 0, nb, g0, g0, a, y0, y0, ldy); break; \
+        case 2: fname##_run(2, 0, nb, g0, g0, a, y0, y0, ldy); break; \
+        case 3: fname##_run(3, 0, nb, g0, g0, a, y0, y0, ldy); break; \
+        case 4: fname##_run(4, 0, nb, g0, g0, a, y0, y0, ldy); break; \
+        case 5: fname##_run(5, 0, nb, g0, g0, a, y0, y0, ldy); break; \
+        default: fname##_run(6, 0, nb, g0, g0, a, y0, y0, ldy); break; \
+        } \
+    } \
     void fname(int64_t nb, const uint8_t *wp, int64_t n_groups, const nx_mm_act *a, int n_act, float *y, int64_t ldy) { \
-        for (int64_t g = 0; g < n_groups; g++) { \
-            const uint8_t *gp = wp + (size_t)g * (size_t)nb * (BLOCK); \
+        const size_t gs = (size_t)nb * (BLOCK); \
+        const int64_t h = n_groups / 2; \
+        for (int64_t g = 0; g < h + n_groups % 2; g++) { \
+            const int two = g < h; \
+            const int64_t g0 = two ? g : 2 * h, g1 = two ? g + h : g0; \
             for (int r0 = 0; r0 < n_act;) { \
-                const int np = (n_act - r0 + 3) / 4, nr = (n_act - r0 + np - 1) / np; \
+                const int np = (n_act - r0 + 5) / 6, nr = (n_act - r0 + np - 1) / np; \
                 const nx_mm_act sub = nx_mm_act_rows(a, r0); \
-                float *yo = y + (int64_t)r0 * ldy + NX_MM_PACK_ROWS * g; \
-                switch (nr) { \
-                case 1: KERN(1, nb, gp, &sub, yo, ldy); break; \
-                case 2: KERN(2, nb, gp, &sub, yo, ldy); break; \
-                case 3: KERN(3, nb, gp, &sub, yo, ldy); break; \
-                default: KERN(4, nb, gp, &sub, yo, ldy); break; \
-                } \
+                fname##_pass(nr, two, nb, wp + (size_t)g0 * gs, wp + (size_t)g1 * gs, &sub, \
+                             y + (int64_t)r0 * ldy + NX_MM_PACK_ROWS * g0, y + (int64_t)r0 * ldy + NX_MM_PACK_ROWS * g1, ldy); \
                 r0 += nr; \
             } \
         } \
     }
 
 /* ===== Q8_0 x16 ===== */
-AI void pk_q8_0(const int NR, int64_t nb, const uint8_t *gp, const nx_mm_act *a, float *y, int64_t ldy) {
+AI void q8_step(const int NR, const uint8_t *bp, const nx_mm_act *a, int64_t b, __m256 *acc) {
     const __m256i ones = _mm256_set1_epi16(1);
-    __m256 acc[4][2];
     __m256i absw[16];   /* |w| of the block's 16 half-vectors: in L1, shared by the rows */
-#pragma GCC unroll 4
-    for (int r = 0; r < NR; r++) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
-    for (int64_t b = 0; b < nb; b++) {
-        const uint8_t *bp = gp + (size_t)b * NX_MM_Q8X16_BLOCK;
-        prefetch_blk(bp, NX_MM_Q8X16_BLOCK);
-        const __m256 dw0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)bp));
-        const __m256 dw1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(bp + 16)));
+    prefetch_blk(bp, NX_MM_Q8X16_BLOCK);
+    const __m256 dw0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)bp));
+    const __m256 dw1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(bp + 16)));
 #pragma GCC unroll 16
-        for (int k = 0; k < 16; k++) {
-            const __m256i w = _mm256_loadu_si256((const __m256i *)(bp + 32 + 32 * k));
-            absw[k] = _mm256_sign_epi8(w, w);
-        }
-#pragma GCC unroll 4
-        for (int r = 0; r < NR; r++) {
-            const uint8_t *q = a->q + r * a->q_stride + 32 * b;
-            const __m256 dx = _mm256_set1_ps(a->d[r * a->d_stride + b]);
-#pragma GCC unroll 2
-            for (int h = 0; h < 2; h++) {
-                __m256i I = _mm256_setzero_si256();
-#pragma GCC unroll 8
-                for (int k = 0; k < 8; k++) {
-                    const __m256i w = _mm256_loadu_si256((const __m256i *)(bp + 32 + 64 * k + 32 * h));
-                    const __m256i p = _mm256_maddubs_epi16(absw[2 * k + h], _mm256_sign_epi8(bcast4(q + 4 * k), w));
-                    I = _mm256_add_epi32(I, _mm256_madd_epi16(p, ones));
-                }
-                const __m256 S = _mm256_mul_ps(h ? dw1 : dw0, dx);
-                acc[r][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(I), S, acc[r][h]);
-            }
-        }
+    for (int k = 0; k < 16; k++) {
+        const __m256i w = _mm256_loadu_si256((const __m256i *)(bp + 32 + 32 * k));
+        absw[k] = _mm256_sign_epi8(w, w);
     }
-#pragma GCC unroll 4
+#pragma GCC unroll 6
     for (int r = 0; r < NR; r++) {
-        _mm256_storeu_ps(y + r * ldy, acc[r][0]);
-        _mm256_storeu_ps(y + r * ldy + 8, acc[r][1]);
+        const uint8_t *q = a->q + r * a->q_stride + 32 * b;
+        const __m256 dx = _mm256_set1_ps(a->d[r * a->d_stride + b]);
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            __m256i I = _mm256_setzero_si256();
+#pragma GCC unroll 8
+            for (int k = 0; k < 8; k++) {
+                const __m256i w = _mm256_loadu_si256((const __m256i *)(bp + 32 + 64 * k + 32 * h));
+                const __m256i p = _mm256_maddubs_epi16(absw[2 * k + h], _mm256_sign_epi8(bcast4(q + 4 * k), w));
+                I = _mm256_add_epi32(I, _mm256_madd_epi16(p, ones));
+            }
+            const __m256 S = _mm256_mul_ps(h ? dw1 : dw0, dx);
+            acc[2 * r + h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(I), S, acc[2 * r + h]);
+        }
     }
 }
-PK_DRIVER(nx_mm_pk_q8_0_avx2, pk_q8_0, NX_MM_Q8X16_BLOCK)
+PK_KERNELS(nx_mm_pk_q8_0_avx2, q8_step, NX_MM_Q8X16_BLOCK)
 
 /* ===== Q4_K x16 ===== */
-AI void pk_q4_K(const int NR, int64_t nsb, const uint8_t *gp, const nx_mm_act *a, float *y, int64_t ldy) {
+AI void q4k_step(const int NR, const uint8_t *bp, const nx_mm_act *a, int64_t sb, __m256 *acc) {
     const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
-    __m256 acc[4][2], t[4][2];
+    __m256 t[12];
     float ds[8][16] __attribute__((aligned(32)));     /* d * sc_j per row */
     int32_t md[8][16] __attribute__((aligned(32)));   /* (m_j, m_j) as int16 pairs per row */
-#pragma GCC unroll 4
-    for (int r = 0; r < NR; r++) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
-    for (int64_t sb = 0; sb < nsb; sb++) {
-        const uint8_t *bp = gp + (size_t)sb * NX_MM_Q4KX16_BLOCK;
-        prefetch_blk(bp, 320);   /* the rest per sub-block: a burst of 37 prefetches stalls on the fill buffers */
-        const __m256 dw[2] = {_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)bp)),
-                              _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(bp + 16)))};
-        const __m256 ndm[2] = {neg(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(bp + 32)))),
-                               neg(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(bp + 48))))};
+    prefetch_blk(bp, 320);   /* the rest per sub-block: a burst of 37 prefetches stalls on the fill buffers */
+    const __m256 dw[2] = {_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)bp)),
+                          _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(bp + 16)))};
+    const __m256 ndm[2] = {neg(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(bp + 32)))),
+                           neg(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(bp + 48))))};
 #pragma GCC unroll 8
-        for (int j = 0; j < 8; j++)
+    for (int j = 0; j < 8; j++)
 #pragma GCC unroll 2
-            for (int h = 0; h < 2; h++) {
-                const __m128i sc = _mm_loadl_epi64((const __m128i *)(bp + 64 + 16 * j + 8 * h));
-                _mm256_store_ps(ds[j] + 8 * h, _mm256_mul_ps(dw[h], _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(sc))));
-                const __m256i m = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(bp + 192 + 16 * j + 8 * h)));
-                _mm256_store_si256((__m256i *)(md[j] + 8 * h), _mm256_or_si256(m, _mm256_slli_epi32(m, 16)));
-            }
-#pragma GCC unroll 4
-        for (int r = 0; r < NR; r++) {
-            const int16_t *bs = a->bs + r * a->bs_stride + 16 * sb;
+        for (int h = 0; h < 2; h++) {
+            const __m128i sc = _mm_loadl_epi64((const __m128i *)(bp + 64 + 16 * j + 8 * h));
+            _mm256_store_ps(ds[j] + 8 * h, _mm256_mul_ps(dw[h], _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(sc))));
+            const __m256i m = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(bp + 192 + 16 * j + 8 * h)));
+            _mm256_store_si256((__m256i *)(md[j] + 8 * h), _mm256_or_si256(m, _mm256_slli_epi32(m, 16)));
+        }
+#pragma GCC unroll 6
+    for (int r = 0; r < NR; r++) {
+        const int16_t *bs = a->bs + r * a->bs_stride + 16 * sb;
 #pragma GCC unroll 2
-            for (int h = 0; h < 2; h++) {
-                __m256i mn = _mm256_setzero_si256();
+        for (int h = 0; h < 2; h++) {
+            __m256i mn = _mm256_setzero_si256();
 #pragma GCC unroll 8
-                for (int j = 0; j < 8; j++)
-                    mn = _mm256_add_epi32(mn, _mm256_madd_epi16(_mm256_load_si256((const __m256i *)(md[j] + 8 * h)), bcast4(bs + 2 * j)));
-                t[r][h] = _mm256_mul_ps(_mm256_cvtepi32_ps(mn), ndm[h]);
-            }
-        }
-#pragma GCC unroll 1
-        for (int j = 0; j < 8; j++) {
-            const uint8_t *cp = bp + 320 + 256 * j;
-            prefetch_blk(cp, 256);
-#pragma GCC unroll 2
-            for (int h = 0; h < 2; h++) {
-                __m256i W[8];
-#pragma GCC unroll 4
-                for (int kk = 0; kk < 4; kk++) {
-                    const __m256i v = _mm256_loadu_si256((const __m256i *)(cp + 64 * kk + 32 * h));
-                    W[2 * kk] = _mm256_and_si256(v, m4);
-                    W[2 * kk + 1] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
-                }
-                const __m256 D = _mm256_load_ps(ds[j] + 8 * h);
-#pragma GCC unroll 4
-                for (int r = 0; r < NR; r++) {
-                    const uint8_t *q = a->q + r * a->q_stride + 256 * sb + 32 * j;
-                    __m256i s = _mm256_maddubs_epi16(W[0], bcast4(q));
-#pragma GCC unroll 7
-                    for (int k = 1; k < 8; k++) s = _mm256_add_epi16(s, _mm256_maddubs_epi16(W[k], bcast4(q + 4 * k)));
-                    t[r][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(s, ones)), D, t[r][h]);
-                }
-            }
-        }
-#pragma GCC unroll 4
-        for (int r = 0; r < NR; r++) {
-            const __m256 dx = _mm256_set1_ps(a->d[r * a->d_stride + sb]);
-            acc[r][0] = _mm256_fmadd_ps(t[r][0], dx, acc[r][0]);
-            acc[r][1] = _mm256_fmadd_ps(t[r][1], dx, acc[r][1]);
+            for (int j = 0; j < 8; j++)
+                mn = _mm256_add_epi32(mn, _mm256_madd_epi16(_mm256_load_si256((const __m256i *)(md[j] + 8 * h)), bcast4(bs + 2 * j)));
+            t[2 * r + h] = _mm256_mul_ps(_mm256_cvtepi32_ps(mn), ndm[h]);
         }
     }
-#pragma GCC unroll 4
+#pragma GCC unroll 1
+    for (int j = 0; j < 8; j++) {
+        const uint8_t *cp = bp + 320 + 256 * j;
+        prefetch_blk(cp, 256);
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            __m256i W[8];
+#pragma GCC unroll 6
+            for (int kk = 0; kk < 4; kk++) {
+                const __m256i v = _mm256_loadu_si256((const __m256i *)(cp + 64 * kk + 32 * h));
+                W[2 * kk] = _mm256_and_si256(v, m4);
+                W[2 * kk + 1] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+            }
+            const __m256 D = _mm256_load_ps(ds[j] + 8 * h);
+#pragma GCC unroll 6
+            for (int r = 0; r < NR; r++) {
+                const uint8_t *q = a->q + r * a->q_stride + 256 * sb + 32 * j;
+                __m256i s = _mm256_maddubs_epi16(W[0], bcast4(q));
+#pragma GCC unroll 7
+                for (int k = 1; k < 8; k++) s = _mm256_add_epi16(s, _mm256_maddubs_epi16(W[k], bcast4(q + 4 * k)));
+                t[2 * r + h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(s, ones)), D, t[2 * r + h]);
+            }
+        }
+    }
+#pragma GCC unroll 6
     for (int r = 0; r < NR; r++) {
-        _mm256_storeu_ps(y + r * ldy, acc[r][0]);
-        _mm256_storeu_ps(y + r * ldy + 8, acc[r][1]);
+        const __m256 dx = _mm256_set1_ps(a->d[r * a->d_stride + sb]);
+        acc[2 * r] = _mm256_fmadd_ps(t[2 * r], dx, acc[2 * r]);
+        acc[2 * r + 1] = _mm256_fmadd_ps(t[2 * r + 1], dx, acc[2 * r + 1]);
     }
 }
-PK_DRIVER(nx_mm_pk_q4_K_avx2, pk_q4_K, NX_MM_Q4KX16_BLOCK)
+PK_KERNELS(nx_mm_pk_q4_K_avx2, q4k_step, NX_MM_Q4KX16_BLOCK)
