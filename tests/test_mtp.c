@@ -334,6 +334,8 @@ static void test_rows_optional(void) {
 static void test_rows_own(void) {
     /* the head's own embed_tokens / shared_head_head, quantized (lookup of a Q8_0 table, packed head) */
     check_rows("qwen35", "{\"mtp_embed_tokens\":true,\"mtp_shared_head\":true}", NX_TYPE_Q8_0);
+    check_rows("qwen35moe", "{\"mtp_embed_tokens\":true,\"mtp_shared_head\":true,\"mtp_shared_head_norm\":false}",
+               NX_TYPE_F32);
 }
 
 static void test_no_mtp_layer(void) {
