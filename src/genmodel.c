@@ -295,7 +295,10 @@ static void gm_arch_llama(gm_builder *b) {
  * rope_sections [2,1,1,0], rope_freq_base 1e4, full_attention_interval 2, ssm_nk 2, ssm_nv 4,
  * ssm_head_dim 32, d_conv 4, n_ff 128, n_vocab 512, tied_embeddings true, rms_eps 1e-6,
  * emb_std 0.35; MoE: n_expert 8, n_expert_used 2, n_ff_exp 32, n_ff_shexp 64, merged_gate_up
- * false; MTP: mtp_eh_proj true, mtp_ffn true (dense only), mtp_attn_q true (dense only). */
+ * false; MTP: mtp_eh_proj true, mtp_ffn true (dense only), mtp_attn_q true (dense only),
+ * mtp_shared_head_norm true, mtp_embed_tokens false, mtp_shared_head false (the last two: the head's
+ * own blk.L.nextn.embed_tokens / shared_head_head, drawn after every other tensor so that the rest
+ * of the model is the same with or without them). */
 static void gm_arch_qwen35_common(gm_builder *b, bool moe) {
     int64_t E = gm_int(b, "n_embd", 64), n_layer = gm_int(b, "n_layer", 4), n_nextn = gm_int(b, "n_nextn", 1);
     int64_t H = gm_int(b, "n_head", 4), Hkv = gm_int(b, "n_head_kv", 2), D = gm_int(b, "head_dim", 16);
@@ -307,6 +310,8 @@ static void gm_arch_qwen35_common(gm_builder *b, bool moe) {
     bool tied = gm_bool(b, "tied_embeddings", true), merged = gm_bool(b, "merged_gate_up", false);
     b->tied = tied;
     bool eh = gm_bool(b, "mtp_eh_proj", true), mtp_ffn = gm_bool(b, "mtp_ffn", true), mtp_q = gm_bool(b, "mtp_attn_q", true);
+    bool mtp_shn = gm_bool(b, "mtp_shared_head_norm", true), mtp_emb = gm_bool(b, "mtp_embed_tokens", false),
+         mtp_head = gm_bool(b, "mtp_shared_head", false);
     int32_t sections[4] = {2, 1, 1, 0};
     const cJSON *sec = cJSON_GetObjectItemCaseSensitive(b->cfg, "rope_sections");
     for (int i = 0; i < 4 && cJSON_IsArray(sec); i++) {
@@ -403,12 +408,17 @@ static void gm_arch_qwen35_common(gm_builder *b, bool moe) {
             if (eh) GM_T(GM_NORMAL, 1.0f / sqrtf((float)(2 * E)), 2, 2 * E, E, 1, "blk.%lld.nextn.eh_proj.weight", il);
             GM_T(GM_NORM_WEIGHT, 0.1f, 1, E, 1, 1, "blk.%lld.nextn.enorm.weight", il);
             GM_T(GM_NORM_WEIGHT, 0.1f, 1, E, 1, 1, "blk.%lld.nextn.hnorm.weight", il);
-            GM_T(GM_NORM_WEIGHT, 0.1f, 1, E, 1, 1, "blk.%lld.nextn.shared_head_norm.weight", il);
+            if (mtp_shn) GM_T(GM_NORM_WEIGHT, 0.1f, 1, E, 1, 1, "blk.%lld.nextn.shared_head_norm.weight", il);
         }
     }
-#undef GM_T
     gm_tensor(b, "output_norm.weight", GM_NORM_WEIGHT, 0.1f, 1, E, 1, 1, 1);
     if (!tied) gm_tensor(b, "output.weight", GM_NORMAL, s_in, 2, E, V, 1, 1);
+    for (int64_t l = n_layer; l < n_layer + n_nextn; l++) {
+        if (mtp_emb)
+            GM_T(GM_NORMAL, (float)gm_float(b, "emb_std", 0.35), 2, E, V, 1, "blk.%lld.nextn.embed_tokens.weight", (long long)l);
+        if (mtp_head) GM_T(GM_NORMAL, s_in, 2, E, V, 1, "blk.%lld.nextn.shared_head_head.weight", (long long)l);
+    }
+#undef GM_T
 }
 
 static void gm_arch_qwen35(gm_builder *b) { gm_arch_qwen35_common(b, false); }

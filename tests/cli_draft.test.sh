@@ -3,7 +3,7 @@
 # qwen35 / gemma4 pairs, and the llama.cpp-compatible environment:
 #   greedy text identical with --spec-type draft on and off (1 pair per architecture, self and random
 #   drafts), auto picking draft for a full model, a mismatched vocabulary refused naming the token,
-#   bench's draft row (cost per draft step, measured / predicted);
+#   bench's draft row (cost per draft step, measured / predicted), eval --spec N -md F (tokens = greedy);
 #   LLAMA_ARG_* (applied; the command line wins), LLAMA_MTP_ACC_TRACE written and parsed (every
 #   line JSON, mtp_draft / mtp_accept paired, the shape of the seed patch), --spec-trace - on stderr
 #   only (stdout = the text), LLAMA_MTP_SKIP_STREAK_THRESHOLD skipping drafts.
@@ -45,6 +45,24 @@ check "-ctkd q4_0 refused" "grep -q 'unsupported cache type' '$work/ctkd.err'" "
 check "bench: draft row, cost per draft step, measured / predicted" \
     "grep -q '^| draft ' '$work/bench.out' && grep -q 'ms/step' '$work/bench.out' && grep -q 'measured / predicted' '$work/bench.out'" \
     "$(tail -5 "$work/bench.out")"
+
+# eval --spec N with a draft model (-md, no --spec-type: draft for a full model): the golden trace layout,
+# tokens = the greedy continuation; drafted by itself every draft is accepted
+for pair in "q q2.gguf" "q q.gguf" "g q2.gguf"; do
+    set -- $pair
+    "$NEXTN" eval -m "$work/$1.gguf" --prompt-ids 5,9,13,200,7,7,31 --greedy 24 -t 1 >"$work/eg.$1.json" 2>/dev/null
+    "$NEXTN" eval -m "$work/$1.gguf" --prompt-ids 5,9,13,200,7,7,31 --spec 24 -md "$work/$2" -t 1 >"$work/es.$1.$2.json" 2>"$work/es.err"
+    if python3 - "$work/eg.$1.json" "$work/es.$1.$2.json" "$1.gguf" "$2" <<'PY'
+import json, sys
+greedy = json.load(open(sys.argv[1]))
+tr = json.load(open(sys.argv[2]))
+assert tr["tokens"] == greedy, (tr["tokens"], greedy)
+assert tr["n_drafted"] > 0 and any(r.get("drafts") for r in tr["rounds"]), tr["n_drafted"]
+if sys.argv[3] == sys.argv[4]:
+    assert tr["n_accepted"] == tr["n_drafted"], (tr["n_accepted"], tr["n_drafted"])
+PY
+    then ok "eval --spec 24 -md $2 on $1.gguf: tokens = greedy"; else bad "eval --spec -md $2 on $1.gguf" "$(cat "$work/es.err")"; fi
+done
 
 # LLAMA_ARG_*: applied, and the command line wins
 LLAMA_ARG_SPEC_TYPE=draft LLAMA_ARG_MODEL_DRAFT="$work/q.gguf" LLAMA_ARG_DRAFT_MAX=3 \

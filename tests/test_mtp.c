@@ -2,8 +2,10 @@
  * rows (mtp_prompt_logits / hidden), the 3 chained drafts of drafts.json (ids exact, logits within
  * the README's bounds) through the head and through the drafter, spec_trace.json round by round
  * through the engine, batch == row by row bit for bit, optional pieces (no eh_proj, no MTP FFN,
- * borrowed attn_q, MoE), the clear error for a model without an MTP layer, and the head at the
- * golden qwen35-small shapes against the numpy reference (that case's F32 model is not carried). */
+ * borrowed attn_q, MoE), the head's own NextN embed_tokens / shared_head_head when the GGUF carries
+ * them (used by the head, not the trunk; spec on == off), the clear error for a model without an MTP
+ * layer, and the head at the golden qwen35-small shapes and with its own tensors against the numpy
+ * reference (that case's F32 model is not carried). */
 #include <cjson/cJSON.h>
 #include <unistd.h>
 #include "test.h"
@@ -12,6 +14,7 @@
 #include "genmodel.h"
 #include "spec/engine.h"
 #include "spec/mtp.h"
+#include "arch/qwen35.h"
 #include "nextn.h"
 
 #define GOLDEN NX_GOLDEN_DIR
@@ -328,6 +331,13 @@ static void test_rows_optional(void) {
     check_rows("qwen35", "{\"mtp_eh_proj\":false,\"mtp_ffn\":false,\"mtp_attn_q\":false}", NX_TYPE_F32);
 }
 
+static void test_rows_own(void) {
+    /* the head's own embed_tokens / shared_head_head, quantized (lookup of a Q8_0 table, packed head) */
+    check_rows("qwen35", "{\"mtp_embed_tokens\":true,\"mtp_shared_head\":true}", NX_TYPE_Q8_0);
+    check_rows("qwen35moe", "{\"mtp_embed_tokens\":true,\"mtp_shared_head\":true,\"mtp_shared_head_norm\":false}",
+               NX_TYPE_F32);
+}
+
 static void test_no_mtp_layer(void) {
     nx_model *m = gen_load("qwen35", "{\"n_nextn\":0}", NX_TYPE_F32, "nomtp.gguf");
     CHECK(m != NULL);
@@ -366,6 +376,146 @@ static void test_no_mtp_layer(void) {
     CHECK(strstr(ee.msg, "ngram") != NULL);
     nx_ctx_free(c);
     nx_model_free(m);
+}
+
+/* ===== the head's own NextN tensors (blk.L.nextn.embed_tokens / shared_head_head) ===== */
+
+/* Greedy through the engine, 2 prompts: spec (MTP, 3 drafts) or off; drafts of every round into t. */
+static bool own_run(nx_model *m, bool spec, nx_token out[2][40], int n_out[2], trace_rec *t) {
+    static const int lens[2] = {7, 15};
+    nx_ctx *c = make_ctx(m, 128, 1, 64, NX_CACHE_F32);
+    nx_spec_engine_params p = nx_spec_engine_default_params();
+    if (spec) {
+        p.spec.types[0] = NX_SPEC_MTP;
+        p.spec.n_types = 1;
+        p.spec.draft_max = 3;
+        p.spec.adaptive = false;
+        p.on_round = on_round;
+        p.user = t;
+    }
+    nx_spec_engine *en = NULL;
+    nx_error e = {0};
+    bool ok = c && nx_spec_engine_create(c, &p, &en, &e) == NX_OK;
+    for (int i = 0; ok && i < 2; i++) {
+        nx_token prompt[16];
+        for (int j = 0; j < lens[i]; j++) prompt[j] = (nx_token)((j * 53 + i * 101 + 9) % 500);
+        nx_spec_request rq = {.prompt = prompt, .n_prompt = lens[i], .n_predict = 40};
+        nx_seq_id s = -1;
+        ok = nx_spec_engine_add(en, &rq, &s, &e) == NX_OK;
+        while (ok && nx_spec_engine_n_active(en)) ok = nx_spec_engine_step(en, &e) == NX_OK;
+        const nx_token *o = ok ? nx_spec_engine_output(en, s, &n_out[i]) : NULL;
+        if (o) memcpy(out[i], o, (size_t)n_out[i] * sizeof *o);
+        if (ok) nx_spec_engine_release(en, s);
+    }
+    if (!ok) fprintf(stderr, "  own run: %s\n", e.msg);
+    nx_spec_engine_free(en);
+    nx_ctx_free(c);
+    return ok;
+}
+
+/* Greedy on == off for the trunk-head model a and the own-tensor model b (equal trunks, so all four
+ * streams are equal); b's drafts differ from a's. want_accept: both accept some drafts (b fewer). */
+static bool own_spec_same(nx_model *a, nx_model *b, bool want_accept) {
+    nx_token out[4][2][40];
+    int n_out[4][2] = {{0}}, fails = t_cur_failed;
+    trace_rec *ta = calloc(1, sizeof *ta), *tb = calloc(1, sizeof *tb);
+    CHECK(own_run(a, false, out[0], n_out[0], NULL));
+    CHECK(own_run(b, false, out[1], n_out[1], NULL));
+    CHECK(own_run(a, true, out[2], n_out[2], ta));
+    CHECK(own_run(b, true, out[3], n_out[3], tb));
+    for (int k = 1; k < 4; k++)
+        for (int i = 0; i < 2; i++) {
+            CHECK_EQ_INT(n_out[k][i], 40);
+            CHECK(n_out[k][i] == n_out[0][i] && memcmp(out[k][i], out[0][i], (size_t)n_out[0][i] * sizeof(nx_token)) == 0);
+        }
+    int first_diff = -1, acc_a = 0, acc_b = 0, dr_a = 0, dr_b = 0;
+    for (int i = 0; i < ta->n && i < tb->n && first_diff < 0; i++) {
+        bool eq = ta->nd[i] == tb->nd[i];
+        for (int j = 0; eq && j < ta->nd[i] && j < 4; j++) eq = ta->drafts[i][j] == tb->drafts[i][j];
+        if (!eq) first_diff = i;
+    }
+    for (int i = 0; i < ta->n; i++) { acc_a += ta->na[i]; dr_a += ta->nd[i]; }
+    for (int i = 0; i < tb->n; i++) { acc_b += tb->na[i]; dr_b += tb->nd[i]; }
+    fprintf(stderr, "  own tensors: rounds %d / %d, first round with other drafts %d, accepted %d/%d (trunk's) "
+            "%d/%d (own)\n", ta->n, tb->n, first_diff, acc_a, dr_a, acc_b, dr_b);
+    CHECK(first_diff >= 0 || ta->n != tb->n);
+    if (want_accept) {
+        CHECK(acc_b > 0 && acc_b < dr_b);   /* accepts and rejections both exercised with the own embedding */
+        CHECK(acc_a > acc_b);
+    }
+    free(ta);
+    free(tb);
+    return t_cur_failed == fails;
+}
+
+/* A model whose MTP layer carries its own embedding and LM head (generated with the same seed as one
+ * without, so the trunk and every other MTP weight are equal): the trunk is unchanged, the head's
+ * logits are shared_head_head · h_mtp (checked against the tensor here), the embedding changes h_mtp,
+ * the drafts differ from the trunk-head version and greedy output is the same with speculation on and off. */
+static void test_own_tensors(void) {
+    nx_model *ma = gen_load("qwen35", "{}", NX_TYPE_F32, "own_a.gguf");
+    nx_model *mb = gen_load("qwen35", "{\"mtp_embed_tokens\":true,\"mtp_shared_head\":true}", NX_TYPE_F32, "own_b.gguf");
+    nx_model *mc = gen_load("qwen35", "{\"mtp_shared_head\":true}", NX_TYPE_F32, "own_c.gguf");
+    REQUIRE_MSG(ma && mb && mc, "gen-model");
+    const qw_model *qa = qw_of(ma), *qb = qw_of(mb), *qc = qw_of(mc);
+    CHECK(qa->mtp[0].embed_tokens == NULL && qa->mtp[0].shared_head_head == NULL);
+    CHECK(qa->tok_embd_mtp == qa->tok_embd && qa->output_mtp == qa->output);
+    CHECK(qb->mtp[0].embed_tokens && qb->tok_embd_mtp == qb->mtp[0].embed_tokens);
+    CHECK(qb->mtp[0].shared_head_head && qb->output_mtp == qb->mtp[0].shared_head_head);
+    CHECK(qc->mtp[0].embed_tokens == NULL && qc->tok_embd_mtp == qc->tok_embd);
+    const int V = nx_model_n_vocab(ma), E = nx_model_n_embd(ma), n = 12;
+    int ids[12], pos[12], seq[12];
+    for (int i = 0; i < n; i++) { ids[i] = (i * 71 + 5) % V; pos[i] = i; seq[i] = 0; }
+    nx_model *ms[3] = {ma, mb, mc};
+    float *H[3], *Lg[3], *O[3], *hid = calloc((size_t)n * E, 4);
+    for (int k = 0; k < 3; k++) {
+        H[k] = calloc((size_t)n * E, 4);
+        Lg[k] = calloc((size_t)n * V, 4);
+        O[k] = calloc((size_t)n * E, 4);
+        nx_ctx *c = make_ctx(ms[k], 64, 1, 64, NX_CACHE_F32);
+        CHECK(c && decode_prompt(c, ids, n, H[k], E));
+        if (k == 0) memcpy(hid + E, H[0], (size_t)(n - 1) * E * 4);   /* row q gets the trunk hidden of q-1 */
+        nx_mtp_head *h = NULL;
+        nx_error e = {0};
+        CHECK_MSG(c && nx_mtp_head_create(c, &h, &e) == NX_OK, "%s", e.msg);
+        if (h) CHECK_MSG(nx_mtp_head_forward(h, n, ids, pos, seq, hid, O[k], Lg[k], &e) == NX_OK, "%s", e.msg);
+        nx_mtp_head_free(h);
+        nx_ctx_free(c);
+    }
+    CHECK(memcmp(H[0], H[1], (size_t)n * E * 4) == 0);   /* the trunk does not see the head's tensors */
+    CHECK(memcmp(H[0], H[2], (size_t)n * E * 4) == 0);
+    CHECK(memcmp(O[0], O[2], (size_t)n * E * 4) == 0);   /* same embedding: same h_mtp ... */
+    CHECK(memcmp(Lg[0], Lg[2], (size_t)n * V * 4) != 0); /* ... another LM head */
+    CHECK(memcmp(O[1], O[2], (size_t)n * E * 4) != 0);   /* its own embedding changes h_mtp */
+    /* logits = shared_head_head · h_mtp (F32 rows), not output · h_mtp */
+    const nx_tensor *W = qc->mtp[0].shared_head_head;
+    CHECK(W->type == NX_TYPE_F32);
+    double worst = 0;
+    for (int r = 0; r < n && W->type == NX_TYPE_F32; r++)
+        for (int v = 0; v < V; v += 7) {
+            const float *w = (const float *)((const char *)W->data + (size_t)v * W->nb[1]);
+            double d = 0;
+            for (int j = 0; j < E; j++) d += (double)w[j] * O[2][(size_t)r * E + j];
+            if (fabs(d - Lg[2][(size_t)r * V + v]) > worst) worst = fabs(d - Lg[2][(size_t)r * V + v]);
+        }
+    fprintf(stderr, "  own head: max|logit - shared_head_head.h| %.3g\n", worst);
+    CHECK(worst < 1e-3);
+    CHECK(own_spec_same(ma, mb, false));
+    for (int k = 0; k < 3; k++) { free(H[k]); free(Lg[k]); free(O[k]); nx_model_free(ms[k]); }
+    free(hid);
+}
+
+/* A peaked model (large embeddings, no eh_proj: the trunk repeats its input and the trunk-embedding head
+ * drafts it): with only its own embed_tokens the head accepts some drafts and rejects others. */
+static void test_own_embed_accept(void) {
+    nx_model *ma = gen_load("qwen35", "{\"emb_std\":3,\"mtp_eh_proj\":false}", NX_TYPE_F32, "peak_a.gguf");
+    nx_model *mb = gen_load("qwen35", "{\"emb_std\":3,\"mtp_eh_proj\":false,\"mtp_embed_tokens\":true}", NX_TYPE_F32,
+                            "peak_b.gguf");
+    REQUIRE_MSG(ma && mb, "gen-model");
+    CHECK(qw_of(mb)->tok_embd_mtp == qw_of(mb)->mtp[0].embed_tokens && qw_of(mb)->output_mtp == qw_of(mb)->output);
+    CHECK(own_spec_same(ma, mb, true));
+    nx_model_free(ma);
+    nx_model_free(mb);
 }
 
 /* ===== the CLI: nextn eval --drafts / --spec print the golden layouts ===== */
@@ -455,16 +605,14 @@ static void test_cli_eval(void) {
  * reference (tests/ref/qwen35.py, itself checked against the goldens by ref_qwen35.test.sh) on a
  * generated model: both `eval --drafts 3` runs (F32 KV) give the MTP prompt rows and the drafts.json
  * layout. Draft ids are compared up to the first near-tie of the reference (margin < 1e-2). */
-static void test_vs_numpy_small(void) {
+static void check_vs_numpy(const char *label, const char *cfg, int E, int V) {
     if (access("/usr/bin/python3", X_OK) != 0 || system("/usr/bin/python3 -c 'import numpy' 2>/dev/null") != 0)
         SKIP("no /usr/bin/python3 with numpy");
     REQUIRE_MSG(access(NX_CLI_PATH, X_OK) == 0, "%s not built", NX_CLI_PATH);
     char path[512], cmd[4096];
     snprintf(path, sizeof path, "%s/np_small.gguf", g_tmpdir);
     nx_error e = {0};
-    nx_genmodel_opts o = {.arch = "qwen35", .seed = 17, .wtype = NX_TYPE_F32, .out_path = path,
-                          .config_json = "{\"n_embd\":256,\"head_dim\":64,\"n_rot\":16,\"rope_sections\":[3,3,2,0],"
-                                         "\"ssm_head_dim\":64,\"n_ff\":512}"};
+    nx_genmodel_opts o = {.arch = "qwen35", .seed = 17, .wtype = NX_TYPE_F32, .out_path = path, .config_json = cfg};
     REQUIRE_MSG(nx_genmodel_write(&o, &e) == NX_OK, "gen-model: %s", e.msg);
     const char *ids = "5,77,301,2,499,13,13,250,97,160,8,311,42,42,7,480,64,3,128,255";
     const int n = 20;
@@ -483,10 +631,10 @@ static void test_vs_numpy_small(void) {
         snprintf(pb, sizeof pb, "%s/%s", g_tmpdir, files[f][1]);
         size_t na = 0, nb = 0;
         float *a = read_f32(pa, &na), *b = read_f32(pb, &nb);
-        CHECK(a && b && na == nb && na == (size_t)n * (f ? 256 : 512));
+        CHECK(a && b && na == nb && na == (size_t)n * (size_t)(f ? E : V));
         if (a && b && na == nb) {
             double d = max_diff(a, b, na);
-            fprintf(stderr, "  small shapes: mtp prompt %s max|d| vs numpy %.3g\n", f ? "hidden" : "logits", d);
+            fprintf(stderr, "  %s: mtp prompt %s max|d| vs numpy %.3g\n", label, f ? "hidden" : "logits", d);
             CHECK(d <= 1e-3);
         }
         free(a);
@@ -510,10 +658,20 @@ static void test_vs_numpy_small(void) {
             if (cJSON_GetObjectItem(y, "top1_top2_margin")->valuedouble < 1e-2) break;   /* a near-tie: chains may part */
             CHECK_EQ_INT(cJSON_GetObjectItem(x, "argmax")->valueint, cJSON_GetObjectItem(y, "argmax")->valueint);
         }
-        fprintf(stderr, "  small shapes: %d/3 draft steps compared with numpy\n", compared);
+        fprintf(stderr, "  %s: %d/3 draft steps compared with numpy\n", label, compared);
     }
     cJSON_Delete(want);
     cJSON_Delete(got);
+}
+
+static void test_vs_numpy_small(void) {
+    check_vs_numpy("small shapes", "{\"n_embd\":256,\"head_dim\":64,\"n_rot\":16,\"rope_sections\":[3,3,2,0],"
+                   "\"ssm_head_dim\":64,\"n_ff\":512}", 256, 512);
+}
+
+/* The head's own embed_tokens and shared_head_head (tests/ref/qwen35.py uses them when present). */
+static void test_vs_numpy_own(void) {
+    check_vs_numpy("own NextN tensors", "{\"mtp_embed_tokens\":true,\"mtp_shared_head\":true}", 64, 512);
 }
 
 int main(void) {
@@ -528,9 +686,13 @@ int main(void) {
     RUN(test_rows_dense_q8);
     RUN(test_rows_moe);
     RUN(test_rows_optional);
+    RUN(test_rows_own);
     RUN(test_no_mtp_layer);
+    RUN(test_own_tensors);
+    RUN(test_own_embed_accept);
     RUN(test_cli_eval);
     RUN(test_vs_numpy_small);
+    RUN(test_vs_numpy_own);
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf %s", g_tmpdir);
     if (system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", g_tmpdir);

@@ -5,9 +5,9 @@
  * sampling and of the speculative accept/replace step (one-hot and full q, fixed seeds);
  * greedy speculation; bad input; per-token cost at n_vocab 151936 (printed). */
 #define _GNU_SOURCE
-#include <float.h>
 #include <time.h>
 #include "test.h"
+#include "dist_util.h"
 #include "sample.h"
 
 /* ===== helpers ===== */
@@ -31,36 +31,6 @@ static nx_sampler_params plain(int32_t n_vocab, float temp) {
 }
 
 static bool rng_equal(nx_rng a, nx_rng b) { return memcmp(&a, &b, sizeof a) == 0; }
-
-/* Upper regularized incomplete gamma Q(a, x) (series below a+1, continued fraction above). */
-static double gamma_q(double a, double x) {
-    if (x <= 0.0) return 1.0;
-    const double lg = a * log(x) - x - lgamma(a);
-    if (x < a + 1.0) {
-        double ap = a, del = 1.0 / a, sum = del;
-        for (int i = 0; i < 1000; i++) {
-            ap += 1.0;
-            del *= x / ap;
-            sum += del;
-            if (fabs(del) < fabs(sum) * 1e-15) break;
-        }
-        return 1.0 - sum * exp(lg);
-    }
-    double b = x + 1.0 - a, c = 1.0 / DBL_MIN, d = 1.0 / b, h = d;
-    for (int i = 1; i < 1000; i++) {
-        const double an = -i * (i - a);
-        b += 2.0;
-        d = an * d + b;
-        if (fabs(d) < DBL_MIN) d = DBL_MIN;
-        c = b + an / c;
-        if (fabs(c) < DBL_MIN) c = DBL_MIN;
-        d = 1.0 / d;
-        const double del = d * c;
-        h *= del;
-        if (fabs(del - 1.0) < 1e-15) break;
-    }
-    return exp(lg) * h;
-}
 
 /* Chi-square goodness of fit of counts[token] (n_vocab bins, N draws) against dist d; bins with
  * an expected count < 5 are pooled. Returns the p-value; a draw outside d's support gives 0. */
@@ -92,7 +62,7 @@ static double chi_square_p(const nx_sample_dist *d, const int *counts, int n_voc
     }
     free(expect);
     if (bins < 2) return 1.0;
-    return gamma_q((bins - 1) / 2.0, chi / 2.0);
+    return dist_gamma_q((bins - 1) / 2.0, chi / 2.0);
 }
 
 /* Naive reference of steps 3-6: full sort, then the definitions of sample.h one by one. */

@@ -19,6 +19,7 @@
 #include <math.h>
 #include <unistd.h>
 #include "test.h"
+#include "dist_util.h"
 #include "genmodel.h"
 #include "spec/draft_model.h"
 #include "spec/engine.h"
@@ -317,69 +318,10 @@ static void test_vocab(void) {
 
 /* ===== sampled drafts: distribution ===== */
 
-static double gamma_q(double a, double x) {
-    if (x <= 0) return 1.0;
-    const double gln = lgamma(a);
-    if (x < a + 1) {
-        double ap = a, sum = 1.0 / a, del = sum;
-        for (int i = 0; i < 1000; i++) {
-            ap += 1;
-            del *= x / ap;
-            sum += del;
-            if (fabs(del) < fabs(sum) * 1e-15) break;
-        }
-        return 1.0 - sum * exp(-x + a * log(x) - gln);
-    }
-    double b = x + 1 - a, c = 1e300, d = 1.0 / b, h = d;
-    for (int i = 1; i < 1000; i++) {
-        double an = -i * (i - a);
-        b += 2;
-        d = an * d + b;
-        if (fabs(d) < 1e-300) d = 1e-300;
-        c = b + an / c;
-        if (fabs(c) < 1e-300) c = 1e-300;
-        d = 1.0 / d;
-        double del = d * c;
-        h *= del;
-        if (fabs(del - 1) < 1e-15) break;
-    }
-    return exp(-x + a * log(x) - gln) * h;
-}
-
-/* Two-sample chi-square over categories (fewer than 10 samples in both arms: pooled); p-value. */
-static double chi2_two_sample(const int *ka, const int *kb, int n_cat, int *dof_out) {
-    long na = 0, nb = 0;
-    for (int i = 0; i < n_cat; i++) { na += ka[i]; nb += kb[i]; }
-    double stat = 0;
-    int cells = 0;
-    long pa = 0, pb = 0;
-    for (int i = 0; i <= n_cat; i++) {
-        long a, b;
-        if (i < n_cat) {
-            a = ka[i];
-            b = kb[i];
-            if (a + b < 10) { pa += a; pb += b; continue; }
-        } else {
-            a = pa;
-            b = pb;
-            if (a + b == 0) continue;
-        }
-        double t = (double)(a + b), ea = t * na / (double)(na + nb), eb = t * nb / (double)(na + nb);
-        stat += (a - ea) * (a - ea) / ea + (b - eb) * (b - eb) / eb;
-        cells++;
-    }
-    *dof_out = cells - 1;
-    return cells > 1 ? gamma_q((cells - 1) / 2.0, stat / 2.0) : 1.0;
-}
-
-#define NCAT 4096
-typedef struct arm_counts { int c[4][NCAT]; uint64_t drafted, accepted; } arm_counts;
-
-/* runs seeded requests (8 at a time) of a 6-token prompt, 4 tokens each, temperature 0.8 with the
- * default chain; counts tokens 1, 2, 3 and the 3-token prefix (hashed). */
+/* runs seeded requests (8 at a time) of a 6-token prompt, 4 tokens each, temperature temp with the
+ * default chain (a flat one above 1); counts tokens 1, 2, 3 and the 3-token prefix (dist_util.h). */
 static void dist_arm(const nx_model *m, nx_spec_type type, const char *draft, bool sample, uint32_t seed0, int runs,
-                     float temp, arm_counts *out) {
-    memset(out, 0, sizeof *out);
+                     float temp, dist_counts *out) {
     const int V = nx_model_n_vocab(m), n_seq = 8;
     nx_ctx *ctx = make_ctx(m, 16, n_seq);
     nx_spec_engine_params p = nx_spec_engine_default_params();
@@ -401,63 +343,25 @@ static void dist_arm(const nx_model *m, nx_spec_type type, const char *draft, bo
     nx_spec_engine *en = NULL;
     nx_error e = {0};
     CHECK_MSG(ctx && nx_spec_engine_create(ctx, &p, &en, &e) == NX_OK, "%s", e.msg);
-    for (int r0 = 0; en && r0 < runs; r0 += n_seq) {
-        nx_seq_id ids[8];
-        for (int i = 0; i < n_seq; i++) {
-            nx_sampler_params sp = p.sampler;
-            sp.seed = seed0 + (uint32_t)(r0 + i);
-            nx_spec_request rq = {.prompt = g_ids[1], .n_prompt = 6, .n_predict = 4, .sampler = &sp};
-            CHECK(nx_spec_engine_add(en, &rq, &ids[i], &e) == NX_OK);
-        }
-        while (nx_spec_engine_n_active(en)) CHECK_MSG(nx_spec_engine_step(en, &e) == NX_OK, "%s", e.msg);
-        for (int i = 0; i < n_seq; i++) {
-            int n = 0;
-            const nx_token *o = nx_spec_engine_output(en, ids[i], &n);
-            if (n >= 3) {
-                out->c[0][o[0] % NCAT]++;
-                out->c[1][o[1] % NCAT]++;
-                out->c[2][o[2] % NCAT]++;
-                out->c[3][(unsigned)(o[0] * 1000003u + o[1] * 7919u + o[2]) % NCAT]++;
-            }
-            nx_spec_engine_release(en, ids[i]);
-        }
-    }
-    if (en) {
-        out->drafted = nx_spec_engine_stats_total(en)->n_drafted;
-        out->accepted = nx_spec_engine_stats_total(en)->n_accepted;
-    }
+    dist_count(en, &p.sampler, g_ids[1], 6, 4, n_seq, seed0, runs, out);
     nx_spec_engine_free(en);
     nx_ctx_free(ctx);
-}
-
-/* n_what 3: tokens 1..3 only (a flat distribution leaves the 3-token prefix too sparse) */
-static void compare_arms(const char *name, const arm_counts *off, const arm_counts *on, int n_what) {
-    static const char *what[4] = {"token 1", "token 2", "token 3", "tokens 1-3"};
-    for (int j = 0; j < n_what; j++) {
-        int dof = 0;
-        const double pv = chi2_two_sample(off->c[j], on->c[j], NCAT, &dof);
-        fprintf(stderr, "  %s %s: chi-square p = %.3f (%d degrees of freedom)\n", name, what[j], pv, dof);
-        CHECK_MSG(pv > 0.01, "%s %s: p = %g", name, what[j], pv);
-        CHECK(dof >= 3);
-    }
-    fprintf(stderr, "  %s: drafted %llu, accepted %llu\n", name, (unsigned long long)on->drafted,
-            (unsigned long long)on->accepted);
 }
 
 static void test_sampled_distribution(void) {
     const int runs = SLOW ? 400 : 2000;
     nx_model *m = load(g_q);
     REQUIRE_MSG(m != NULL, "model");
-    arm_counts *off = calloc(1, sizeof *off), *on = calloc(1, sizeof *on);
+    dist_counts *off = calloc(1, sizeof *off), *on = calloc(1, sizeof *on);
     dist_arm(m, NX_SPEC_NONE, NULL, false, 1000, runs, 0.8f, off);
     dist_arm(m, NX_SPEC_DRAFT, g_q2, true, 200000, runs, 0.8f, on);
-    compare_arms("draft model, sampled", off, on, 4);
+    dist_compare("draft model, sampled", off, on, 4);
     CHECK(on->accepted > 50 && on->accepted < on->drafted);
     dist_arm(m, NX_SPEC_DRAFT, g_q, true, 300000, runs, 0.8f, on);
-    compare_arms("the model drafting itself, sampled", off, on, 4);
+    dist_compare("the model drafting itself, sampled", off, on, 4);
     CHECK(on->drafted > 0 && on->accepted == on->drafted);   /* q == p: min(1, p/q) = 1 */
     dist_arm(m, NX_SPEC_MTP, NULL, true, 400000, runs, 0.8f, on);
-    compare_arms("mtp, sampled", off, on, 4);
+    dist_compare("mtp, sampled", off, on, 4);
     CHECK(on->accepted > 0 && on->accepted < on->drafted);
     nx_model_free(m);
     /* the Gemma 4 assistant against its target */
@@ -468,7 +372,7 @@ static void test_sampled_distribution(void) {
         dist_arm(m, NX_SPEC_NONE, NULL, false, 1000, runs, 3.0f, off);
         dist_arm(m, NX_SPEC_ASSISTANT, as, true, 500000, runs, 3.0f, on);
         /* the sanitizer build runs 400 samples: after token 1 too few categories are populated */
-        compare_arms("assistant, sampled", off, on, SLOW ? 1 : 3);
+        dist_compare("assistant, sampled", off, on, SLOW ? 1 : 3);
         CHECK(on->accepted > 0 && on->accepted < on->drafted);
     } else CHECK_MSG(false, "gemma4 target / assistant");
     nx_model_free(m);

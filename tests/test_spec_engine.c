@@ -13,6 +13,7 @@
  * speculation on and off, equal to the log-softmax of a plain evaluation, sorted). */
 #include <unistd.h>
 #include "test.h"
+#include "dist_util.h"
 #include "genmodel.h"
 #include "spec/engine.h"
 #include "spec/mtp.h"
@@ -391,64 +392,6 @@ static void test_state_trained(void) {
 
 /* ===== distribution preservation ===== */
 
-/* Regularised upper incomplete gamma Q(a, x) (series below a + 1, continued fraction above). */
-static double gamma_q(double a, double x) {
-    if (x <= 0) return 1.0;
-    const double gln = lgamma(a);
-    if (x < a + 1) {
-        double ap = a, sum = 1.0 / a, del = sum;
-        for (int i = 0; i < 1000; i++) {
-            ap += 1;
-            del *= x / ap;
-            sum += del;
-            if (fabs(del) < fabs(sum) * 1e-15) break;
-        }
-        return 1.0 - sum * exp(-x + a * log(x) - gln);
-    }
-    double b = x + 1 - a, c = 1e300, d = 1.0 / b, h = d;
-    for (int i = 1; i < 1000; i++) {
-        double an = -i * (i - a);
-        b += 2;
-        d = an * d + b;
-        if (fabs(d) < 1e-300) d = 1e-300;
-        c = b + an / c;
-        if (fabs(c) < 1e-300) c = 1e-300;
-        d = 1.0 / d;
-        double del = d * c;
-        h *= del;
-        if (fabs(del - 1) < 1e-15) break;
-    }
-    return exp(-x + a * log(x) - gln) * h;
-}
-
-/* Two-sample chi-square (2 x K contingency) over categories; categories with fewer than 10
- * samples in both arms together are pooled. Returns the p-value. */
-static double chi2_two_sample(const int *ka, const int *kb, int n_cat, int *dof_out) {
-    long na = 0, nb = 0;
-    for (int i = 0; i < n_cat; i++) { na += ka[i]; nb += kb[i]; }
-    double stat = 0;
-    int cells = 0;
-    long pa = 0, pb = 0;
-    for (int i = 0; i <= n_cat; i++) {
-        long a, b;
-        if (i < n_cat) {
-            a = ka[i];
-            b = kb[i];
-            if (a + b < 10) { pa += a; pb += b; continue; }
-        } else {
-            a = pa;
-            b = pb;
-            if (a + b == 0) continue;
-        }
-        double t = (double)(a + b), ea = t * na / (double)(na + nb), eb = t * nb / (double)(na + nb);
-        stat += (a - ea) * (a - ea) / ea + (b - eb) * (b - eb) / eb;
-        cells++;
-    }
-    *dof_out = cells - 1;
-    return cells > 1 ? gamma_q((cells - 1) / 2.0, stat / 2.0) : 1.0;
-}
-
-#define NCAT 4096
 /* The trained model (its MTP head agrees with the trunk, so drafts are accepted and rejected
  * often), temperature 0.8 with the default chain (top-k 40, top-p 0.95, min-p 0.05). Each run: a
  * short prompt, 4 tokens (the round after the first token drafts 2), seeds disjoint per arm;
@@ -459,10 +402,7 @@ static void test_distribution(void) {
     const int V = nx_model_n_vocab(m), runs = SLOW ? 400 : 2000, n_seq = 8;   /* fewer under ASan */
     prompts pr;
     CHECK(text_prompts(&pr, NX_SOURCE_DIR "/models/tiny-qwen35-mtp-q8_0.gguf"));
-    int *cnt[3][4];   /* arms: speculation off, mtp, mtp with a cheap head (a quarter of the vocabulary, Q4_0) */
-    for (int a = 0; a < 3; a++)
-        for (int j = 0; j < 4; j++) cnt[a][j] = calloc(NCAT, sizeof(int));
-    uint64_t drafted = 0, accepted = 0, drafted2 = 0, accepted2 = 0;
+    dist_counts *cnt = calloc(3, sizeof *cnt);   /* arms: off, mtp, mtp with a cheap head (a quarter of the vocabulary, Q4_0) */
     for (int arm = 0; arm < 3; arm++) {
         nx_ctx_params cp = nx_ctx_default_params();
         cp.n_ctx = 16;
@@ -488,55 +428,16 @@ static void test_distribution(void) {
         nx_spec_engine *en = NULL;
         nx_error e = {0};
         CHECK(nx_spec_engine_create(ctx, &p, &en, &e) == NX_OK);
-        for (int r0 = 0; en && r0 < runs; r0 += n_seq) {
-            nx_seq_id ids[8];
-            for (int i = 0; i < n_seq; i++) {
-                nx_sampler_params sp = p.sampler;
-                sp.seed = (uint32_t)(1000 + arm * 100000 + r0 + i);   /* disjoint seeds per arm */
-                nx_spec_request rq = {.prompt = pr.ids[0], .n_prompt = 6, .n_predict = arm ? 4 : 3, .sampler = &sp};
-                CHECK(nx_spec_engine_add(en, &rq, &ids[i], &e) == NX_OK);
-            }
-            while (nx_spec_engine_n_active(en)) CHECK(nx_spec_engine_step(en, &e) == NX_OK);
-            for (int i = 0; i < n_seq; i++) {
-                int n = 0;
-                const nx_token *o = nx_spec_engine_output(en, ids[i], &n);
-                if (n >= 3) {
-                    cnt[arm][0][o[0] % NCAT]++;
-                    cnt[arm][1][o[1] % NCAT]++;
-                    cnt[arm][2][o[2] % NCAT]++;
-                    cnt[arm][3][(unsigned)(o[0] * 1000003u + o[1] * 7919u + o[2]) % NCAT]++;
-                }
-                nx_spec_engine_release(en, ids[i]);
-            }
-        }
-        if (en && arm == 1) {
-            drafted = nx_spec_engine_stats_total(en)->n_drafted;
-            accepted = nx_spec_engine_stats_total(en)->n_accepted;
-        }
-        if (en && arm == 2) {
-            drafted2 = nx_spec_engine_stats_total(en)->n_drafted;
-            accepted2 = nx_spec_engine_stats_total(en)->n_accepted;
-        }
+        /* disjoint seeds per arm */
+        dist_count(en, &p.sampler, pr.ids[0], 6, arm ? 4 : 3, n_seq, (uint32_t)(1000 + arm * 100000), runs, &cnt[arm]);
         nx_spec_engine_free(en);
         nx_ctx_free(ctx);
     }
-    const char *what[4] = {"token 1", "token 2", "token 3", "tokens 1-3"};
-    for (int arm = 1; arm < 3; arm++)
-        for (int j = 0; j < 4; j++) {
-            int dof = 0;
-            double pv = chi2_two_sample(cnt[0][j], cnt[arm][j], NCAT, &dof);
-            fprintf(stderr, "  %s %s: chi-square p = %.3f (%d degrees of freedom)\n", arm == 1 ? "mtp" : "mtp cheap head",
-                    what[j], pv, dof);
-            CHECK(pv > 0.01);
-            CHECK(dof >= 3);   /* a real distribution, not one token */
-        }
-    fprintf(stderr, "  speculation: drafted %llu, accepted %llu; cheap head: drafted %llu, accepted %llu\n",
-            (unsigned long long)drafted, (unsigned long long)accepted, (unsigned long long)drafted2,
-            (unsigned long long)accepted2);
-    CHECK(accepted > 100 && accepted < drafted);
-    CHECK(accepted2 > 100 && accepted2 < drafted2);
-    for (int a = 0; a < 3; a++)
-        for (int j = 0; j < 4; j++) free(cnt[a][j]);
+    dist_compare("mtp", &cnt[0], &cnt[1], 4);
+    dist_compare("mtp cheap head", &cnt[0], &cnt[2], 4);
+    CHECK(cnt[1].accepted > 100 && cnt[1].accepted < cnt[1].drafted);
+    CHECK(cnt[2].accepted > 100 && cnt[2].accepted < cnt[2].drafted);
+    free(cnt);
     nx_model_free(m);
 }
 

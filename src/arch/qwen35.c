@@ -352,8 +352,20 @@ static nx_status qw_load(nx_model *m, nx_error *err) {
         h->enorm = vec(&L, 0, E, "blk.%d.nextn.enorm.weight", il);
         h->hnorm = vec(&L, 0, E, "blk.%d.nextn.hnorm.weight", il);
         h->shared_head_norm = vec(&L, NX_T_OPTIONAL, E, "blk.%d.nextn.shared_head_norm.weight", il);
+        h->embed_tokens = tensor(&L, NX_T_OPTIONAL, 2, E, hp->n_vocab, 1, "blk.%d.nextn.embed_tokens.weight", il);
+        if (L.base.st == NX_OK && h->embed_tokens && !nx_can_dequantize(h->embed_tokens->type))
+            L.base.st = nx_fail(err, NX_ERR_UNSUPPORTED, "tensor blk.%d.nextn.embed_tokens.weight has type %s, which "
+                                "cannot be dequantized", il, nx_type_name(h->embed_tokens->type));
+        h->shared_head_head = tensor(&L, NX_T_MATMUL | NX_T_OPTIONAL, 2, E, hp->n_vocab, 1,
+                                     "blk.%d.nextn.shared_head_head.weight", il);
     }
-    qm->output_mtp = tensor(&L, NX_T_MATMUL | NX_T_OPTIONAL, 2, E, hp->n_vocab, 1, "output_extra.weight");
+    /* The MTP head's own tensors win over the shared ones (llama.cpp's NextN rule); output_extra
+     * is a requantized copy of the trunk's head, so it only stands in for output. */
+    const qw_mtp *used = hp->n_nextn > 0 ? &qm->mtp[hp->n_nextn - 1] : NULL;
+    qm->tok_embd_mtp = used && used->embed_tokens ? used->embed_tokens : qm->tok_embd;
+    qm->output_mtp = used && used->shared_head_head ? used->shared_head_head : NULL;
+    if (!qm->output_mtp)
+        qm->output_mtp = tensor(&L, NX_T_MATMUL | NX_T_OPTIONAL, 2, E, hp->n_vocab, 1, "output_extra.weight");
     if (!qm->output_mtp) qm->output_mtp = qm->output;
     if (L.base.st != NX_OK) return L.base.st;
     m->arch_data = qm;
@@ -365,8 +377,7 @@ static nx_status qw_load(nx_model *m, nx_error *err) {
 
 static void qw_free(nx_model *m) { m->arch_data = NULL; /* everything is model-owned */ }
 
-void qw_embed(const qw_model *qm, const nx_token *tok, int n, float *x) {
-    const nx_tensor *t = qm->tok_embd;
+void qw_embed(const qw_model *qm, const nx_tensor *t, const nx_token *tok, int n, float *x) {
     int64_t E = qm->hp.n_embd;
     for (int r = 0; r < n; r++)
         nx_dequantize_row(t->type, (const char *)t->data + (size_t)tok[r] * t->nb[1], x + (size_t)r * (size_t)E, E);

@@ -56,6 +56,10 @@ typedef struct qw_mtp {
     const nx_tensor *eh_proj;              /* {2E, E} or NULL: fusion is enorm(e) + hnorm(h) */
     const float *enorm, *hnorm;
     const float *shared_head_norm;         /* NULL if absent */
+    /* The head's own embedding and LM head ({E, V}; NULL if absent, then the trunk's are used).
+     * llama.cpp's NextN names; Qwen3.5 checkpoints normally share the trunk's, some conversions
+     * carry copies (possibly fine-tuned or quantized differently). */
+    const nx_tensor *embed_tokens, *shared_head_head;
 } qw_mtp;
 
 typedef struct qw_hparams {
@@ -78,7 +82,8 @@ typedef struct qw_model {
     qw_mtp *mtp;                           /* n_nextn heads; the last one is used (spec §0) */
     int n_attn, n_rec;                     /* trunk attention / DeltaNet layers */
     const nx_tensor *tok_embd, *output;    /* output = token_embd when tied */
-    const nx_tensor *output_mtp;           /* output_extra, else output */
+    const nx_tensor *tok_embd_mtp;         /* the used head's embed_tokens, else token_embd */
+    const nx_tensor *output_mtp;           /* the used head's shared_head_head, else output_extra, else output */
     const float *output_norm;
     nx_rope_params rope;
     unsigned char *rope_pos0;              /* [n_rot/2]: 1 = IMROPE pair in the e-section (position 0 for text) */
@@ -89,8 +94,8 @@ typedef struct qw_scratch qw_scratch;
 
 static inline const qw_model *qw_of(const nx_model *m) { return (const qw_model *)m->arch_data; }
 
-/* Embedding rows: x[r] = token_embd[tok[r]] (dequantized). */
-void qw_embed(const qw_model *qm, const nx_token *tok, int n, float *x);
+/* Embedding rows: x[r] = table[tok[r]] (dequantized); table is token_embd or tok_embd_mtp. */
+void qw_embed(const qw_model *qm, const nx_tensor *table, const nx_token *tok, int n, float *x);
 
 /* The blocks (see top). x is [n][n_embd]; pos / seq per row. */
 nx_status qw_attn_block(nx_ctx *ctx, qw_scratch *s, const qw_layer *L, nx_kv *kv, int n, const nx_pos *pos,

@@ -377,7 +377,7 @@ nx_status qw_forward(nx_ctx *ctx, const nx_ubatch *ub, nx_error *err) {
     const int n = ub->n, E = hp->n_embd;
     float *x = s->x;
     nx_status st;
-    qw_embed(qm, ub->tok, n, x);
+    qw_embed(qm, qm->tok_embd, ub->tok, n, x);
     for (int il = 0; il < hp->n_main; il++) {
         const qw_layer *L = &qm->layers[il];
         st = L->kind == QW_ATTN ? qw_attn_block(ctx, s, L, ctx->kv, n, ub->pos, ub->seq, x, err)

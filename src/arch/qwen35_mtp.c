@@ -205,7 +205,7 @@ static nx_status head_chunk(nx_mtp_head *h, int n, const nx_token *tok, const nx
     const int E = h->E;
     float *x = qw_scratch_x(h->s);
     nx_status st;
-    qw_embed(h->qm, tok, n, x);
+    qw_embed(h->qm, h->qm->tok_embd_mtp, tok, n, x);   /* nextn.embed_tokens if present */
     for (int r = 0; r < n; r++) {
         float *c = h->cat + (size_t)r * 2 * E;
         nx_rmsnorm(c, x + (size_t)r * E, m->enorm, E, hp->eps);               /* embedding first */

@@ -8,6 +8,8 @@
  *   x += gated attention over the head's own KV of s (the row's K/V is written at q first)
  *   x += FFN (skipped when the layer has none)
  *   h_mtp = shared_head_norm(x) (or x), logits = output_mtp · h_mtp
+ * embd is the head's blk.L.nextn.embed_tokens when the GGUF carries it, else token_embd;
+ * output_mtp is its blk.L.nextn.shared_head_head, else output_extra, else output.
  * Row convention (Decisions 2): the row at q is fed (token q, trunk post-norm hidden q-1; zeros
  * for q = 0) and drafts token q+1. Rows are independent (bit-identical whatever else is in the
  * batch), as in the trunk.

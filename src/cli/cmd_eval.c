@@ -30,8 +30,8 @@
  * --assistant-dense-head;
  * --masked-head requires that head. --masked-draft-logits-out / --masked-draft-hidden-out write that
  * chain's dense logits / hidden.
- * --spec N: a greedy speculative run of N tokens in a fresh context (default --spec-type mtp,
- * --draft-max 3, fixed k, p_min 0; --spec-slack 2 = the golden trace's budget rule) printed in the
+ * --spec N: a greedy speculative run of N tokens in a fresh context (default --spec-type mtp; with
+ * --draft-model / -md F: assistant for a Gemma 4 assistant GGUF, else draft; --draft-max 3, fixed k, p_min 0; --spec-slack 2 = the golden trace's budget rule) printed in the
  * layout of golden spec_trace.json (rounds with drafts, committed ids, accepted counts;
  * plain_decode rounds for k = 0).
  */
@@ -58,11 +58,12 @@ static void eval_usage(FILE *f) {
             "                   [--draft-hidden-out F] [--draft-model A [--masked-head] [--assistant-dense-head]\n"
             "                   [--draft-positions constant|increment] [--masked-draft-logits-out F]\n"
             "                   [--masked-draft-hidden-out F]]]\n"
-            "                  [--spec N [--spec-slack S] [--spec-type T --draft-max N ...]]\n"
+            "                  [--spec N [--spec-slack S] [--spec-type T -md F --draft-max N ...]]\n"
             "Prompt logits [n][n_vocab] and post-norm hidden [n][n_embd] as float32 LE; the greedy continuation\n"
             "is printed as a JSON array of ids. --batch B decodes the prompt in chunks of B (1 = token by token).\n"
             "--drafts K prints K chained MTP drafts after the prompt (layout of golden drafts.json); --spec N runs\n"
-            "N greedy speculative tokens and prints the rounds (layout of golden spec_trace.json).\n");
+            "N greedy speculative tokens and prints the rounds (layout of golden spec_trace.json); with -md F and\n"
+            "no --spec-type, F drafts as an assistant (a Gemma 4 assistant GGUF) or as a draft model.\n");
 }
 
 /* Ids separated by commas / whitespace (a JSON array's brackets are accepted too). */
@@ -552,9 +553,13 @@ int nx_cmd_eval(int argc, char **argv) {
         fprintf(stderr, "nextn eval: --mtp-*-out are MTP-head outputs; the assistant (--draft-model) has no prompt rows\n");
         return 2;
     }
-    if (spec_n > 0 && spec.n_types == 0) {   /* a separate drafter file implies the assistant */
-        spec.types[0] = spec.draft_model ? NX_SPEC_ASSISTANT : NX_SPEC_MTP;
-        spec.n_types = 1;
+    if (spec_n > 0 && spec.n_types == 0) {
+        /* a drafter file: assistant for a Gemma 4 assistant GGUF, else a draft model (--spec-type auto's rule) */
+        if (spec.draft_model) spec.auto_type = true;
+        else {
+            spec.types[0] = NX_SPEC_MTP;
+            spec.n_types = 1;
+        }
     }
     int *ids = NULL, n = 0;
     char *text = NULL;

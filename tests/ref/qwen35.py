@@ -140,6 +140,14 @@ class Qwen35Model:
         self.out_name = "output.weight" if self.has("output.weight") else "token_embd.weight"
         self.mtp_layer = self.n_layer - 1 if self.n_nextn > 0 else None
         self.mtp_out_name = "output_extra.weight" if self.has("output_extra.weight") else self.out_name
+        self.mtp_embd_name = "token_embd.weight"
+        if self.mtp_layer is not None:
+            # the head's own NextN embedding / LM head win when the GGUF carries them
+            own = "blk.%d.nextn." % self.mtp_layer
+            if self.has(own + "embed_tokens.weight"):
+                self.mtp_embd_name = own + "embed_tokens.weight"
+            if self.has(own + "shared_head_head.weight"):
+                self.mtp_out_name = own + "shared_head_head.weight"
         # IMROPE: which position component each rotated pair uses; text positions are (p,p,p,0)
         self.rope_use_p = np.ones(self.n_rot // 2, dtype=bool)
         s = self.sections
@@ -366,7 +374,7 @@ class Qwen35Model:
         n = len(tokens)
         mst.seq_rm(pos0)
         pos = pos0 + np.arange(n)
-        e = self.w("token_embd.weight")[tokens].astype(F32)
+        e = self.w(self.mtp_embd_name)[tokens].astype(F32)
         h = np.asarray(hiddens, dtype=F32).reshape(n, self.n_embd)
         en = rms_norm(e, self.w(b + "nextn.enorm.weight"), self.eps)
         hn = rms_norm(h, self.w(b + "nextn.hnorm.weight"), self.eps)
