@@ -10,7 +10,7 @@
  *   - extreme codes (all-0x00/0xFF/0x80/0x7F weights, activations at +-127): no int16 /
  *     int32 saturation in the SIMD kernels' integer sums (== scalar, batches 1..9);
  *   - bad arguments give errors, not crashes;
- *   - packed Q8_0 / Q4_K x16 weights (AVX2 and AVX-512): the packed contract bit for bit,
+ *   - packed Q8_0 / Q4_K / Q6_K x16 weights (AVX2 and AVX-512): the packed contract bit for bit,
  *     batch / thread invariance.
  * Weights are random bytes with sane scale fields, so every code pattern is exercised.
  */
@@ -502,7 +502,7 @@ static void test_quantize_levels(void) {
  * contract too. At the scalar level: no packed size, and a tensor carrying a packed copy
  * computes exactly what the unpacked tensor does. */
 static void packed_reference(const wmat *m, const float *x, int64_t n_rows, int64_t ldx, float *y, int64_t ldy) {
-    const int64_t n_in = m->n_in, B = m->type == NX_TYPE_Q4_K ? 256 : 32, nb = n_in / B;
+    const int64_t n_in = m->n_in, B = m->type == NX_TYPE_Q8_0 ? 32 : 256, nb = n_in / B;
     uint8_t *q = malloc((size_t)n_in);
     float *d = malloc(sizeof(float) * (size_t)nb);
     int16_t *bs = malloc(sizeof(int16_t) * (size_t)nb * 16);
@@ -520,6 +520,25 @@ static void packed_reference(const wmat *m, const float *x, int64_t n_rows, int6
                     for (int i = 0; i < 32; i++) I += (int32_t)(int8_t)blk[2 + i] * (int8_t)q[32 * b + i];
                     const float sc = nx_half_to_f32(h) * d[b];
                     acc = fmaf((float)I, sc, acc);
+                    continue;
+                }
+                if (m->type == NX_TYPE_Q6_K) {
+                    const nx_block_q6_K *blk = (const void *)(row + sizeof(nx_block_q6_K) * b);
+                    const float dw = nx_half_to_f32(blk->d);
+                    int32_t C = 0;
+                    for (int g = 0; g < 16; g++) C += blk->scales[g] * bs[16 * b + g];
+                    float t = (float)C * (-32.0f * dw);
+                    for (int g = 0; g < 16; g++) {
+                        int32_t I = 0;
+                        for (int i = 0; i < 16; i++) {
+                            const int v = 16 * g + i, hh = v / 128, k = (v % 128) / 32, j = v % 32;
+                            const uint8_t l = blk->ql[64 * hh + 32 * (k & 1) + j];
+                            const int c = (k < 2 ? l & 15 : l >> 4) | (((blk->qh[32 * hh + j] >> (2 * k)) & 3) << 4);
+                            I += c * (int8_t)q[256 * b + v];
+                        }
+                        t = fmaf((float)I, dw * (float)blk->scales[g], t);
+                    }
+                    acc = fmaf(t, d[b], acc);
                     continue;
                 }
                 const nx_block_q4_K *blk = (const void *)(row + sizeof(nx_block_q4_K) * b);
@@ -547,7 +566,7 @@ static void packed_reference(const wmat *m, const float *x, int64_t n_rows, int6
 
 static void check_packed(nx_type type, int64_t n_in, int64_t n_out, bool extreme, nx_threadpool **tp) {
     const int64_t ldx = n_in + 5, ldy = n_out + 3;
-    const int B = type == NX_TYPE_Q4_K ? 256 : 32;
+    const int B = type == NX_TYPE_Q8_0 ? 32 : 256;
     size_t bb;
     CHECK(nx_mm_pack_format(type, NULL, &bb));
     wmat m;
@@ -556,7 +575,11 @@ static void check_packed(nx_type type, int64_t n_in, int64_t n_out, bool extreme
         for (int64_t o = 0; o < 8; o++)
             for (int64_t b = 0; b < n_in / B; b++) {
                 if (type == NX_TYPE_Q8_0) memset(m.wbytes + m.rb * (size_t)o + 34 * b + 2, o % 2 ? 0x80 : 0x7F, 32);
-                else memset(m.wbytes + m.rb * (size_t)o + 144 * b + 4, 0xFF, 140);   /* sc = m = 63, codes 15 */
+                else if (type == NX_TYPE_Q4_K) memset(m.wbytes + m.rb * (size_t)o + 144 * b + 4, 0xFF, 140);   /* sc = m = 63, codes 15 */
+                else {   /* codes 63, scales 127 / -128 */
+                    memset(m.wbytes + m.rb * (size_t)o + 210 * b, 0xFF, 192);
+                    memset(m.wbytes + m.rb * (size_t)o + 210 * b + 192, o % 2 ? 0x80 : 0x7F, 16);
+                }
             }
     enum { R = 37 };
     float *x = make_x(R, ldx);
@@ -583,7 +606,8 @@ static void check_packed(nx_type type, int64_t n_in, int64_t n_out, bool extreme
                 cs[b] = -128 * sum;
             }
             nx_mm_act act = {.q = q, .d = d, .bs = bs, .cs = cs};
-            (type == NX_TYPE_Q4_K ? nx_mm_pk_q4_K_scalar : nx_mm_pk_q8_0_scalar)(n_in / B, pk, n_out / 16, &act, 1, y, ldy);
+            (type == NX_TYPE_Q4_K ? nx_mm_pk_q4_K_scalar : type == NX_TYPE_Q6_K ? nx_mm_pk_q6_K_scalar : nx_mm_pk_q8_0_scalar)(
+                n_in / B, pk, n_out / 16, &act, 1, y, ldy);
             CHECK_MSG(same_bits(y, ref + r * ldy, (size_t)n_out), "%s scalar packed reference row %d", nx_type_name(type), r);
         }
         free(q); free(d); free(bs); free(cs);
@@ -641,6 +665,9 @@ static void test_packed(void) {
     check_packed(NX_TYPE_Q4_K, 256, 16, false, tp);
     check_packed(NX_TYPE_Q4_K, 512, 48, true, tp);
     check_packed(NX_TYPE_Q4_K, 1024, 32, false, tp);
+    check_packed(NX_TYPE_Q6_K, 256, 16, false, tp);
+    check_packed(NX_TYPE_Q6_K, 512, 48, true, tp);
+    check_packed(NX_TYPE_Q6_K, 1024, 32, false, tp);
     nx_threadpool_free(tp[0]);
     nx_threadpool_free(tp[1]);
 }

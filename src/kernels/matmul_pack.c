@@ -26,6 +26,7 @@ bool nx_mm_pack_format(nx_type type, int *block_values, size_t *block_bytes) {
     switch (type) {
     case NX_TYPE_Q8_0: bv = 32; bb = NX_MM_Q8X16_BLOCK; break;
     case NX_TYPE_Q4_K: bv = 256; bb = NX_MM_Q4KX16_BLOCK; break;
+    case NX_TYPE_Q6_K: bv = 256; bb = NX_MM_Q6KX16_BLOCK; break;
     default: return false;
     }
     if (block_values) *block_values = bv;
@@ -38,6 +39,7 @@ nx_mm_pkernel nx_mm_pick_pkernel(nx_type type) {
     switch (type) {
     case NX_TYPE_Q8_0: return l == NX_CPU_AVX512 ? nx_mm_pk_q8_0_avx512 : l == NX_CPU_AVX2 ? nx_mm_pk_q8_0_avx2 : NULL;
     case NX_TYPE_Q4_K: return l == NX_CPU_AVX512 ? nx_mm_pk_q4_K_avx512 : l == NX_CPU_AVX2 ? nx_mm_pk_q4_K_avx2 : NULL;
+    case NX_TYPE_Q6_K: return l == NX_CPU_AVX512 ? nx_mm_pk_q6_K_avx512 : l == NX_CPU_AVX2 ? nx_mm_pk_q6_K_avx2 : NULL;
     default: return NULL;
     }
 }
@@ -90,6 +92,32 @@ static void pack_q4_K(const uint8_t *src, size_t rb, int64_t nb, uint8_t *bp, in
     }
 }
 
+/* The 6-bit code (q + 32, 0..63) of value v of a Q6_K block. */
+static int q6k_code(const nx_block_q6_K *b, int v) {
+    const int h = v / 128, k = (v % 128) / 32, i = v % 32;
+    const uint8_t *ql = b->ql + 64 * h, *qh = b->qh + 32 * h;
+    const int lo = k < 2 ? ql[32 * (k & 1) + i] & 0xF : ql[32 * (k & 1) + i] >> 4;
+    return lo | (((qh[i] >> (2 * k)) & 3) << 4);
+}
+
+/* Q6_K x16 (matmul_impl.h): d, the int8 scales in (g, g+1) pairs per row, then per group of
+ * 16 values the low nibbles (two vectors) and the high bit pairs (one vector) of 16 rows. */
+static void pack_q6_K(const uint8_t *src, size_t rb, int64_t nb, uint8_t *bp, int64_t b) {
+    (void)nb;
+    memset(bp, 0, NX_MM_Q6KX16_BLOCK);
+    for (int l = 0; l < NX_MM_PACK_ROWS; l++) {
+        const nx_block_q6_K *blk = (const void *)(src + (size_t)l * rb + (size_t)b * sizeof(nx_block_q6_K));
+        memcpy(bp + 2 * l, &blk->d, 2);
+        for (int g = 0; g < 16; g++) bp[32 + 32 * (g / 2) + 2 * l + g % 2] = (uint8_t)blk->scales[g];
+        for (int v = 0; v < 256; v++) {
+            const int c = q6k_code(blk, v), g = v / 16, k = (v % 16) / 4, i = v % 4;
+            uint8_t *gp = bp + 320 + 192 * g;
+            gp[64 * (k / 2) + 4 * l + i] |= (uint8_t)((c & 15) << (4 * (k % 2)));
+            gp[128 + 4 * l + i] |= (uint8_t)((c >> 4) << (2 * k));
+        }
+    }
+}
+
 void nx_matmul_pack(const nx_tensor *w, void *dst) {
     int bv;
     size_t bb;
@@ -101,7 +129,8 @@ void nx_matmul_pack(const nx_tensor *w, void *dst) {
         for (int64_t b = 0; b < nb; b++) {
             uint8_t *bp = out + (size_t)(g * nb + b) * bb;
             if (w->type == NX_TYPE_Q8_0) pack_q8_0(src, w->nb[1], nb, bp, b);
-            else pack_q4_K(src, w->nb[1], nb, bp, b);
+            else if (w->type == NX_TYPE_Q4_K) pack_q4_K(src, w->nb[1], nb, bp, b);
+            else pack_q6_K(src, w->nb[1], nb, bp, b);
         }
     }
 }
@@ -164,6 +193,43 @@ void nx_mm_pk_q4_K_scalar(int64_t nsb, const uint8_t *wp, int64_t n_groups, cons
                             }
                         const float dsc = dw * (float)bp[64 + 16 * j + l];
                         t = fmaf((float)I, dsc, t);
+                    }
+                    acc = fmaf(t, d[sb], acc);
+                }
+                y[r * ldy + NX_MM_PACK_ROWS * g + l] = acc;
+            }
+        }
+    }
+}
+
+void nx_mm_pk_q6_K_scalar(int64_t nsb, const uint8_t *wp, int64_t n_groups, const nx_mm_act *a, int n_act,
+                          float *y, int64_t ldy) {
+    for (int64_t g = 0; g < n_groups; g++) {
+        const uint8_t *gp = wp + (size_t)g * (size_t)nsb * NX_MM_Q6KX16_BLOCK;
+        for (int r = 0; r < n_act; r++) {
+            const int8_t *q = (const int8_t *)(a->q + r * a->q_stride);
+            const int16_t *bs = a->bs + r * a->bs_stride;
+            const float *d = a->d + r * a->d_stride;
+            for (int l = 0; l < NX_MM_PACK_ROWS; l++) {
+                float acc = 0.0f;
+                for (int64_t sb = 0; sb < nsb; sb++) {
+                    const uint8_t *bp = gp + (size_t)sb * NX_MM_Q6KX16_BLOCK;
+                    const float dw = ld_half(bp + 2 * l);
+                    int sc[16];
+                    for (int u = 0; u < 16; u++) sc[u] = (int8_t)bp[32 + 32 * (u / 2) + 2 * l + u % 2];
+                    int32_t c = 0;
+                    for (int u = 0; u < 16; u++) c += sc[u] * bs[16 * sb + u];
+                    float t = (float)c * (-32.0f * dw);   /* -32 d: exact */
+                    for (int u = 0; u < 16; u++) {
+                        const uint8_t *up = bp + 320 + 192 * u;
+                        int32_t I = 0;
+                        for (int k = 0; k < 4; k++)
+                            for (int i = 0; i < 4; i++) {
+                                const int lo = (up[64 * (k / 2) + 4 * l + i] >> (4 * (k % 2))) & 15;
+                                const int hi = (up[128 + 4 * l + i] >> (2 * k)) & 3;
+                                I += (lo | hi << 4) * q[256 * sb + 16 * u + 4 * k + i];
+                            }
+                        t = fmaf((float)I, dw * (float)sc[u], t);
                     }
                     acc = fmaf(t, d[sb], acc);
                 }

@@ -182,3 +182,69 @@ AI void q4k_step(const int NR, const uint8_t *bp, const nx_mm_act *a, int64_t sb
     }
 }
 PK_KERNELS(nx_mm_pk_q4_K_avx2, q4k_step, NX_MM_Q4KX16_BLOCK)
+
+/* ===== Q6_K x16 =====
+ * Codes 0..63 unsigned: two maddubs results add in int16 exactly (2 * 2 * 63 * 127 < 2^15)
+ * before one madd; the -32 correction C = sum sc_g * bs_g from madd of the sign-extended
+ * scale pairs with the broadcast group-sum pairs. */
+AI void q6k_step(const int NR, const uint8_t *bp, const nx_mm_act *a, int64_t sb, __m256 *acc) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30), ones = _mm256_set1_epi16(1);
+    __m256 t[12];
+    float ds[16][16] __attribute__((aligned(32)));      /* d * sc_g per row */
+    int32_t sp[8][16] __attribute__((aligned(32)));     /* (sc_2p, sc_2p+1) int16 pairs per row */
+    prefetch_blk(bp, 320);
+    const __m256 dw[2] = {_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(bp))),
+                          _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(bp + 16)))};
+#pragma GCC unroll 8
+    for (int p = 0; p < 8; p++)
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            const __m256i P = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(bp + 32 + 32 * p + 16 * h)));
+            _mm256_store_si256((__m256i *)(sp[p] + 8 * h), P);
+            _mm256_store_ps(ds[2 * p] + 8 * h, _mm256_mul_ps(dw[h], _mm256_cvtepi32_ps(_mm256_srai_epi32(_mm256_slli_epi32(P, 16), 16))));
+            _mm256_store_ps(ds[2 * p + 1] + 8 * h, _mm256_mul_ps(dw[h], _mm256_cvtepi32_ps(_mm256_srai_epi32(P, 16))));
+        }
+#pragma GCC unroll 6
+    for (int r = 0; r < NR; r++) {
+        const int16_t *bs = a->bs + r * a->bs_stride + 16 * sb;
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            __m256i c = _mm256_setzero_si256();
+#pragma GCC unroll 8
+            for (int p = 0; p < 8; p++)
+                c = _mm256_add_epi32(c, _mm256_madd_epi16(_mm256_load_si256((const __m256i *)(sp[p] + 8 * h)), bcast4(bs + 2 * p)));
+            t[2 * r + h] = _mm256_mul_ps(_mm256_cvtepi32_ps(c), _mm256_mul_ps(dw[h], _mm256_set1_ps(-32.0f)));
+        }
+    }
+#pragma GCC unroll 1
+    for (int g = 0; g < 16; g++) {
+        const uint8_t *gp = bp + 320 + 192 * g;
+        prefetch_blk(gp, 192);
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            const __m256i L0 = _mm256_loadu_si256((const __m256i *)(gp + 32 * h));
+            const __m256i L1 = _mm256_loadu_si256((const __m256i *)(gp + 64 + 32 * h));
+            const __m256i H = _mm256_loadu_si256((const __m256i *)(gp + 128 + 32 * h));
+            const __m256i W0 = _mm256_or_si256(_mm256_and_si256(L0, m4), _mm256_and_si256(_mm256_slli_epi16(H, 4), m30));
+            const __m256i W1 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(L0, 4), m4), _mm256_and_si256(_mm256_slli_epi16(H, 2), m30));
+            const __m256i W2 = _mm256_or_si256(_mm256_and_si256(L1, m4), _mm256_and_si256(H, m30));
+            const __m256i W3 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(L1, 4), m4), _mm256_and_si256(_mm256_srli_epi16(H, 2), m30));
+            const __m256 D = _mm256_load_ps(ds[g] + 8 * h);
+#pragma GCC unroll 6
+            for (int r = 0; r < NR; r++) {
+                const uint8_t *q = a->q + r * a->q_stride + 256 * sb + 16 * g;
+                const __m256i s01 = _mm256_add_epi16(_mm256_maddubs_epi16(W0, bcast4(q)), _mm256_maddubs_epi16(W1, bcast4(q + 4)));
+                const __m256i s23 = _mm256_add_epi16(_mm256_maddubs_epi16(W2, bcast4(q + 8)), _mm256_maddubs_epi16(W3, bcast4(q + 12)));
+                const __m256i I = _mm256_add_epi32(_mm256_madd_epi16(s01, ones), _mm256_madd_epi16(s23, ones));
+                t[2 * r + h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(I), D, t[2 * r + h]);
+            }
+        }
+    }
+#pragma GCC unroll 6
+    for (int r = 0; r < NR; r++) {
+        const __m256 dx = _mm256_set1_ps(a->d[r * a->d_stride + sb]);
+        acc[2 * r] = _mm256_fmadd_ps(t[2 * r], dx, acc[2 * r]);
+        acc[2 * r + 1] = _mm256_fmadd_ps(t[2 * r + 1], dx, acc[2 * r + 1]);
+    }
+}
+PK_KERNELS(nx_mm_pk_q6_K_avx2, q6k_step, NX_MM_Q6KX16_BLOCK)

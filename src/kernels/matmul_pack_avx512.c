@@ -166,3 +166,55 @@ AI void q4k_step(const int NR, const uint8_t *bp, const nx_mm_act *a, int64_t sb
 }
 
 PK_KERNELS(nx_mm_pk_q4_K_avx512, q4k_step, NX_MM_Q4KX16_BLOCK)
+
+/* ===== Q6_K x16 =====
+ * Per super-block, shared by the activation rows: the scale pairs (one sign-extending load
+ * per pair of groups gives the int16 pairs for the vpdpwssd of the -32 correction), the 16
+ * vectors d*sc_g (stack), and per group the 4 code vectors (low nibble | high bit pair, one
+ * vpternlogd each). Per activation row: 8 vpdpwssd for C, then per group 4 vpdpbusd (codes
+ * 0..63 unsigned x signed activation bytes), one convert and one fma. */
+AI void q6k_step(const int NR, const uint8_t *bp, const nx_mm_act *a, int64_t sb, __m512 *acc) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30), zero = _mm512_setzero_si512();
+    __m512 t[8], DS[16];
+    __m512i P[8];
+    prefetch_blk(bp, 320);   /* the codes per group */
+    const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(bp)));
+    const __m512 n32d = _mm512_mul_ps(dw, _mm512_set1_ps(-32.0f));   /* exact */
+#pragma GCC unroll 8
+    for (int p = 0; p < 8; p++) {
+        P[p] = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(bp + 32 + 32 * p)));
+        DS[2 * p] = _mm512_mul_ps(dw, _mm512_cvtepi32_ps(_mm512_srai_epi32(_mm512_slli_epi32(P[p], 16), 16)));
+        DS[2 * p + 1] = _mm512_mul_ps(dw, _mm512_cvtepi32_ps(_mm512_srai_epi32(P[p], 16)));
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < NR; r++) {
+        const int16_t *bs = a->bs + r * a->bs_stride + 16 * sb;
+        __m512i c = zero;
+#pragma GCC unroll 8
+        for (int p = 0; p < 8; p++) c = _mm512_dpwssd_epi32(c, P[p], _mm512_set1_epi32((int)ld32(bs + 2 * p)));
+        t[r] = _mm512_mul_ps(_mm512_cvtepi32_ps(c), n32d);
+    }
+#pragma GCC unroll 1
+    for (int g = 0; g < 16; g++) {
+        const uint8_t *gp = bp + 320 + 192 * g;
+        prefetch_blk(gp, 192);
+        const __m512i L0 = _mm512_loadu_si512(gp), L1 = _mm512_loadu_si512(gp + 64), H = _mm512_loadu_si512(gp + 128);
+        /* a | (b & c): 0xF8 */
+        const __m512i W0 = _mm512_ternarylogic_epi32(_mm512_and_si512(L0, m4), _mm512_slli_epi16(H, 4), m30, 0xF8);
+        const __m512i W1 = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(L0, 4), m4), _mm512_slli_epi16(H, 2), m30, 0xF8);
+        const __m512i W2 = _mm512_ternarylogic_epi32(_mm512_and_si512(L1, m4), H, m30, 0xF8);
+        const __m512i W3 = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(L1, 4), m4), _mm512_srli_epi16(H, 2), m30, 0xF8);
+#pragma GCC unroll 8
+        for (int r = 0; r < NR; r++) {
+            const uint8_t *q = a->q + r * a->q_stride + 256 * sb + 16 * g;
+            __m512i I0 = _mm512_dpbusd_epi32(zero, W0, _mm512_set1_epi32((int)ld32(q)));
+            __m512i I1 = _mm512_dpbusd_epi32(zero, W1, _mm512_set1_epi32((int)ld32(q + 4)));
+            I0 = _mm512_dpbusd_epi32(I0, W2, _mm512_set1_epi32((int)ld32(q + 8)));
+            I1 = _mm512_dpbusd_epi32(I1, W3, _mm512_set1_epi32((int)ld32(q + 12)));
+            t[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(I0, I1)), DS[g], t[r]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < NR; r++) acc[r] = _mm512_fmadd_ps(t[r], _mm512_set1_ps(a->d[r * a->d_stride + sb]), acc[r]);
+}
+PK_KERNELS(nx_mm_pk_q6_K_avx512, q6k_step, NX_MM_Q6KX16_BLOCK)
