@@ -197,6 +197,10 @@ static void test_turns(void) {
     check_turn("open think", "thinking\n</think>\n\nHello<|im_end|>", NULL, NX_TOOL_REASONING_THINK);
     check_turn("open think + call", "step 1\nstep 2\n</think>\n\n<tool_call>\n{\"name\": \"f\", \"arguments\": {\"n\": 1}}\n</tool_call>",
                tools, NX_TOOL_REASONING_THINK);
+    /* ... and the model skipped the thinking: its first text is a call */
+    check_turn("open think skipped", "\n<tool_call>\n<function=f>\n<parameter=n>\n1\n</parameter>\n</function>\n</tool_call>",
+               tools, NX_TOOL_REASONING_THINK);
+    check_turn("open channel skipped", "<|tool_call>call:f{n:1}<tool_call|>", tools, NX_TOOL_REASONING_CHANNEL);
     cJSON_Delete(tools);
 }
 
@@ -255,6 +259,12 @@ static void test_timing(void) {
     FEED(f, "b", "c: <b");
     FEED(f, NULL, "");
     CHECK_EQ_INT(nx_tool_stream_n_calls(f.s), 0);
+    nx_tool_stream_free(f.s);
+    f.s = nx_tool_stream_new(&o);
+    FEED(f, "\n<tool", "");   /* may be a call that skips the thinking */
+    FEED(f, "s>", "r:<tools>");
+    FEED(f, " <tool_call>x", "r: <tool_call>x");   /* inside the thinking a tag is text */
+    FEED(f, NULL, "");
     nx_tool_stream_free(f.s);
 
     /* parallel off: only the first call; reasoning off: tags stay content */

@@ -81,6 +81,7 @@ struct nx_tool_stream {
     bool content_started;       /* non-space content seen (leading space is trimmed) */
     bool reasoning_started;
     bool reasoning_done;        /* one reasoning block was read: later tags are content */
+    bool forced;                /* the reasoning block was opened by the prompt */
     bool finished;
     cJSON *calls;               /* given out so far (duplicates are checked against them) */
     int n_calls;
@@ -323,6 +324,25 @@ static bool step_content(nx_tool_stream *s, bool final, nx_tool_deltas *out, boo
 
 static bool step_reasoning(nx_tool_stream *s, bool final, nx_tool_deltas *out, bool *progress) {
     buf *pd = &s->pend;
+    /* A model that skips the thinking the prompt opened and starts with a call: the block is over
+     * (without this its call would stream as reasoning). */
+    if (s->forced && s->o.calls && !s->reasoning_started) {
+        size_t i = 0;
+        while (i < pd->n && isspace((unsigned char)pd->p[i])) i++;
+        for (int t = 0; t < N_TRIGGERS && i < pd->n; t++) {
+            const trigger *tr = &TRIGGERS[t];
+            if (tr->kind != T_CALL_XMLJSON && tr->kind != T_CALL_BARE_XML && strcmp(tr->text, "<|tool_call>")) continue;
+            size_t tl = strlen(tr->text), k = pd->n - i < tl ? pd->n - i : tl;
+            if (memcmp(pd->p + i, tr->text, k)) continue;
+            if (k < tl && !final) return true;   /* wait: it may become the opener */
+            if (k == tl) {
+                s->mode = M_CONTENT;
+                s->reasoning_done = true;
+                *progress = true;
+                return true;
+            }
+        }
+    }
     const char *c = find(pd->p, pd->n, s->closer);
     if (c) {
         size_t at = (size_t)(c - pd->p);
@@ -419,6 +439,7 @@ nx_tool_stream *nx_tool_stream_new(const nx_tool_stream_opts *opts) {
     if (opts->reasoning && opts->in_reasoning != NX_TOOL_REASONING_CLOSED) {
         s->mode = M_REASONING;
         s->closer = opts->in_reasoning == NX_TOOL_REASONING_CHANNEL ? "<channel|>" : "</think>";
+        s->forced = true;
     }
     return s;
 }

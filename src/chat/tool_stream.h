@@ -23,7 +23,9 @@
  * the text is split (tests/test_tool_stream.c). Known differences, all in malformed turns: a
  * reasoning block left open at the end streams as reasoning (non-streaming: content); an end
  * marker before a final call is dropped; `</think>` after content only ends reasoning detection.
- * The turn starts inside a reasoning block when the prompt opened one (opts.in_reasoning).
+ * The turn starts inside a reasoning block when the prompt opened one (opts.in_reasoning); as
+ * in llama.cpp, such a block left open streams as reasoning, except that a turn whose first text
+ * is a call opener (`<tool_call>`, `<|tool_call>`, `<function=`) skipped the thinking.
  * Never: an error other than out-of-memory; allocation the caller does not free with
  * nx_tool_deltas_clear / nx_tool_stream_free.
  */

@@ -52,8 +52,6 @@ const char *const *nx_chat_stop_texts(nx_chat_format f);
  * parallel false only the first call is kept. *has_calls tells finish_reason "tool_calls".
  * NULL only when out of memory. */
 cJSON *nx_chat_tool_message(const char *text, size_t n, const cJSON *tools, bool parallel, bool *has_calls);
-/* The same answer as streaming deltas, in order: content/reasoning first, then per call one
- * delta with index, id, type and name (arguments "") and one with the arguments. */
-cJSON *nx_chat_tool_deltas(const char *text, size_t n, const cJSON *tools, bool parallel, bool *has_calls);
+/* Streaming answers are parsed as they come by chat/tool_stream.h (same calls, same ids). */
 
 #endif

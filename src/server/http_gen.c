@@ -11,6 +11,7 @@
 #include <string.h>
 #include <time.h>
 #include "server/http_impl.h"
+#include "chat/tool_stream.h"
 
 #define POLL_MS 50
 
@@ -38,6 +39,7 @@ typedef struct gen_ctx {
     nx_gen_timings t;
     char err_msg[NX_ERROR_MSG_MAX];
     bool tool_calls;            /* the answer parsed into tool calls (finish_reason "tool_calls") */
+    nx_tool_stream *ts;         /* streaming chat with tools: the text parsed as it comes */
     nx_sbuf pending;            /* SSE bytes not yet handed to libmicrohttpd */
     size_t pending_off;
 } gen_ctx;
@@ -254,21 +256,56 @@ static void stream_text(gen_ctx *g, const char *text, size_t n, cJSON *lp_entry,
     sse_add(g, j);
 }
 
-/* A tools request's whole answer as deltas (content, reasoning, then each call). */
-static void stream_tool_deltas(gen_ctx *g) {
-    cJSON *ds = nx_chat_tool_deltas(g->content.p, g->content.n, g->req.tools, g->req.parallel_tools, &g->tool_calls);
-    cJSON *d;
-    while (ds && (d = cJSON_DetachItemFromArray(ds, 0))) {
-        cJSON *j = chunk_base(g, "chat.completion.chunk");
-        cJSON *ch = cJSON_CreateObject();
-        cJSON_AddNumberToObject(ch, "index", 0);
-        cJSON_AddItemToObject(ch, "delta", d);
-        cJSON_AddNullToObject(ch, "logprobs");
-        cJSON_AddNullToObject(ch, "finish_reason");
-        cJSON_AddItemToArray(cJSON_AddArrayToObject(j, "choices"), ch);
-        sse_add(g, j);
+static void chat_delta(gen_ctx *g, cJSON *d) {
+    cJSON *j = chunk_base(g, "chat.completion.chunk");
+    cJSON *ch = cJSON_CreateObject();
+    cJSON_AddNumberToObject(ch, "index", 0);
+    cJSON_AddItemToObject(ch, "delta", d);
+    cJSON_AddNullToObject(ch, "logprobs");
+    cJSON_AddNullToObject(ch, "finish_reason");
+    cJSON_AddItemToArray(cJSON_AddArrayToObject(j, "choices"), ch);
+    sse_add(g, j);
+}
+
+/* What the tool stream decided, as OpenAI's deltas: text as content / reasoning_content; a call
+ * as one chunk with index, id, type and name (arguments "") and one with its arguments. */
+static void stream_tool_deltas(gen_ctx *g, nx_tool_deltas *ds) {
+    for (int i = 0; i < ds->n; i++) {
+        nx_tool_delta *x = &ds->v[i];
+        cJSON *d = cJSON_CreateObject();
+        if (x->kind != NX_TOOL_DELTA_CALL) {
+            cJSON_AddItemToObject(d, x->kind == NX_TOOL_DELTA_CONTENT ? "content" : "reasoning_content", nx_http_json_bytes(x->text, x->len));
+            chat_delta(g, d);
+            continue;
+        }
+        const cJSON *fn = cJSON_GetObjectItemCaseSensitive(x->call, "function");
+        for (int part = 0; part < 2; part++) {
+            if (part) d = cJSON_CreateObject();
+            cJSON *e = cJSON_CreateObject(), *f = cJSON_CreateObject();
+            cJSON_AddNumberToObject(e, "index", x->index);
+            if (part == 0) {
+                cJSON_AddStringToObject(e, "id", cJSON_GetObjectItemCaseSensitive(x->call, "id")->valuestring);
+                cJSON_AddStringToObject(e, "type", "function");
+                cJSON_AddStringToObject(f, "name", cJSON_GetObjectItemCaseSensitive(fn, "name")->valuestring);
+                cJSON_AddStringToObject(f, "arguments", "");
+            } else {
+                cJSON_AddStringToObject(f, "arguments", cJSON_GetObjectItemCaseSensitive(fn, "arguments")->valuestring);
+            }
+            cJSON_AddItemToObject(e, "function", f);
+            cJSON_AddItemToArray(cJSON_AddArrayToObject(d, "tool_calls"), e);
+            chat_delta(g, d);
+        }
     }
-    cJSON_Delete(ds);
+    nx_tool_deltas_clear(ds);
+}
+
+/* Feed generated text to the tool stream (n == 0 and end: the turn is over). */
+static void stream_tools_feed(gen_ctx *g, const char *text, size_t n, bool end) {
+    nx_tool_deltas ds = {0};
+    if (n) nx_tool_stream_feed(g->ts, text, n, &ds, NULL);   /* fails only when out of memory: what came out is sent */
+    if (end) nx_tool_stream_finish(g->ts, &ds, NULL);
+    stream_tool_deltas(g, &ds);
+    g->tool_calls = nx_tool_stream_n_calls(g->ts) > 0;
 }
 
 static void stream_error(gen_ctx *g, const char *type, const char *msg) {
@@ -338,9 +375,12 @@ static void on_event(gen_ctx *g, nx_gen_event *ev, bool streaming) {
         g->n_gen++;
         nx_http_note_tokens(g->conn, g->n_prompt, g->n_gen, 0, 0);
         cJSON *lp = g->req.logprobs ? logprob_entry(g, ev->token, ev->logprob, ev->top, ev->n_top) : NULL;
-        if (streaming && !g->req.tools) {
+        if (streaming && g->ts) {   /* no half-parsed call reaches content (logprobs are not streamed here) */
+            cJSON_Delete(lp);
+            stream_tools_feed(g, ev->text, ev->n_text, false);
+        } else if (streaming) {
             if (ev->n_text || lp) stream_text(g, ev->text, ev->n_text, lp, &ev->token);
-        } else {   /* with tools a stream holds the text back: no half-parsed call reaches content */
+        } else {
             nx_sbuf_add(&g->content, ev->text, ev->n_text);
             if (lp) cJSON_AddItemToArray(g->probs, lp);
         }
@@ -363,9 +403,8 @@ static void on_event(gen_ctx *g, nx_gen_event *ev, bool streaming) {
         g->failed = true;
         snprintf(g->err_msg, sizeof g->err_msg, "the request was cancelled (the server is shutting down)");
     }
-    if (streaming && g->req.tools) {
-        nx_sbuf_add(&g->content, ev->text, ev->n_text);
-        if (!g->failed) stream_tool_deltas(g);
+    if (streaming && g->ts) {
+        if (!g->failed) stream_tools_feed(g, ev->text, ev->n_text, true);
         stream_end(g);
     } else if (streaming) {
         if (!g->failed && ev->n_text) stream_text(g, ev->text, ev->n_text, NULL, NULL);
@@ -401,6 +440,7 @@ static void ctx_free(gen_ctx *g) {
     nx_sbuf_free(&g->content);
     nx_sbuf_free(&g->pending);
     cJSON_Delete(g->probs);
+    nx_tool_stream_free(g->ts);
     free(g->toks);
     free(g);
 }
@@ -517,6 +557,12 @@ enum MHD_Result nx_http_completion(nx_http_req *r, nx_api_kind kind) {
     if (nx_api_parse(kind, r->body.p, r->body.n, &g->info, &g->req, &e) != NX_OK)
         return fail_api(g, &e);
     g->probs = cJSON_CreateArray();
+    if (g->req.stream && kind == NX_API_CHAT && g->req.tools) {   /* calls are parsed as the text comes */
+        nx_tool_stream_opts o = { .tools = g->req.tools, .calls = true, .reasoning = true, .parallel = g->req.parallel_tools,
+                                  .in_reasoning = g->req.prompt_text ? nx_tool_reasoning_open_at(g->req.prompt_text, g->req.prompt_len)
+                                                                     : NX_TOOL_REASONING_CLOSED };
+        if (!(g->ts = nx_tool_stream_new(&o))) return fail(g, 500, "server_error", "out of memory");
+    }
     /* Tokenize (text prompts) and check the prompt against one slot's context. */
     nx_token_vec v = {0};
     nx_error err = {0};

@@ -65,6 +65,45 @@ for (const stream of [false, true]) {
   });
 }
 
+// Streaming as it is generated: the text before a call arrives as content chunks before the
+// call's first chunk (id + name), then its arguments; parallel calls keep their index; the
+// thinking the prompt opened streams as reasoning_content.
+const two = 'Checking both.\n\n' + call + '\n' + call.replace('Paris', 'Oslo');
+await check('streaming: content first, then each call (id + name, then arguments), reasoning apart', async () => {
+  const messages = [{ role: 'user', content: `Paris and Oslo? <<answer:Let me look.\n</think>\n\n${two}>>` }];
+  const s = await client.chat.completions.create({ model: 'fake', messages, tools, max_tokens: 800, stream: true });
+  const events = [];
+  let content = '', reasoning = '', finish;
+  const calls = [];
+  for await (const c of s) {
+    const ch = c.choices[0];
+    if (!ch) continue;
+    if (ch.delta.reasoning_content) { reasoning += ch.delta.reasoning_content; events.push('r'); }
+    if (ch.delta.content) { content += ch.delta.content; events.push('c'); }
+    for (const t of ch.delta.tool_calls ?? []) {
+      if (t.id) {
+        if (calls[t.index]) throw new Error('id sent twice');
+        eq(t.type, 'function', 'type');
+        calls[t.index] = { id: t.id, name: t.function.name, arguments: '' };
+        events.push(`id${t.index}`);
+      } else {
+        calls[t.index].arguments += t.function.arguments;
+        events.push(`a${t.index}`);
+      }
+    }
+    if (ch.finish_reason) finish = ch.finish_reason;
+  }
+  eq(reasoning, 'Let me look.', 'reasoning_content');
+  eq(content, 'Checking both.', 'content');
+  eq(finish, 'tool_calls', 'finish_reason');
+  eq(calls.map(c => [c.id, c.name, JSON.parse(c.arguments)]),
+     [['call_1', 'get_weather', { city: 'Paris', days: 2 }], ['call_2', 'get_weather', { city: 'Oslo', days: 2 }]], 'calls');
+  // the fake model says one byte per token: content and reasoning come in many chunks, in order
+  const order = events.filter((e, i) => e !== events[i - 1]);
+  eq(order, ['r', 'c', 'id0', 'a0', 'id1', 'a1'], 'chunk order');
+  if (events.filter(e => e === 'c').length < 5) throw new Error(`content not streamed: ${events.join(',')}`);
+});
+
 await check('a template raise_exception is a 400 with its message', async () => {
   try {
     await client.chat.completions.create({ model: 'fake', messages: [{ role: 'user', content: 'a' }, { role: 'system', content: 'b' }] });
