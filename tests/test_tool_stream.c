@@ -275,11 +275,15 @@ static void test_timing(void) {
     FEED(f, NULL, "");
     nx_tool_stream_free(f.s);
 
-    /* calls off (a request without tools): a call-looking turn is content, streamed */
+    /* calls off (a request without tools): the text as generated, less the reasoning */
     o = (nx_tool_stream_opts){ .calls = false, .reasoning = true };
     f.s = nx_tool_stream_new(&o);
-    FEED(f, "{\"name\": \"f\", ", "c:{\"name\": \"f\",");
-    FEED(f, "<tool_call>", "c: <tool_call>");
+    FEED(f, "\n<thi", "c:\n");
+    FEED(f, "nk>\nplan\n</think>\n\n", "r:plan");
+    FEED(f, "{\"name\": \"f\", ", "c:{\"name\": \"f\", ");
+    FEED(f, "<tool_call> <|im_end|>\n", "c:<tool_call> <|im_end|>\n");
+    FEED(f, "<think>x</think>", "c:<think>x</think>");   /* one reasoning block per turn */
+    FEED(f, "<", "c:<");   /* no tag is left to wait for */
     FEED(f, NULL, "");
     /* feeding after the end is refused */
     nx_error err = {0};

@@ -78,7 +78,8 @@ struct nx_tool_stream {
     size_t scanned;             /* blk bytes already searched for the closer */
     int blk_kind;
     const char *closer;         /* of the block / reasoning being read */
-    bool content_started;       /* non-space content seen (leading space is trimmed) */
+    bool content_started;       /* non-space content seen */
+    bool skip_ws;               /* drop space before the next content (the turn's start; after reasoning) */
     bool reasoning_started;
     bool reasoning_done;        /* one reasoning block was read: later tags are content */
     bool forced;                /* the reasoning block was opened by the prompt */
@@ -190,13 +191,15 @@ static size_t trimmable_tail(const char *p, size_t n, bool final) {
 
 /* text decided to be content: given out except what the turn's end may trim */
 static bool content_add(nx_tool_stream *s, const char *p, size_t n, bool final, nx_tool_deltas *out) {
-    if (!s->content_started) {
+    if (s->skip_ws) {
         while (n && isspace((unsigned char)*p)) { p++; n--; }
-        if (!n) return true;
-        s->content_started = true;
+        if (!n && !s->hold.n) return true;
+        if (n) s->skip_ws = false;
     }
+    if (n) s->content_started = true;
     if (!buf_add(&s->hold, p, n)) return false;
-    size_t give = s->hold.n - trimmable_tail(s->hold.p, s->hold.n, final);
+    /* without calls the content is the text as generated: nothing trimmed at its end */
+    size_t give = s->hold.n - (s->o.calls ? trimmable_tail(s->hold.p, s->hold.n, final) : 0);
     if (!out_text(out, NX_TOOL_DELTA_CONTENT, s->hold.p, give)) return false;
     buf_drop(&s->hold, final ? s->hold.n : give);   /* at the end the trimmable tail is dropped */
     return true;
@@ -301,6 +304,7 @@ static bool step_content(nx_tool_stream *s, bool final, nx_tool_deltas *out, boo
          * (only space, or content already given out: then the tag only ends detection) */
         if (!s->content_started) buf_drop(&s->hold, s->hold.n);
         s->reasoning_done = true;
+        if (!s->o.calls && !s->content_started) s->skip_ws = true;
         buf_drop(pd, at + tl);
         return true;
     case T_THINK_OPEN:
@@ -351,6 +355,7 @@ static bool step_reasoning(nx_tool_stream *s, bool final, nx_tool_deltas *out, b
         buf_drop(pd, at + strlen(s->closer));
         s->mode = M_CONTENT;
         s->reasoning_done = true;
+        if (!s->o.calls) s->skip_ws = true;   /* llama.cpp: the space after </think> is no content */
         *progress = true;
         return true;
     }
@@ -434,6 +439,7 @@ nx_tool_stream *nx_tool_stream_new(const nx_tool_stream_opts *opts) {
     nx_tool_stream *s = calloc(1, sizeof *s);
     if (!s) return NULL;
     s->o = *opts;
+    s->skip_ws = opts->calls;   /* the non-streaming parse trims the content of a turn with calls */
     s->calls = cJSON_CreateArray();
     if (!s->calls) { free(s); return NULL; }
     if (opts->reasoning && opts->in_reasoning != NX_TOOL_REASONING_CLOSED) {

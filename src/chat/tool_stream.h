@@ -15,6 +15,8 @@
  *   - a turn whose content starts with `{` or `<|python_tag|>` (Llama's bare JSON call, which
  *     must be the whole turn): everything until the end;
  *   - reasoning: trailing whitespace and a partial closer.
+ * Without calls (opts.calls false: a request without tools) the content is the text as generated,
+ * less the reasoning block and the space right after it; nothing else is trimmed or held.
  * Calls get ids call_1, call_2, ... in the order they complete; a duplicate of an earlier call
  * (same name, same arguments) is dropped, as is every call after the first when parallel is off.
  *
@@ -64,7 +66,7 @@ typedef enum nx_tool_reasoning_open {
 
 typedef struct nx_tool_stream_opts {
     const cJSON *tools;         /* the request's tools (borrowed, must outlive the stream); NULL = none */
-    bool calls;                 /* look for tool calls */
+    bool calls;                 /* look for tool calls (and trim the content as tool_parse.c does) */
     bool reasoning;             /* separate reasoning blocks (false: they stay in content) */
     bool parallel;              /* keep every call (false: only the first) */
     nx_tool_reasoning_open in_reasoning;
