@@ -508,6 +508,16 @@ static void test_server_tools(void) {
     nx_api_request_free(&r);
     info.chat_template_tools = NULL;
     nx_chat_template_free(tu);
+    /* reasoning_format: deepseek / auto / none, else 400 naming the field */
+    const char *rfs[] = { "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"reasoning_format\":\"none\"}",
+                          "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"reasoning_format\":\"auto\"}",
+                          "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"reasoning_format\":\"fancy\"}" };
+    CHECK(nx_api_parse(NX_API_CHAT, rfs[0], strlen(rfs[0]), &info, &r, &e) == NX_OK && r.reasoning_format == NX_REASONING_NONE);
+    nx_api_request_free(&r);
+    CHECK(nx_api_parse(NX_API_CHAT, rfs[1], strlen(rfs[1]), &info, &r, &e) == NX_OK && r.reasoning_format == NX_REASONING_DEEPSEEK);
+    nx_api_request_free(&r);
+    CHECK(nx_api_parse(NX_API_CHAT, rfs[2], strlen(rfs[2]), &info, &r, &e) != NX_OK && e.http == 400 && !strcmp(e.param, "reasoning_format"));
+    nx_api_request_free(&r);
     const char *badc = "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tool_choice\":\"sometimes\"}";
     CHECK(nx_api_parse(NX_API_CHAT, badc, strlen(badc), &info, &r, &e) != NX_OK);
     nx_api_request_free(&r);

@@ -26,6 +26,7 @@
 #include <stddef.h>
 #include <cjson/cJSON.h>
 #include "server/backend.h"
+#include "server/server.h"
 
 typedef enum nx_api_kind {
     NX_API_CHAT = 0,            /* POST /v1/chat/completions */
@@ -64,6 +65,7 @@ typedef struct nx_api_request {
     nx_logit_bias *bias;
     cJSON *tools;               /* chat with a template: the request's tools (calls are parsed back); NULL if none */
     bool   parallel_tools;      /* parallel_tool_calls (default true) */
+    nx_reasoning_format reasoning_format; /* chat: "reasoning_format" (UNSET when absent) */
 } nx_api_request;
 
 /* Parse and validate `body` for `kind`. On failure fills e (http + type + message) and returns

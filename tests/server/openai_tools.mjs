@@ -57,9 +57,10 @@ for (const stream of [false, true]) {
   });
   await check(`${tag}: the tool result goes back and the answer is text`, async () => {
     const messages = [user, assistant, { role: 'tool', tool_call_id: assistant.tool_calls[0].id,
-      content: '{"temp_c": 21} <<answer:It is 21 °C in Paris.>>' }];
+      content: '{"temp_c": 21} <<answer:Looked it up.\n</think>\n\nIt is 21 °C in Paris.>>' }];
     const r = await client.chat.completions.create({ model: 'fake', messages, tools, max_tokens: 400 });
     eq(r.choices[0].message.content, 'It is 21 °C in Paris.', 'content');
+    eq(r.choices[0].message.reasoning_content, 'Looked it up.', 'reasoning_content (the prompt opened <think>)');
     eq(r.choices[0].finish_reason, 'stop', 'finish_reason');
     eq(r.choices[0].message.tool_calls ?? null, null, 'no tool calls');
   });
@@ -103,6 +104,28 @@ await check('streaming: content first, then each call (id + name, then arguments
   eq(order, ['r', 'c', 'id0', 'a0', 'id1', 'a1'], 'chunk order');
   if (events.filter(e => e === 'c').length < 5) throw new Error(`content not streamed: ${events.join(',')}`);
 });
+
+// --reasoning-format deepseek (the default) vs a request's reasoning_format "none"; no tools
+const thought = 'Hmm.\n</think>\n\nHello <b>there</b>.';
+for (const stream of [false, true]) {
+  await check(`${stream ? 'streaming' : 'non-streaming'}: reasoning_format deepseek and none without tools`, async () => {
+    for (const rf of ['deepseek', 'none']) {
+      const req = { model: 'fake', messages: [{ role: 'user', content: `Hi <<answer:${thought}>>` }], max_tokens: 400, reasoning_format: rf };
+      let content = '', reasoning = '';
+      if (!stream) {
+        const m = (await client.chat.completions.create(req)).choices[0].message;
+        content = m.content; reasoning = m.reasoning_content ?? '';
+      } else {
+        for await (const c of await client.chat.completions.create({ ...req, stream: true })) {
+          const d = c.choices[0]?.delta ?? {};
+          content += d.content ?? ''; reasoning += d.reasoning_content ?? '';
+        }
+      }
+      if (rf === 'deepseek') { eq(reasoning, 'Hmm.', 'reasoning_content'); eq(content, 'Hello <b>there</b>.', 'content'); }
+      else { eq(reasoning, '', 'reasoning_content'); eq(content, thought, 'content as generated'); }
+    }
+  });
+}
 
 await check('a template raise_exception is a 400 with its message', async () => {
   try {
