@@ -403,6 +403,72 @@ static void test_tool_segments(void) {
     cJSON_Delete(cases);
 }
 
+/* tool_choice required / named: the answer is begun in the prompt with the template's own call
+ * text (request.c force_call); prefill + the rest of what the template writes is the turn */
+static void test_forced_calls(void) {
+    char *sb = read_data("tool_segments.json", &(size_t){0}), *cb = read_data("cases.json", &(size_t){0});
+    REQUIRE_MSG(sb && cb, "data");
+    cJSON *segs = cJSON_Parse(sb), *cases = cJSON_Parse(cb);
+    free(sb); free(cb);
+    int forced = 0;
+    const cJSON *c;
+    cJSON_ArrayForEach(c, cases) {
+        if (strcmp(cJSON_GetObjectItem(c, "name")->valuestring, "tool_roundtrip")) continue;
+        const char *tname = cJSON_GetObjectItem(c, "template")->valuestring;
+        const char *seg = NULL;
+        const cJSON *s;
+        cJSON_ArrayForEach(s, segs)
+            if (!strcmp(cJSON_GetObjectItem(s, "template")->valuestring, tname) && !strcmp(cJSON_GetObjectItem(s, "name")->valuestring, "tool_roundtrip"))
+                seg = cJSON_GetObjectItem(s, "segment")->valuestring;
+        size_t n;
+        char *src = read_data(tname, &n);
+        nx_chat_template *ct = NULL;
+        nx_error err = {0};
+        REQUIRE_MSG(src && seg && nx_chat_template_create(src, n, cJSON_GetObjectItem(c, "bos_token")->valuestring, "", &ct, &err) == NX_OK, "%s", tname);
+        free(src);
+        nx_gen_info info;
+        memset(&info, 0, sizeof info);
+        info.n_vocab = 1000; info.n_slots = 1; info.n_ctx_slot = 1 << 16;
+        info.chat_template = ct;
+        cJSON *body = cJSON_CreateObject(), *msgs = cJSON_AddArrayToObject(body, "messages");
+        cJSON_AddItemToArray(msgs, cJSON_Duplicate(cJSON_GetArrayItem(cJSON_GetObjectItem(c, "messages"), 0), 1));   /* the user turn */
+        cJSON_AddItemToObject(body, "tools", cJSON_Duplicate(cJSON_GetObjectItem(c, "tools"), 1));
+        for (int named = 0; named < 2; named++) {
+            cJSON_DeleteItemFromObject(body, "tool_choice");
+            if (named) cJSON_AddItemToObject(body, "tool_choice", cJSON_Parse("{\"type\":\"function\",\"function\":{\"name\":\"get_weather\"}}"));
+            else cJSON_AddStringToObject(body, "tool_choice", "required");
+            char *bs = cJSON_PrintUnformatted(body);
+            nx_api_request r;
+            nx_api_error e;
+            memset(&r, 0, sizeof r); memset(&e, 0, sizeof e);
+            CHECK_MSG(nx_api_parse(NX_API_CHAT, bs, strlen(bs), &info, &r, &e) == NX_OK, "%s: %s", tname, e.msg);
+            free(bs);
+            if (r.prefill) {
+                /* the prefill is the segment's start, up to the name's start (required) or end (named) */
+                const char *nm = strstr(seg, "get_weather");
+                size_t want = nm ? (size_t)(nm - seg) + (named ? 11 : 0) : 0;
+                CHECK_MSG(nm && r.prefill_len == want && !memcmp(r.prefill, seg, want), "%s: prefill [%s]", tname, r.prefill);
+                CHECK(r.prompt_len >= r.prefill_len && !strcmp(r.prompt_text + r.prompt_len - r.prefill_len, r.prefill));
+                /* what the model then writes completes the template's turn: the call parses back */
+                cJSON *tools = r.tools;
+                nx_chat_parsed p;
+                CHECK(nx_chat_parse_output(seg, strlen(seg), tools, &p, NULL) == NX_OK && cJSON_GetArraySize(p.tool_calls) == 1);
+                nx_chat_parsed_free(&p);
+                forced++;
+            } else {
+                fprintf(stderr, "  %s: not forced (the call turn does not extend the prompt)\n", tname);
+            }
+            nx_api_request_free(&r);
+        }
+        cJSON_Delete(body);
+        nx_chat_template_free(ct);
+    }
+    fprintf(stderr, "  forced calls: %d of 12 (template x required/named)\n", forced);
+    CHECK(forced >= 8);
+    cJSON_Delete(segs);
+    cJSON_Delete(cases);
+}
+
 static void parse_one(const char *text, const char *tools_json, const char *want_content, const char *want_reasoning,
                       const char *want_calls, int line) {
     cJSON *tools = tools_json ? cJSON_Parse(tools_json) : NULL;
@@ -528,6 +594,7 @@ int main(void) {
     RUN(test_server_tools);
     RUN(test_tool_segments);
     RUN(test_tool_parse);
+    RUN(test_forced_calls);
     RUN(test_chat_adapter);
     RUN(test_language);
     RUN(test_errors);

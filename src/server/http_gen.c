@@ -332,6 +332,7 @@ static cJSON *chat_message(gen_ctx *g) {
     nx_tool_stream *ts = nx_tool_stream_new(&g->chat_opts);
     nx_tool_deltas ds = {0};
     if (!ts) return NULL;
+    if (g->req.prefill) nx_tool_stream_feed(ts, g->req.prefill, g->req.prefill_len, &ds, NULL);   /* the forced call's start */
     nx_tool_stream_feed(ts, g->content.p ? g->content.p : "", g->content.n, &ds, NULL);
     nx_tool_stream_finish(ts, &ds, NULL);
     nx_sbuf content = {0}, reasoning = {0};
@@ -663,6 +664,7 @@ enum MHD_Result nx_http_completion(nx_http_req *r, nx_api_kind kind) {
         cJSON_AddNullToObject(ch, "finish_reason");
         cJSON_AddItemToArray(cJSON_AddArrayToObject(j, "choices"), ch);
         sse_add(g, j);
+        if (g->ts && g->req.prefill) stream_chat_feed(g, g->req.prefill, g->req.prefill_len, NULL, false);   /* the forced call's start */
     }
     /* Wait for the first event (streaming) or the last (not): it decides the HTTP status. */
     bool first = false;

@@ -66,6 +66,11 @@ typedef struct nx_api_request {
     cJSON *tools;               /* chat with a template: the request's tools (calls are parsed back); NULL if none */
     bool   parallel_tools;      /* parallel_tool_calls (default true) */
     nx_reasoning_format reasoning_format; /* chat: "reasoning_format" (UNSET when absent) */
+    char  *tool_choice_name;    /* tool_choice {"type":"function","function":{"name"}}; NULL otherwise */
+    bool   tool_required;       /* tool_choice "required" or a named function */
+    char  *prefill;             /* the answer's start written into the prompt (a forced call's opener,
+                                   see request.c force_call); NULL: none. The model's text continues it */
+    size_t prefill_len;
 } nx_api_request;
 
 /* Parse and validate `body` for `kind`. On failure fills e (http + type + message) and returns

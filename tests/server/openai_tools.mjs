@@ -1,7 +1,9 @@
 // openai_tools.mjs — a tool round trip through `nextn serve --fake-backend --chat-template-file
 // Qwen3.5` with the official `openai` npm client. The fake model answers with the text of the
 // prompt's last "<<answer:TEXT>>" (so the script sits in the messages): first a tool call in
-// Qwen's XML format, then, after the tool result, plain text. Streaming and not.
+// Qwen's XML format, then, after the tool result, plain text. Streaming and not. Also: chunk
+// order while streaming (content, then id + name, then arguments; parallel indices; reasoning
+// apart), reasoning_format deepseek / none, tool_choice required / named (the call forced).
 // Usage: node openai_tools.mjs BASE_URL MODULE_DIR. Prints ok/FAIL lines and "N passed, N failed".
 import { createRequire } from 'node:module';
 import path from 'node:path';
@@ -126,6 +128,42 @@ for (const stream of [false, true]) {
     }
   });
 }
+
+// tool_choice required / a named function: the answer is begun with the template's call text up
+// to the name's start / end, so the (scripted) model only writes the rest
+for (const [choice, rest] of [[{ type: 'function', function: { name: 'get_weather' } }, '>\n<parameter=city>\nRome\n</parameter>\n</function>\n</tool_call>'],
+                              ['required', 'get_weather>\n<parameter=city>\nRome\n</parameter>\n</function>\n</tool_call>']]) {
+  for (const stream of [false, true]) {
+    await check(`${stream ? 'streaming' : 'non-streaming'}: tool_choice ${JSON.stringify(choice)} forces the call`, async () => {
+      const req = { model: 'fake', messages: [{ role: 'user', content: `Rome? <<answer:${rest}>>` }], tools, tool_choice: choice, max_tokens: 400 };
+      let calls, finish;
+      if (!stream) {
+        const ch = (await client.chat.completions.create(req)).choices[0];
+        calls = ch.message.tool_calls; finish = ch.finish_reason;
+      } else {
+        calls = [];
+        for await (const c of await client.chat.completions.create({ ...req, stream: true })) {
+          const ch = c.choices[0];
+          if (!ch) continue;
+          if (ch.delta.content) throw new Error(`content: ${ch.delta.content}`);
+          for (const t of ch.delta.tool_calls ?? []) {
+            if (t.id) calls[t.index] = { id: t.id, function: { name: t.function.name, arguments: '' } };
+            else calls[t.index].function.arguments += t.function.arguments;
+          }
+          if (ch.finish_reason) finish = ch.finish_reason;
+        }
+      }
+      eq(finish, 'tool_calls', 'finish_reason');
+      eq(calls.map(c => [c.function.name, JSON.parse(c.function.arguments)]), [['get_weather', { city: 'Rome' }]], 'calls');
+    });
+  }
+}
+await check('tool_choice naming a function not in tools is a 400', async () => {
+  try {
+    await client.chat.completions.create({ model: 'fake', messages: [user], tools, tool_choice: { type: 'function', function: { name: 'nope' } } });
+    throw new Error('no error');
+  } catch (e) { eq(e.status, 400, 'status'); }
+});
 
 await check('a template raise_exception is a 400 with its message', async () => {
   try {
