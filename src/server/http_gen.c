@@ -5,7 +5,8 @@
  * Promises: a client that goes away cancels its generation within one poll interval (50 ms);
  * every request that reached the backend is counted in /metrics with the timings it reported
  * (cancelled ones too); the first event decides the HTTP status of a stream, later errors become
- * a `data: {"error":...}` chunk.
+ * a `data: {"error":...}` chunk. Chat answers with tools or reasoning_format deepseek go through
+ * the chat parser (chat/tool_stream.h) streaming or not, so both give the same message.
  */
 #include <stdlib.h>
 #include <string.h>

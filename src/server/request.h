@@ -4,8 +4,9 @@
  * One parser for /v1/chat/completions (OpenAI chat), /v1/completions (OpenAI completions) and
  * /completion (llama.cpp native). It checks every field it knows for its JSON type and range and
  * fails with an HTTP status, an OpenAI error type and a message naming the field: malformed JSON,
- * wrong types, out-of-range values, `n` != 1, unsupported features (echo, best_of, tools,
- * json response formats, non-text message parts) are 400. Unknown fields are ignored (clients
+ * wrong types, out-of-range values, `n` != 1, unsupported features (echo, best_of, tools without
+ * a template, json response formats, non-text message parts), a tool_choice naming a function
+ * not in tools, an unknown reasoning_format are 400. Unknown fields are ignored (clients
  * send many). Chat messages are rendered with the backend's chat format; prompts given as text
  * stay text (the caller tokenizes), prompts given as token ids are kept as ids.
  * `model`, when given, must name the loaded model (nx_api_model_known), else 404
