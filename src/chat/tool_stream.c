@@ -280,7 +280,8 @@ static bool step_content(nx_tool_stream *s, bool final, nx_tool_deltas *out, boo
     size_t at = 0;
     for (int t = 0; t < N_TRIGGERS; t++) {
         if (!trigger_active(s, &TRIGGERS[t])) continue;
-        const char *f = find(pd->p, best ? at + strlen(TRIGGERS[t].text) : pd->n, TRIGGERS[t].text);
+        size_t lim = best ? at + strlen(TRIGGERS[t].text) : pd->n;   /* only an earlier start can win */
+        const char *f = find(pd->p, lim < pd->n ? lim : pd->n, TRIGGERS[t].text);
         if (f && (!best || (size_t)(f - pd->p) < at)) { best = &TRIGGERS[t]; at = (size_t)(f - pd->p); }
     }
     if (!best) {

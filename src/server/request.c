@@ -237,7 +237,7 @@ static nx_status parse_prompt(const cJSON *root, nx_api_request *r, const nx_gen
  * prompt. The template renders the chat once more with an assistant turn calling the function
  * (a probe name for "required"); that turn's text up to the name's start ("required") or end
  * (named) is the prefill: the model has to go on with a name / the arguments. The call format
- * is thus the template's own, for any family. When the probe turn does not extend the prompt
+ * is thus the template's own, for any family. When the probe turn does not continue the prompt
  * (a template that rewrites earlier turns), nothing is forced: the tools are only offered. */
 static nx_status force_call(const cJSON *msgs, nx_api_request *r, const nx_chat_template *tpl, const cJSON *kw,
                             nx_api_error *e) {
@@ -261,15 +261,21 @@ static nx_status force_call(const cJSON *msgs, nx_api_request *r, const nx_chat_
     nx_status st = nx_chat_template_render(tpl, m2, r->tools, kw, false, &full, &fl, &raised, NULL);
     cJSON_Delete(m2);
     if (st != NX_OK) return NX_OK;   /* the template refuses the probe: offered only */
-    const char *at = fl >= r->prompt_len && !memcmp(full, r->prompt_text, r->prompt_len)
-                         ? strstr(full + r->prompt_len, name) : NULL;
-    if (at) {
-        size_t end = (size_t)(at - full) + (r->tool_choice_name ? strlen(name) : 0), n = end - r->prompt_len;
+    /* The probe turn's text starts where it leaves the prompt, from that line's start: a
+     * generation prompt may end with a tail the turn does not write (Gemma 4's empty thought
+     * block), then the turn's own text goes after that tail. */
+    size_t L = 0;
+    while (L < fl && L < r->prompt_len && full[L] == r->prompt_text[L]) L++;
+    if (L < r->prompt_len)
+        while (L > 0 && full[L - 1] != '\n') L--;
+    const char *at = r->prompt_len - L <= 128 ? strstr(full + L, name) : NULL;
+    if (at && (size_t)(at - full) - L <= 256) {
+        size_t end = (size_t)(at - full) + (r->tool_choice_name ? strlen(name) : 0), n = end - L;
         char *p = realloc(r->prompt_text, r->prompt_len + n + 1);
         r->prefill = malloc(n + 1);
         if (!p || !r->prefill) { if (p) r->prompt_text = p; free(full); return nx_api_fail(e, 500, "server_error", "out of memory"); }
         r->prompt_text = p;
-        memcpy(r->prefill, full + r->prompt_len, n);
+        memcpy(r->prefill, full + L, n);
         r->prefill[n] = 0;
         r->prefill_len = n;
         memcpy(r->prompt_text + r->prompt_len, r->prefill, n + 1);
