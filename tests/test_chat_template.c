@@ -13,6 +13,7 @@
 #include "core/io.h"
 #include "chat/chat_template.h"
 #include "chat/tool_parse.h"
+#include "chat/tool_stream.h"
 #include "server/request.h"
 #include "server/chat.h"
 
@@ -544,19 +545,21 @@ static void test_server_tools(void) {
     const char *answer = "<think>\nuse the tool\n</think>\n\n<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n"
                          "<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>\n<tool_call>\n<function=get_weather>\n"
                          "<parameter=city>\nOslo\n</parameter>\n</function>\n</tool_call>";
-    bool calls = false;
-    cJSON *m = nx_chat_tool_message(answer, strlen(answer), r.tools, r.parallel_tools, &calls);
-    char *ms = cJSON_PrintUnformatted(m);
-    CHECK(calls);
-    CHECK_STR(ms, "{\"role\":\"assistant\",\"content\":null,\"reasoning_content\":\"use the tool\",\"tool_calls\":[{\"id\":\"call_1\","
-                  "\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"arguments\":\"{\\\"city\\\":\\\"Paris\\\",\\\"days\\\":3}\"}}]}");
-    free(ms);
-    cJSON_Delete(m);
-    /* plain text stays content */
-    m = nx_chat_tool_message("It is sunny.", 12, r.tools, true, &calls);
-    CHECK(!calls);
-    CHECK_STR(cJSON_GetObjectItem(m, "content")->valuestring, "It is sunny.");
-    cJSON_Delete(m);
+    /* the server's parser with the request's tools and parallel_tool_calls (as http_gen.c runs it) */
+    nx_tool_stream_opts o = { .tools = r.tools, .calls = true, .reasoning = true, .parallel = r.parallel_tools,
+                              .in_reasoning = nx_tool_reasoning_open_at(r.prompt_text, r.prompt_len) };
+    CHECK_EQ_INT(o.in_reasoning, NX_TOOL_REASONING_THINK);   /* Qwen3.5's generation prompt opens <think> */
+    o.in_reasoning = NX_TOOL_REASONING_CLOSED;               /* this answer writes its own */
+    nx_tool_stream *ts = nx_tool_stream_new(&o);
+    nx_tool_deltas d = {0};
+    CHECK(nx_tool_stream_feed(ts, answer, strlen(answer), &d, NULL) == NX_OK && nx_tool_stream_finish(ts, &d, NULL) == NX_OK);
+    CHECK_EQ_INT(d.n, 2);
+    CHECK(d.n == 2 && d.v[0].kind == NX_TOOL_DELTA_REASONING && !strcmp(d.v[0].text, "use the tool") && d.v[1].kind == NX_TOOL_DELTA_CALL);
+    char *cs = d.n == 2 && d.v[1].call ? cJSON_PrintUnformatted(d.v[1].call) : NULL;
+    CHECK_STR(cs, "{\"id\":\"call_1\",\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"arguments\":\"{\\\"city\\\":\\\"Paris\\\",\\\"days\\\":3}\"}}");
+    free(cs);
+    nx_tool_deltas_clear(&d);
+    nx_tool_stream_free(ts);
     nx_api_request_free(&r);
     /* tool_choice none: no tools reach the template */
     const char *none = "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tool_choice\":\"none\",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]}";
