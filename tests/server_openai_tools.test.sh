@@ -2,7 +2,8 @@
 # server_openai_tools.test.sh — tool calling through the official `openai` npm client:
 # `nextn serve --fake-backend --chat-template-file <Qwen3.5's template>` with scripted model
 # output (tests/server/openai_tools.mjs): request with tools -> tool_calls -> tool result ->
-# answer, streaming and not; raise_exception -> 400. Uses the `openai` install of
+# answer, streaming and not (chunk order as generated), reasoning_format, tool_choice required /
+# named; raise_exception -> 400. Uses the `openai` install of
 # server_openai.test.sh ("$NX_BINARY_DIR/npm-server", installed here when missing). Skipped (exit
 # 0) when node/npm are missing or the registry is unreachable.
 set -u

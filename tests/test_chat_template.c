@@ -13,6 +13,7 @@
 #include "core/io.h"
 #include "chat/chat_template.h"
 #include "chat/tool_parse.h"
+#include "chat/tool_stream.h"
 #include "server/request.h"
 #include "server/chat.h"
 
@@ -403,6 +404,74 @@ static void test_tool_segments(void) {
     cJSON_Delete(cases);
 }
 
+/* tool_choice required / named: the answer is begun in the prompt with the template's own call
+ * text (request.c force_call); prefill + the rest of what the template writes is the turn */
+static void test_forced_calls(void) {
+    char *sb = read_data("tool_segments.json", &(size_t){0}), *cb = read_data("cases.json", &(size_t){0});
+    REQUIRE_MSG(sb && cb, "data");
+    cJSON *segs = cJSON_Parse(sb), *cases = cJSON_Parse(cb);
+    free(sb); free(cb);
+    int forced = 0;
+    const cJSON *c;
+    cJSON_ArrayForEach(c, cases) {
+        if (strcmp(cJSON_GetObjectItem(c, "name")->valuestring, "tool_roundtrip")) continue;
+        const char *tname = cJSON_GetObjectItem(c, "template")->valuestring;
+        const char *seg = NULL;
+        const cJSON *s;
+        cJSON_ArrayForEach(s, segs)
+            if (!strcmp(cJSON_GetObjectItem(s, "template")->valuestring, tname) && !strcmp(cJSON_GetObjectItem(s, "name")->valuestring, "tool_roundtrip"))
+                seg = cJSON_GetObjectItem(s, "segment")->valuestring;
+        size_t n;
+        char *src = read_data(tname, &n);
+        nx_chat_template *ct = NULL;
+        nx_error err = {0};
+        REQUIRE_MSG(src && seg && nx_chat_template_create(src, n, cJSON_GetObjectItem(c, "bos_token")->valuestring, "", &ct, &err) == NX_OK, "%s", tname);
+        free(src);
+        nx_gen_info info;
+        memset(&info, 0, sizeof info);
+        info.n_vocab = 1000; info.n_slots = 1; info.n_ctx_slot = 1 << 16;
+        info.chat_template = ct;
+        cJSON *body = cJSON_CreateObject(), *msgs = cJSON_AddArrayToObject(body, "messages");
+        cJSON_AddItemToArray(msgs, cJSON_Duplicate(cJSON_GetArrayItem(cJSON_GetObjectItem(c, "messages"), 0), 1));   /* the user turn */
+        cJSON_AddItemToObject(body, "tools", cJSON_Duplicate(cJSON_GetObjectItem(c, "tools"), 1));
+        for (int named = 0; named < 2; named++) {
+            cJSON_DeleteItemFromObject(body, "tool_choice");
+            if (named) cJSON_AddItemToObject(body, "tool_choice", cJSON_Parse("{\"type\":\"function\",\"function\":{\"name\":\"get_weather\"}}"));
+            else cJSON_AddStringToObject(body, "tool_choice", "required");
+            char *bs = cJSON_PrintUnformatted(body);
+            nx_api_request r;
+            nx_api_error e;
+            memset(&r, 0, sizeof r); memset(&e, 0, sizeof e);
+            CHECK_MSG(nx_api_parse(NX_API_CHAT, bs, strlen(bs), &info, &r, &e) == NX_OK, "%s: %s", tname, e.msg);
+            free(bs);
+            if (r.prefill) {
+                /* the prefill ends with the segment's start, up to the name's start (required) or
+                 * end (named); Gemma's begins with the "<|" its segment leaves in the prompt */
+                const char *nm = strstr(seg, "get_weather");
+                size_t want = nm ? (size_t)(nm - seg) + (named ? 11 : 0) : 0;
+                CHECK_MSG(nm && r.prefill_len >= want && r.prefill_len <= want + 2 && !memcmp(r.prefill + r.prefill_len - want, seg, want),
+                          "%s: prefill [%s]", tname, r.prefill);
+                CHECK(r.prompt_len >= r.prefill_len && !strcmp(r.prompt_text + r.prompt_len - r.prefill_len, r.prefill));
+                /* what the model then writes completes the template's turn: the call parses back */
+                cJSON *tools = r.tools;
+                nx_chat_parsed p;
+                CHECK(nx_chat_parse_output(seg, strlen(seg), tools, &p, NULL) == NX_OK && cJSON_GetArraySize(p.tool_calls) == 1);
+                nx_chat_parsed_free(&p);
+                forced++;
+            } else {
+                fprintf(stderr, "  %s: not forced (the call turn does not extend the prompt)\n", tname);
+            }
+            nx_api_request_free(&r);
+        }
+        cJSON_Delete(body);
+        nx_chat_template_free(ct);
+    }
+    fprintf(stderr, "  forced calls: %d of 12 (template x required/named)\n", forced);
+    CHECK(forced >= 12);
+    cJSON_Delete(segs);
+    cJSON_Delete(cases);
+}
+
 static void parse_one(const char *text, const char *tools_json, const char *want_content, const char *want_reasoning,
                       const char *want_calls, int line) {
     cJSON *tools = tools_json ? cJSON_Parse(tools_json) : NULL;
@@ -476,27 +545,21 @@ static void test_server_tools(void) {
     const char *answer = "<think>\nuse the tool\n</think>\n\n<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n"
                          "<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>\n<tool_call>\n<function=get_weather>\n"
                          "<parameter=city>\nOslo\n</parameter>\n</function>\n</tool_call>";
-    bool calls = false;
-    cJSON *m = nx_chat_tool_message(answer, strlen(answer), r.tools, r.parallel_tools, &calls);
-    char *ms = cJSON_PrintUnformatted(m);
-    CHECK(calls);
-    CHECK_STR(ms, "{\"role\":\"assistant\",\"content\":null,\"reasoning_content\":\"use the tool\",\"tool_calls\":[{\"id\":\"call_1\","
-                  "\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"arguments\":\"{\\\"city\\\":\\\"Paris\\\",\\\"days\\\":3}\"}}]}");
-    free(ms);
-    cJSON_Delete(m);
-    /* streaming: reasoning, then id + name, then the arguments */
-    cJSON *d = nx_chat_tool_deltas(answer, strlen(answer), r.tools, true, &calls);
-    char *ds = cJSON_PrintUnformatted(d);
-    CHECK_EQ_INT(cJSON_GetArraySize(d), 5);
-    CHECK_MSG(ds && strstr(ds, "{\"tool_calls\":[{\"index\":0,\"id\":\"call_1\",\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"arguments\":\"\"}}]}"), "%s", ds);
-    CHECK_MSG(ds && strstr(ds, "{\"tool_calls\":[{\"index\":1,\"function\":{\"arguments\":\"{\\\"city\\\":\\\"Oslo\\\"}\"}}]}"), "%s", ds);
-    free(ds);
-    cJSON_Delete(d);
-    /* plain text stays content */
-    m = nx_chat_tool_message("It is sunny.", 12, r.tools, true, &calls);
-    CHECK(!calls);
-    CHECK_STR(cJSON_GetObjectItem(m, "content")->valuestring, "It is sunny.");
-    cJSON_Delete(m);
+    /* the server's parser with the request's tools and parallel_tool_calls (as http_gen.c runs it) */
+    nx_tool_stream_opts o = { .tools = r.tools, .calls = true, .reasoning = true, .parallel = r.parallel_tools,
+                              .in_reasoning = nx_tool_reasoning_open_at(r.prompt_text, r.prompt_len) };
+    CHECK_EQ_INT(o.in_reasoning, NX_TOOL_REASONING_THINK);   /* Qwen3.5's generation prompt opens <think> */
+    o.in_reasoning = NX_TOOL_REASONING_CLOSED;               /* this answer writes its own */
+    nx_tool_stream *ts = nx_tool_stream_new(&o);
+    nx_tool_deltas d = {0};
+    CHECK(nx_tool_stream_feed(ts, answer, strlen(answer), &d, NULL) == NX_OK && nx_tool_stream_finish(ts, &d, NULL) == NX_OK);
+    CHECK_EQ_INT(d.n, 2);
+    CHECK(d.n == 2 && d.v[0].kind == NX_TOOL_DELTA_REASONING && !strcmp(d.v[0].text, "use the tool") && d.v[1].kind == NX_TOOL_DELTA_CALL);
+    char *cs = d.n == 2 && d.v[1].call ? cJSON_PrintUnformatted(d.v[1].call) : NULL;
+    CHECK_STR(cs, "{\"id\":\"call_1\",\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"arguments\":\"{\\\"city\\\":\\\"Paris\\\",\\\"days\\\":3}\"}}");
+    free(cs);
+    nx_tool_deltas_clear(&d);
+    nx_tool_stream_free(ts);
     nx_api_request_free(&r);
     /* tool_choice none: no tools reach the template */
     const char *none = "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tool_choice\":\"none\",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]}";
@@ -516,6 +579,16 @@ static void test_server_tools(void) {
     nx_api_request_free(&r);
     info.chat_template_tools = NULL;
     nx_chat_template_free(tu);
+    /* reasoning_format: deepseek / auto / none, else 400 naming the field */
+    const char *rfs[] = { "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"reasoning_format\":\"none\"}",
+                          "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"reasoning_format\":\"auto\"}",
+                          "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"reasoning_format\":\"fancy\"}" };
+    CHECK(nx_api_parse(NX_API_CHAT, rfs[0], strlen(rfs[0]), &info, &r, &e) == NX_OK && r.reasoning_format == NX_REASONING_NONE);
+    nx_api_request_free(&r);
+    CHECK(nx_api_parse(NX_API_CHAT, rfs[1], strlen(rfs[1]), &info, &r, &e) == NX_OK && r.reasoning_format == NX_REASONING_DEEPSEEK);
+    nx_api_request_free(&r);
+    CHECK(nx_api_parse(NX_API_CHAT, rfs[2], strlen(rfs[2]), &info, &r, &e) != NX_OK && e.http == 400 && !strcmp(e.param, "reasoning_format"));
+    nx_api_request_free(&r);
     const char *badc = "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tool_choice\":\"sometimes\"}";
     CHECK(nx_api_parse(NX_API_CHAT, badc, strlen(badc), &info, &r, &e) != NX_OK);
     nx_api_request_free(&r);
@@ -526,6 +599,7 @@ int main(void) {
     RUN(test_server_tools);
     RUN(test_tool_segments);
     RUN(test_tool_parse);
+    RUN(test_forced_calls);
     RUN(test_chat_adapter);
     RUN(test_language);
     RUN(test_errors);

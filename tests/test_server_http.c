@@ -282,6 +282,77 @@ static char *sse_text(const sse *s) {
 
 static srv S;   /* the main server: 2 slots x 256, queue 2, key KEY */
 
+/* Chat with a Jinja template through the fake model's scripted answers: tool calls and reasoning
+ * streamed as they are generated, with a logprob entry per generated token. */
+static void test_chat_parse_streaming(void) {
+    nx_gen_fake_params fp = nx_gen_fake_default_params();
+    fp.alias = "fake";
+    fp.n_slots = 1;
+    fp.n_ctx_slot = 2048;
+    fp.step_us = 0;
+    fp.chat_template = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+                       "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
+    srv v;
+    memset(&v, 0, sizeof v);
+    nx_error err = {0};
+    REQUIRE_MSG(nx_gen_fake_create(&fp, &v.be, &err) == NX_OK, "%s", err.msg);
+    nx_server_params sp = nx_server_default_params();
+    sp.port = 0;
+    REQUIRE_MSG(nx_server_start(&sp, v.be, &v.s, &err) == NX_OK, "%s", err.msg);
+    v.port = nx_server_port(v.s);
+    const char *body =
+        "{\"stream\":true,\"logprobs\":true,\"stream_options\":{\"include_usage\":true},"
+        "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{\"type\":\"object\"}}}],"
+        "\"messages\":[{\"role\":\"user\",\"content\":\"<<answer:<think>\\nplan\\n</think>\\n\\nSure.\\n<tool_call>\\n"
+        "{\\\"name\\\": \\\"f\\\", \\\"arguments\\\": {\\\"n\\\": 1}}\\n</tool_call>>>\"}]}";
+    resp r;
+    CHECK_EQ_INT(request(v.port, "POST", "/v1/chat/completions", NULL, body, &r), 200);
+    sse s;
+    sse_parse(r.body, r.n_body, &s);
+    CHECK(s.well_formed && s.done && s.n > 5);
+    char order[64] = "", content[256] = "", reasoning[256] = "";
+    int n_lp = 0, n_tokens = -1;
+    const char *finish = NULL;
+    for (int i = 0; i < s.n; i++) {
+        const cJSON *ch = cJSON_GetArrayItem(cJSON_GetObjectItem(s.ev[i], "choices"), 0);
+        const cJSON *u = cJSON_GetObjectItem(s.ev[i], "usage");
+        if (u) n_tokens = cJSON_GetObjectItem(u, "completion_tokens")->valueint;
+        if (!ch) continue;
+        const cJSON *d = cJSON_GetObjectItem(ch, "delta"), *c = cJSON_GetObjectItem(d, "content");
+        const cJSON *rc = cJSON_GetObjectItem(d, "reasoning_content"), *tc = cJSON_GetArrayItem(cJSON_GetObjectItem(d, "tool_calls"), 0);
+        n_lp += cJSON_GetArraySize(cJSON_GetObjectItem(cJSON_GetObjectItem(ch, "logprobs"), "content"));
+        char k = 0;
+        if (cJSON_IsString(rc)) { k = 'r'; strncat(reasoning, rc->valuestring, sizeof reasoning - strlen(reasoning) - 1); }
+        if (cJSON_IsString(c) && c->valuestring[0] && i > 0) { k = 'c'; strncat(content, c->valuestring, sizeof content - strlen(content) - 1); }
+        if (tc) {
+            const cJSON *f = cJSON_GetObjectItem(tc, "function");
+            CHECK_EQ_INT(cJSON_GetObjectItem(tc, "index")->valueint, 0);
+            if (cJSON_GetObjectItem(tc, "id")) {
+                k = 'i';
+                CHECK_STR(cJSON_GetObjectItem(tc, "id")->valuestring, "call_1");
+                CHECK_STR(cJSON_GetObjectItem(tc, "type")->valuestring, "function");
+                CHECK_STR(cJSON_GetObjectItem(f, "name")->valuestring, "f");
+                CHECK_STR(cJSON_GetObjectItem(f, "arguments")->valuestring, "");
+            } else {
+                k = 'a';
+                CHECK_STR(cJSON_GetObjectItem(f, "arguments")->valuestring, "{\"n\":1}");
+            }
+        }
+        if (cJSON_IsString(cJSON_GetObjectItem(ch, "finish_reason"))) finish = cJSON_GetObjectItem(ch, "finish_reason")->valuestring;
+        size_t o = strlen(order);
+        if (k && (!o || order[o - 1] != k) && o + 1 < sizeof order) { order[o] = k; order[o + 1] = 0; }
+    }
+    CHECK_STR(order, "rcia");          /* reasoning, content, the call's id + name, its arguments */
+    CHECK_STR(reasoning, "plan");
+    CHECK_STR(content, "Sure.");
+    CHECK_STR(finish, "tool_calls");
+    /* one entry per generated token; the end-of-generation token (counted) has none */
+    CHECK_MSG(n_tokens > 0 && n_lp == n_tokens - 1, "%d logprob entries for %d tokens", n_lp, n_tokens);
+    sse_free(&s);
+    resp_free(&r);
+    srv_stop(&v);
+}
+
 static void test_auth(void) {
     resp r;
     CHECK_EQ_INT(request(S.port, "GET", "/health", NULL, NULL, &r), 200);   /* open */
@@ -1343,5 +1414,6 @@ int main(void) {
     RUN(test_metrics);
     RUN(test_graceful_stop);
     RUN(test_loading);
+    RUN(test_chat_parse_streaming);
     return test_summary();
 }

@@ -3,7 +3,7 @@
  *
  *   nextn serve -m FILE [--host 127.0.0.1] [--port 8080] [-np 4] [-c CTX] [--alias NAME]
  *               [--api-key K] [--max-body BYTES] [--queue-max N] [--chat-format chatml|gemma]
- *               [--chat-template-file F]
+ *               [--chat-template-file F] [--reasoning-format deepseek|none]
  *               [--shutdown-grace S] [-ub N] [--ctx-checkpoint-interval N] [--ctx-checkpoints N]
  *               [--max-connections N] [--max-connections-per-ip N] [--read-timeout S]
  *               [--log-format text|json] [--log-file F]
@@ -43,6 +43,8 @@ static void usage(FILE *f) {
             "  --max-body BYTES       largest request body (default 8388608)\n"
             "  --queue-max N          requests that may wait for a slot (default 64)\n"
             "  --chat-format F        chatml | gemma (default: from the GGUF)\n"
+            "  --reasoning-format F   deepseek | none: a chat answer's <think> block goes to\n"
+            "                         reasoning_content, or stays in content (default deepseek)\n"
             "  --chat-template-file F Jinja chat template (default: the GGUF's tokenizer.chat_template;\n"
             "                         the built-in formats only when the GGUF has none)\n"
             "  --shutdown-grace S     seconds streams get to finish on SIGINT/SIGTERM (default 5)\n"
@@ -110,6 +112,7 @@ int nx_cmd_serve(int argc, char **argv) {
         else if (!strcmp(a, "--queue-max")) { if (!parse_int(v, 0, 1 << 20, &queue_max)) goto bad; }
         else if (!strcmp(a, "--chat-format")) chat = v;
         else if (!strcmp(a, "--chat-template-file")) tmpl_file = v;
+        else if (!strcmp(a, "--reasoning-format")) { if (!nx_reasoning_format_parse(v, &sp.reasoning_format)) goto bad; }
         else if (!strcmp(a, "--timeout")) { if (!parse_int(v, 1, 86400, &timeout_s)) goto bad; }
         else if (!strcmp(a, "--read-timeout")) { if (!parse_int(v, 0, 86400, &x)) goto bad; sp.read_timeout_s = (double)x; }
         else if (!strcmp(a, "--max-connections")) { if (!parse_int(v, 1, 65536, &x)) goto bad; sp.max_connections = (int)x; }

@@ -27,6 +27,7 @@ static const struct env_flag {
     {"LLAMA_ARG_PORT", "--port", true, C_SERVE},
     {"LLAMA_ARG_ALIAS", "--alias", true, C_SERVE},
     {"LLAMA_ARG_TIMEOUT", "--timeout", true, C_SERVE},
+    {"LLAMA_ARG_THINK", "--reasoning-format", true, C_SERVE},
     /* speculative decoding (spec_params.h) */
     {"LLAMA_ARG_SPEC_TYPE", "--spec-type", true, C_SPEC},
     {"LLAMA_ARG_DRAFT_MAX", "--draft-max", true, C_SPEC},

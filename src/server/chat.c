@@ -2,7 +2,6 @@
  * chat.c — the built-in chat formats (see chat.h): ChatML and Gemma, detection and rendering.
  */
 #include "server/chat.h"
-#include "chat/tool_parse.h"
 #include <stdlib.h>
 #include <string.h>
 #include "server/sbuf.h"
@@ -116,65 +115,4 @@ const char *const *nx_chat_stop_texts(nx_chat_format f) {
     static const char *const chatml[] = {"<|im_end|>", "<|endoftext|>", NULL};
     static const char *const gemma[] = {"<end_of_turn>", "<eos>", NULL};
     return f == NX_CHAT_GEMMA ? gemma : chatml;
-}
-
-/* ===== Tool calls in responses ===== */
-cJSON *nx_chat_tool_message(const char *text, size_t n, const cJSON *tools, bool parallel, bool *has_calls) {
-    *has_calls = false;
-    nx_chat_parsed p;
-    if (nx_chat_parse_output(text ? text : "", text ? n : 0, tools, &p, NULL) != NX_OK) return NULL;
-    cJSON *m = cJSON_CreateObject();
-    if (!m) { nx_chat_parsed_free(&p); return NULL; }
-    cJSON_AddStringToObject(m, "role", "assistant");
-    if (p.tool_calls && !parallel)
-        while (cJSON_GetArraySize(p.tool_calls) > 1) cJSON_DeleteItemFromArray(p.tool_calls, 1);
-    *has_calls = cJSON_GetArraySize(p.tool_calls) > 0;
-    if (*has_calls && !p.content[0]) cJSON_AddNullToObject(m, "content");
-    else cJSON_AddStringToObject(m, "content", p.content);
-    if (p.reasoning) cJSON_AddStringToObject(m, "reasoning_content", p.reasoning);
-    if (*has_calls) { cJSON_AddItemToObject(m, "tool_calls", p.tool_calls); p.tool_calls = NULL; }
-    nx_chat_parsed_free(&p);
-    return m;
-}
-
-cJSON *nx_chat_tool_deltas(const char *text, size_t n, const cJSON *tools, bool parallel, bool *has_calls) {
-    cJSON *m = nx_chat_tool_message(text, n, tools, parallel, has_calls);
-    if (!m) return NULL;
-    cJSON *out = cJSON_CreateArray();
-    const cJSON *c = cJSON_GetObjectItemCaseSensitive(m, "content");
-    const cJSON *r = cJSON_GetObjectItemCaseSensitive(m, "reasoning_content");
-    if (cJSON_IsString(r)) {
-        cJSON *d = cJSON_CreateObject();
-        cJSON_AddStringToObject(d, "reasoning_content", r->valuestring);
-        cJSON_AddItemToArray(out, d);
-    }
-    if (cJSON_IsString(c) && c->valuestring[0]) {
-        cJSON *d = cJSON_CreateObject();
-        cJSON_AddStringToObject(d, "content", c->valuestring);
-        cJSON_AddItemToArray(out, d);
-    }
-    int i = 0;
-    const cJSON *call;
-    cJSON_ArrayForEach(call, cJSON_GetObjectItemCaseSensitive(m, "tool_calls")) {
-        const cJSON *fn = cJSON_GetObjectItemCaseSensitive(call, "function");
-        for (int part = 0; part < 2; part++) {
-            cJSON *d = cJSON_CreateObject(), *tc = cJSON_AddArrayToObject(d, "tool_calls"), *e = cJSON_CreateObject();
-            cJSON_AddNumberToObject(e, "index", i);
-            cJSON *f = cJSON_CreateObject();
-            if (part == 0) {
-                cJSON_AddStringToObject(e, "id", cJSON_GetObjectItemCaseSensitive(call, "id")->valuestring);
-                cJSON_AddStringToObject(e, "type", "function");
-                cJSON_AddStringToObject(f, "name", cJSON_GetObjectItemCaseSensitive(fn, "name")->valuestring);
-                cJSON_AddStringToObject(f, "arguments", "");
-            } else {
-                cJSON_AddStringToObject(f, "arguments", cJSON_GetObjectItemCaseSensitive(fn, "arguments")->valuestring);
-            }
-            cJSON_AddItemToObject(e, "function", f);
-            cJSON_AddItemToArray(tc, e);
-            cJSON_AddItemToArray(out, d);
-        }
-        i++;
-    }
-    cJSON_Delete(m);
-    return out;
 }

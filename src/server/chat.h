@@ -16,7 +16,6 @@
 
 #include <stdbool.h>
 #include <stddef.h>
-#include <cjson/cJSON.h>
 #include "core/error.h"
 
 typedef enum nx_chat_format {
@@ -46,14 +45,6 @@ nx_status nx_chat_render(nx_chat_format f, const nx_chat_msg *msgs, int n, bool 
 /* The end-of-turn texts of a format (NULL-terminated list): what ends an assistant turn. */
 const char *const *nx_chat_stop_texts(nx_chat_format f);
 
-/* ===== Tool calls in responses (requests with `tools`, rendered by a Jinja template) =====
- * The model's whole answer -> the OpenAI assistant message: {"role":"assistant", "content"
- * (null when only calls), "reasoning_content"?, "tool_calls"?} (chat/tool_parse.h). With
- * parallel false only the first call is kept. *has_calls tells finish_reason "tool_calls".
- * NULL only when out of memory. */
-cJSON *nx_chat_tool_message(const char *text, size_t n, const cJSON *tools, bool parallel, bool *has_calls);
-/* The same answer as streaming deltas, in order: content/reasoning first, then per call one
- * delta with index, id, type and name (arguments "") and one with the arguments. */
-cJSON *nx_chat_tool_deltas(const char *text, size_t n, const cJSON *tools, bool parallel, bool *has_calls);
+/* Tool calls and reasoning in answers: chat/tool_stream.h (used by http_gen.c, streaming or not). */
 
 #endif

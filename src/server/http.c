@@ -27,7 +27,15 @@ nx_server_params nx_server_default_params(void) {
     p.max_connections = 256;
     p.max_connections_per_ip = 64;
     p.read_timeout_s = 20;
+    p.reasoning_format = NX_REASONING_DEEPSEEK;
     return p;
+}
+
+bool nx_reasoning_format_parse(const char *name, nx_reasoning_format *out) {
+    if (!name) return false;
+    if (!strcmp(name, "deepseek") || !strcmp(name, "auto")) { *out = NX_REASONING_DEEPSEEK; return true; }
+    if (!strcmp(name, "none")) { *out = NX_REASONING_NONE; return true; }
+    return false;
 }
 
 /* ===== Connection records (access-log fields) ===== */

@@ -5,12 +5,14 @@
  * Promises: a client that goes away cancels its generation within one poll interval (50 ms);
  * every request that reached the backend is counted in /metrics with the timings it reported
  * (cancelled ones too); the first event decides the HTTP status of a stream, later errors become
- * a `data: {"error":...}` chunk.
+ * a `data: {"error":...}` chunk. Chat answers with tools or reasoning_format deepseek go through
+ * the chat parser (chat/tool_stream.h) streaming or not, so both give the same message.
  */
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include "server/http_impl.h"
+#include "chat/tool_stream.h"
 
 #define POLL_MS 50
 
@@ -38,6 +40,9 @@ typedef struct gen_ctx {
     nx_gen_timings t;
     char err_msg[NX_ERROR_MSG_MAX];
     bool tool_calls;            /* the answer parsed into tool calls (finish_reason "tool_calls") */
+    bool chat_parse;            /* chat with tools or reasoning_format deepseek: the answer is parsed */
+    nx_tool_stream_opts chat_opts;
+    nx_tool_stream *ts;         /* streaming chat_parse: the text parsed as it comes */
     nx_sbuf pending;            /* SSE bytes not yet handed to libmicrohttpd */
     size_t pending_off;
 } gen_ctx;
@@ -254,21 +259,103 @@ static void stream_text(gen_ctx *g, const char *text, size_t n, cJSON *lp_entry,
     sse_add(g, j);
 }
 
-/* A tools request's whole answer as deltas (content, reasoning, then each call). */
-static void stream_tool_deltas(gen_ctx *g) {
-    cJSON *ds = nx_chat_tool_deltas(g->content.p, g->content.n, g->req.tools, g->req.parallel_tools, &g->tool_calls);
-    cJSON *d;
-    while (ds && (d = cJSON_DetachItemFromArray(ds, 0))) {
-        cJSON *j = chunk_base(g, "chat.completion.chunk");
-        cJSON *ch = cJSON_CreateObject();
-        cJSON_AddNumberToObject(ch, "index", 0);
-        cJSON_AddItemToObject(ch, "delta", d);
-        cJSON_AddNullToObject(ch, "logprobs");
-        cJSON_AddNullToObject(ch, "finish_reason");
-        cJSON_AddItemToArray(cJSON_AddArrayToObject(j, "choices"), ch);
-        sse_add(g, j);
+static cJSON *chat_delta(gen_ctx *g, cJSON *d) {
+    cJSON *j = chunk_base(g, "chat.completion.chunk");
+    cJSON *ch = cJSON_CreateObject();
+    cJSON_AddNumberToObject(ch, "index", 0);
+    cJSON_AddItemToObject(ch, "delta", d);
+    cJSON_AddNullToObject(ch, "logprobs");
+    cJSON_AddNullToObject(ch, "finish_reason");
+    cJSON_AddItemToArray(cJSON_AddArrayToObject(j, "choices"), ch);
+    return j;
+}
+
+/* What the chat parser decided, as OpenAI's deltas: text as content / reasoning_content; a call
+ * as one chunk with index, id, type and name (arguments "") and one with its arguments. A
+ * token's logprob entry (taken) rides on the last chunk, or on an empty content delta when the
+ * parser holds its text back. */
+static void stream_chat_deltas(gen_ctx *g, nx_tool_deltas *ds, cJSON *lp) {
+    cJSON *chunks = cJSON_CreateArray();
+    for (int i = 0; i < ds->n; i++) {
+        nx_tool_delta *x = &ds->v[i];
+        cJSON *d = cJSON_CreateObject();
+        if (x->kind != NX_TOOL_DELTA_CALL) {
+            cJSON_AddItemToObject(d, x->kind == NX_TOOL_DELTA_CONTENT ? "content" : "reasoning_content", nx_http_json_bytes(x->text, x->len));
+            cJSON_AddItemToArray(chunks, chat_delta(g, d));
+            continue;
+        }
+        const cJSON *fn = cJSON_GetObjectItemCaseSensitive(x->call, "function");
+        for (int part = 0; part < 2; part++) {
+            if (part) d = cJSON_CreateObject();
+            cJSON *e = cJSON_CreateObject(), *f = cJSON_CreateObject();
+            cJSON_AddNumberToObject(e, "index", x->index);
+            if (part == 0) {
+                cJSON_AddStringToObject(e, "id", cJSON_GetObjectItemCaseSensitive(x->call, "id")->valuestring);
+                cJSON_AddStringToObject(e, "type", "function");
+                cJSON_AddStringToObject(f, "name", cJSON_GetObjectItemCaseSensitive(fn, "name")->valuestring);
+                cJSON_AddStringToObject(f, "arguments", "");
+            } else {
+                cJSON_AddStringToObject(f, "arguments", cJSON_GetObjectItemCaseSensitive(fn, "arguments")->valuestring);
+            }
+            cJSON_AddItemToObject(e, "function", f);
+            cJSON_AddItemToArray(cJSON_AddArrayToObject(d, "tool_calls"), e);
+            cJSON_AddItemToArray(chunks, chat_delta(g, d));
+        }
     }
-    cJSON_Delete(ds);
+    nx_tool_deltas_clear(ds);
+    if (lp) {
+        if (!cJSON_GetArraySize(chunks)) {
+            cJSON *d = cJSON_CreateObject();
+            cJSON_AddStringToObject(d, "content", "");
+            cJSON_AddItemToArray(chunks, chat_delta(g, d));
+        }
+        cJSON *ch = cJSON_GetArrayItem(cJSON_GetObjectItem(cJSON_GetArrayItem(chunks, cJSON_GetArraySize(chunks) - 1), "choices"), 0);
+        cJSON *l = cJSON_CreateObject();
+        cJSON_AddItemToArray(cJSON_AddArrayToObject(l, "content"), lp);
+        cJSON_ReplaceItemInObjectCaseSensitive(ch, "logprobs", l);
+    }
+    cJSON *j;
+    while ((j = cJSON_DetachItemFromArray(chunks, 0))) sse_add(g, j);
+    cJSON_Delete(chunks);
+}
+
+/* Feed generated text to the chat parser (end: the turn is over). */
+static void stream_chat_feed(gen_ctx *g, const char *text, size_t n, cJSON *lp, bool end) {
+    nx_tool_deltas ds = {0};
+    if (n) nx_tool_stream_feed(g->ts, text, n, &ds, NULL);   /* fails only when out of memory: what came out is sent */
+    if (end) nx_tool_stream_finish(g->ts, &ds, NULL);
+    stream_chat_deltas(g, &ds, lp);
+    g->tool_calls = nx_tool_stream_n_calls(g->ts) > 0;
+}
+
+/* The whole answer through the chat parser -> the assistant message (non-streaming). */
+static cJSON *chat_message(gen_ctx *g) {
+    nx_tool_stream *ts = nx_tool_stream_new(&g->chat_opts);
+    nx_tool_deltas ds = {0};
+    if (!ts) return NULL;
+    if (g->req.prefill) nx_tool_stream_feed(ts, g->req.prefill, g->req.prefill_len, &ds, NULL);   /* the forced call's start */
+    nx_tool_stream_feed(ts, g->content.p ? g->content.p : "", g->content.n, &ds, NULL);
+    nx_tool_stream_finish(ts, &ds, NULL);
+    nx_sbuf content = {0}, reasoning = {0};
+    cJSON *calls = cJSON_CreateArray();
+    for (int i = 0; i < ds.n; i++) {
+        nx_tool_delta *x = &ds.v[i];
+        if (x->kind == NX_TOOL_DELTA_CALL) { cJSON_AddItemToArray(calls, x->call); x->call = NULL; }
+        else nx_sbuf_add(x->kind == NX_TOOL_DELTA_CONTENT ? &content : &reasoning, x->text, x->len);
+    }
+    nx_tool_deltas_clear(&ds);
+    nx_tool_stream_free(ts);
+    g->tool_calls = cJSON_GetArraySize(calls) > 0;
+    cJSON *m = cJSON_CreateObject();
+    cJSON_AddStringToObject(m, "role", "assistant");
+    if (g->tool_calls && !content.n) cJSON_AddNullToObject(m, "content");
+    else cJSON_AddItemToObject(m, "content", nx_http_json_bytes(content.p ? content.p : "", content.n));
+    if (reasoning.n) cJSON_AddItemToObject(m, "reasoning_content", nx_http_json_bytes(reasoning.p, reasoning.n));
+    if (g->tool_calls) cJSON_AddItemToObject(m, "tool_calls", calls);
+    else cJSON_Delete(calls);
+    nx_sbuf_free(&content);
+    nx_sbuf_free(&reasoning);
+    return m;
 }
 
 static void stream_error(gen_ctx *g, const char *type, const char *msg) {
@@ -338,9 +425,11 @@ static void on_event(gen_ctx *g, nx_gen_event *ev, bool streaming) {
         g->n_gen++;
         nx_http_note_tokens(g->conn, g->n_prompt, g->n_gen, 0, 0);
         cJSON *lp = g->req.logprobs ? logprob_entry(g, ev->token, ev->logprob, ev->top, ev->n_top) : NULL;
-        if (streaming && !g->req.tools) {
+        if (streaming && g->ts) {   /* no half-parsed call or tag reaches content */
+            stream_chat_feed(g, ev->text, ev->n_text, lp, false);
+        } else if (streaming) {
             if (ev->n_text || lp) stream_text(g, ev->text, ev->n_text, lp, &ev->token);
-        } else {   /* with tools a stream holds the text back: no half-parsed call reaches content */
+        } else {
             nx_sbuf_add(&g->content, ev->text, ev->n_text);
             if (lp) cJSON_AddItemToArray(g->probs, lp);
         }
@@ -363,9 +452,8 @@ static void on_event(gen_ctx *g, nx_gen_event *ev, bool streaming) {
         g->failed = true;
         snprintf(g->err_msg, sizeof g->err_msg, "the request was cancelled (the server is shutting down)");
     }
-    if (streaming && g->req.tools) {
-        nx_sbuf_add(&g->content, ev->text, ev->n_text);
-        if (!g->failed) stream_tool_deltas(g);
+    if (streaming && g->ts) {
+        if (!g->failed) stream_chat_feed(g, ev->text, ev->n_text, NULL, true);
         stream_end(g);
     } else if (streaming) {
         if (!g->failed && ev->n_text) stream_text(g, ev->text, ev->n_text, NULL, NULL);
@@ -401,6 +489,7 @@ static void ctx_free(gen_ctx *g) {
     nx_sbuf_free(&g->content);
     nx_sbuf_free(&g->pending);
     cJSON_Delete(g->probs);
+    nx_tool_stream_free(g->ts);
     free(g->toks);
     free(g);
 }
@@ -455,7 +544,7 @@ static cJSON *final_json(gen_ctx *g) {
     cJSON *ch = cJSON_CreateObject();
     cJSON_AddNumberToObject(ch, "index", 0);
     cJSON *text = nx_http_json_bytes(g->content.p ? g->content.p : "", g->content.n);
-    cJSON *tm = chat && g->req.tools ? nx_chat_tool_message(g->content.p, g->content.n, g->req.tools, g->req.parallel_tools, &g->tool_calls) : NULL;
+    cJSON *tm = chat && g->chat_parse ? chat_message(g) : NULL;
     if (tm) {
         cJSON_AddItemToObject(ch, "message", tm);
         cJSON_Delete(text);
@@ -517,6 +606,14 @@ enum MHD_Result nx_http_completion(nx_http_req *r, nx_api_kind kind) {
     if (nx_api_parse(kind, r->body.p, r->body.n, &g->info, &g->req, &e) != NX_OK)
         return fail_api(g, &e);
     g->probs = cJSON_CreateArray();
+    nx_reasoning_format rf = g->req.reasoning_format != NX_REASONING_UNSET ? g->req.reasoning_format : srv->p.reasoning_format;
+    g->chat_parse = kind == NX_API_CHAT && (g->req.tools || rf == NX_REASONING_DEEPSEEK);
+    g->chat_opts = (nx_tool_stream_opts){ .tools = g->req.tools, .calls = g->req.tools != NULL, .reasoning = rf == NX_REASONING_DEEPSEEK,
+                                          .parallel = g->req.parallel_tools,
+                                          .in_reasoning = g->req.prompt_text ? nx_tool_reasoning_open_at(g->req.prompt_text, g->req.prompt_len)
+                                                                             : NX_TOOL_REASONING_CLOSED };
+    if (g->req.stream && g->chat_parse && !(g->ts = nx_tool_stream_new(&g->chat_opts)))   /* parsed as the text comes */
+        return fail(g, 500, "server_error", "out of memory");
     /* Tokenize (text prompts) and check the prompt against one slot's context. */
     nx_token_vec v = {0};
     nx_error err = {0};
@@ -568,6 +665,7 @@ enum MHD_Result nx_http_completion(nx_http_req *r, nx_api_kind kind) {
         cJSON_AddNullToObject(ch, "finish_reason");
         cJSON_AddItemToArray(cJSON_AddArrayToObject(j, "choices"), ch);
         sse_add(g, j);
+        if (g->ts && g->req.prefill) stream_chat_feed(g, g->req.prefill, g->req.prefill_len, NULL, false);   /* the forced call's start */
     }
     /* Wait for the first event (streaming) or the last (not): it decides the HTTP status. */
     bool first = false;

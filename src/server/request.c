@@ -233,6 +233,58 @@ static nx_status parse_prompt(const cJSON *root, nx_api_request *r, const nx_gen
     return NX_OK;
 }
 
+/* tool_choice "required" / a named function without a grammar: the answer is begun in the
+ * prompt. The template renders the chat once more with an assistant turn calling the function
+ * (a probe name for "required"); that turn's text up to the name's start ("required") or end
+ * (named) is the prefill: the model has to go on with a name / the arguments. The call format
+ * is thus the template's own, for any family. When the probe turn does not continue the prompt
+ * (a template that rewrites earlier turns), nothing is forced: the tools are only offered. */
+static nx_status force_call(const cJSON *msgs, nx_api_request *r, const nx_chat_template *tpl, const cJSON *kw,
+                            nx_api_error *e) {
+    static const char PROBE[] = "nx_required_fn_probe";
+    const char *name = r->tool_choice_name ? r->tool_choice_name : PROBE;
+    cJSON *m2 = cJSON_Duplicate(msgs, 1), *turn = cJSON_CreateObject();
+    if (!m2 || !turn) { cJSON_Delete(m2); cJSON_Delete(turn); return nx_api_fail(e, 500, "server_error", "out of memory"); }
+    cJSON_AddStringToObject(turn, "role", "assistant");
+    cJSON_AddStringToObject(turn, "content", "");
+    cJSON *call = cJSON_CreateObject(), *fn = cJSON_CreateObject();
+    cJSON_AddStringToObject(call, "id", "call_1");
+    cJSON_AddStringToObject(call, "type", "function");
+    cJSON_AddStringToObject(fn, "name", name);
+    cJSON_AddObjectToObject(fn, "arguments");
+    cJSON_AddItemToObject(call, "function", fn);
+    cJSON_AddItemToArray(cJSON_AddArrayToObject(turn, "tool_calls"), call);
+    cJSON_AddItemToArray(m2, turn);
+    char *full = NULL;
+    size_t fl = 0;
+    bool raised = false;
+    nx_status st = nx_chat_template_render(tpl, m2, r->tools, kw, false, &full, &fl, &raised, NULL);
+    cJSON_Delete(m2);
+    if (st != NX_OK) return NX_OK;   /* the template refuses the probe: offered only */
+    /* The probe turn's text starts where it leaves the prompt, from that line's start: a
+     * generation prompt may end with a tail the turn does not write (Gemma 4's empty thought
+     * block), then the turn's own text goes after that tail. */
+    size_t L = 0;
+    while (L < fl && L < r->prompt_len && full[L] == r->prompt_text[L]) L++;
+    if (L < r->prompt_len)
+        while (L > 0 && full[L - 1] != '\n') L--;
+    const char *at = r->prompt_len - L <= 128 ? strstr(full + L, name) : NULL;
+    if (at && (size_t)(at - full) - L <= 256) {
+        size_t end = (size_t)(at - full) + (r->tool_choice_name ? strlen(name) : 0), n = end - L;
+        char *p = realloc(r->prompt_text, r->prompt_len + n + 1);
+        r->prefill = malloc(n + 1);
+        if (!p || !r->prefill) { if (p) r->prompt_text = p; free(full); return nx_api_fail(e, 500, "server_error", "out of memory"); }
+        r->prompt_text = p;
+        memcpy(r->prefill, full + L, n);
+        r->prefill[n] = 0;
+        r->prefill_len = n;
+        memcpy(r->prompt_text + r->prompt_len, r->prefill, n + 1);
+        r->prompt_len += n;
+    }
+    free(full);
+    return NX_OK;
+}
+
 /* The model's Jinja template (chat_template.h): messages as sent (text parts joined, string
  * arguments decoded), chat_template_kwargs as extra variables; raise_exception -> 400 with its
  * message. */
@@ -258,6 +310,7 @@ static nx_status render_template(const cJSON *root, const cJSON *msgs, nx_api_re
         if (err.code == NX_ERR_NOMEM || err.code == NX_ERR_RANGE) return nx_api_fail(e, 500, "server_error", "chat template: %s", err.msg);
         return BAD("chat template: %s", err.msg);
     }
+    if (r->tool_required) TRY(force_call(msgs, r, tpl, kw, e));
     /* a template that writes bos_token itself (Llama 3) must not get a second one from the
      * tokenizer's add_bos */
     const char *bos = nx_chat_template_bos(tpl);
@@ -450,19 +503,39 @@ static nx_status parse_body(nx_api_kind kind, const cJSON *root, const nx_gen_in
         if (tools && !cJSON_IsNull(tools) && !cJSON_IsArray(tools)) return BADP("tools", "'tools' must be an array");
         if (cJSON_GetArraySize(tools) > 0 && !info->chat_template)
             return BADP("tools", "'tools' needs the model's chat template (the GGUF has none; see --chat-template-file)");
-        /* tool_choice: "none" hides the tools; "auto", "required" and a named function offer them
-         * (the output is not constrained: a model may still answer in text) */
+        /* tool_choice: "none" hides the tools; "auto" offers them; "required" and a named function
+         * begin the answer with a call (force_call) */
         const cJSON *tc = field(root, "tool_choice");
         bool none = cJSON_IsString(tc) && !strcmp(tc->valuestring, "none");
-        if (tc && !cJSON_IsString(tc) && !cJSON_IsObject(tc)) return BADP("tool_choice", "'tool_choice' must be a string or an object");
+        if (tc && !cJSON_IsNull(tc) && !cJSON_IsString(tc) && !cJSON_IsObject(tc)) return BADP("tool_choice", "'tool_choice' must be a string or an object");
         if (cJSON_IsString(tc) && !none && strcmp(tc->valuestring, "auto") && strcmp(tc->valuestring, "required"))
             return BADP("tool_choice", "'tool_choice' must be none, auto, required or a function");
+        r->tool_required = cJSON_IsString(tc) && !strcmp(tc->valuestring, "required");
+        if (cJSON_IsObject(tc)) {
+            const cJSON *ty = field(tc, "type"), *nm = field(field(tc, "function"), "name");
+            if (!cJSON_IsString(ty) || strcmp(ty->valuestring, "function") || !cJSON_IsString(nm))
+                return BADP("tool_choice", "'tool_choice' must be {\"type\": \"function\", \"function\": {\"name\": ...}}");
+            bool known = false;
+            const cJSON *t, *arr = cJSON_IsArray(tools) ? tools : NULL;
+            cJSON_ArrayForEach(t, arr) {
+                const cJSON *tn = field(field(t, "function"), "name");
+                if (cJSON_IsString(tn) && !strcmp(tn->valuestring, nm->valuestring)) known = true;
+            }
+            if (!known) return BADP("tool_choice", "'tool_choice' names '%.64s', which is not in 'tools'", nm->valuestring);
+            if (!(r->tool_choice_name = strdup(nm->valuestring))) return nx_api_fail(e, 500, "server_error", "out of memory");
+            r->tool_required = true;
+        }
+        if (r->tool_required && cJSON_GetArraySize(tools) == 0)
+            return BADP("tool_choice", "'tool_choice' %s needs 'tools'", r->tool_choice_name ? "with a function" : "required");
         r->parallel_tools = true;
         TRY(get_bool(root, "parallel_tool_calls", &r->parallel_tools, e));
         if (cJSON_GetArraySize(tools) > 0 && !none) {
             r->tools = cJSON_Duplicate(tools, 1);
             if (!r->tools) return nx_api_fail(e, 500, "server_error", "out of memory");
         }
+        const cJSON *rsf = field(root, "reasoning_format");
+        if (rsf && !cJSON_IsNull(rsf) && (!cJSON_IsString(rsf) || !nx_reasoning_format_parse(rsf->valuestring, &r->reasoning_format)))
+            return BADP("reasoning_format", "'reasoning_format' must be deepseek, auto or none");
         const cJSON *rf = field(root, "response_format");
         if (rf) {
             const cJSON *t = cJSON_IsObject(rf) ? field(rf, "type") : NULL;
@@ -534,5 +607,7 @@ void nx_api_request_free(nx_api_request *r) {
     free(r->stop_lens);
     free(r->bias);
     cJSON_Delete(r->tools);
+    free(r->tool_choice_name);
+    free(r->prefill);
     memset(r, 0, sizeof *r);
 }

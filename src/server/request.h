@@ -4,8 +4,9 @@
  * One parser for /v1/chat/completions (OpenAI chat), /v1/completions (OpenAI completions) and
  * /completion (llama.cpp native). It checks every field it knows for its JSON type and range and
  * fails with an HTTP status, an OpenAI error type and a message naming the field: malformed JSON,
- * wrong types, out-of-range values, `n` != 1, unsupported features (echo, best_of, tools,
- * json response formats, non-text message parts) are 400. Unknown fields are ignored (clients
+ * wrong types, out-of-range values, `n` != 1, unsupported features (echo, best_of, tools without
+ * a template, json response formats, non-text message parts), a tool_choice naming a function
+ * not in tools, an unknown reasoning_format are 400. Unknown fields are ignored (clients
  * send many). Chat messages are rendered with the backend's chat format; prompts given as text
  * stay text (the caller tokenizes), prompts given as token ids are kept as ids.
  * `model`, when given, must name the loaded model (nx_api_model_known), else 404
@@ -26,6 +27,7 @@
 #include <stddef.h>
 #include <cjson/cJSON.h>
 #include "server/backend.h"
+#include "server/server.h"
 
 typedef enum nx_api_kind {
     NX_API_CHAT = 0,            /* POST /v1/chat/completions */
@@ -64,6 +66,12 @@ typedef struct nx_api_request {
     nx_logit_bias *bias;
     cJSON *tools;               /* chat with a template: the request's tools (calls are parsed back); NULL if none */
     bool   parallel_tools;      /* parallel_tool_calls (default true) */
+    nx_reasoning_format reasoning_format; /* chat: "reasoning_format" (UNSET when absent) */
+    char  *tool_choice_name;    /* tool_choice {"type":"function","function":{"name"}}; NULL otherwise */
+    bool   tool_required;       /* tool_choice "required" or a named function */
+    char  *prefill;             /* the answer's start written into the prompt (a forced call's opener,
+                                   see request.c force_call); NULL: none. The model's text continues it */
+    size_t prefill_len;
 } nx_api_request;
 
 /* Parse and validate `body` for `kind`. On failure fills e (http + type + message) and returns

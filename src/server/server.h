@@ -28,6 +28,17 @@
 #include "core/error.h"
 #include "server/backend.h"
 
+/* Where a chat answer's reasoning (<think>...</think>, Gemma's thought channel) goes
+ * (llama.cpp's --reasoning-format / request "reasoning_format"). */
+typedef enum nx_reasoning_format {
+    NX_REASONING_UNSET = 0,     /* a request that does not say: the server's */
+    NX_REASONING_DEEPSEEK,      /* message.reasoning_content / delta.reasoning_content */
+    NX_REASONING_NONE,          /* left in content as generated */
+} nx_reasoning_format;
+
+/* "deepseek" | "auto" (= deepseek) | "none" -> format; false if unknown. */
+bool nx_reasoning_format_parse(const char *name, nx_reasoning_format *out);
+
 typedef struct nx_server_params {
     const char *host;           /* "127.0.0.1"; "::1" etc. for IPv6 */
     int    port;                /* 0: an ephemeral port (see nx_server_port) */
@@ -38,6 +49,7 @@ typedef struct nx_server_params {
     int    max_connections_per_ip; /* per client address; default 64; 0: no per-address limit */
     double read_timeout_s;      /* a request's headers and body must arrive within this, however
                                    slowly they trickle (conns.h); default 20; <= 0: none */
+    nx_reasoning_format reasoning_format; /* chat answers; default deepseek */
 } nx_server_params;
 
 nx_server_params nx_server_default_params(void);

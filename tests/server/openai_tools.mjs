@@ -1,7 +1,9 @@
 // openai_tools.mjs — a tool round trip through `nextn serve --fake-backend --chat-template-file
 // Qwen3.5` with the official `openai` npm client. The fake model answers with the text of the
 // prompt's last "<<answer:TEXT>>" (so the script sits in the messages): first a tool call in
-// Qwen's XML format, then, after the tool result, plain text. Streaming and not.
+// Qwen's XML format, then, after the tool result, plain text. Streaming and not. Also: chunk
+// order while streaming (content, then id + name, then arguments; parallel indices; reasoning
+// apart), reasoning_format deepseek / none, tool_choice required / named (the call forced).
 // Usage: node openai_tools.mjs BASE_URL MODULE_DIR. Prints ok/FAIL lines and "N passed, N failed".
 import { createRequire } from 'node:module';
 import path from 'node:path';
@@ -57,13 +59,111 @@ for (const stream of [false, true]) {
   });
   await check(`${tag}: the tool result goes back and the answer is text`, async () => {
     const messages = [user, assistant, { role: 'tool', tool_call_id: assistant.tool_calls[0].id,
-      content: '{"temp_c": 21} <<answer:It is 21 °C in Paris.>>' }];
+      content: '{"temp_c": 21} <<answer:Looked it up.\n</think>\n\nIt is 21 °C in Paris.>>' }];
     const r = await client.chat.completions.create({ model: 'fake', messages, tools, max_tokens: 400 });
     eq(r.choices[0].message.content, 'It is 21 °C in Paris.', 'content');
+    eq(r.choices[0].message.reasoning_content, 'Looked it up.', 'reasoning_content (the prompt opened <think>)');
     eq(r.choices[0].finish_reason, 'stop', 'finish_reason');
     eq(r.choices[0].message.tool_calls ?? null, null, 'no tool calls');
   });
 }
+
+// Streaming as it is generated: the text before a call arrives as content chunks before the
+// call's first chunk (id + name), then its arguments; parallel calls keep their index; the
+// thinking the prompt opened streams as reasoning_content.
+const two = 'Checking both.\n\n' + call + '\n' + call.replace('Paris', 'Oslo');
+await check('streaming: content first, then each call (id + name, then arguments), reasoning apart', async () => {
+  const messages = [{ role: 'user', content: `Paris and Oslo? <<answer:Let me look.\n</think>\n\n${two}>>` }];
+  const s = await client.chat.completions.create({ model: 'fake', messages, tools, max_tokens: 800, stream: true });
+  const events = [];
+  let content = '', reasoning = '', finish;
+  const calls = [];
+  for await (const c of s) {
+    const ch = c.choices[0];
+    if (!ch) continue;
+    if (ch.delta.reasoning_content) { reasoning += ch.delta.reasoning_content; events.push('r'); }
+    if (ch.delta.content) { content += ch.delta.content; events.push('c'); }
+    for (const t of ch.delta.tool_calls ?? []) {
+      if (t.id) {
+        if (calls[t.index]) throw new Error('id sent twice');
+        eq(t.type, 'function', 'type');
+        calls[t.index] = { id: t.id, name: t.function.name, arguments: '' };
+        events.push(`id${t.index}`);
+      } else {
+        calls[t.index].arguments += t.function.arguments;
+        events.push(`a${t.index}`);
+      }
+    }
+    if (ch.finish_reason) finish = ch.finish_reason;
+  }
+  eq(reasoning, 'Let me look.', 'reasoning_content');
+  eq(content, 'Checking both.', 'content');
+  eq(finish, 'tool_calls', 'finish_reason');
+  eq(calls.map(c => [c.id, c.name, JSON.parse(c.arguments)]),
+     [['call_1', 'get_weather', { city: 'Paris', days: 2 }], ['call_2', 'get_weather', { city: 'Oslo', days: 2 }]], 'calls');
+  // the fake model says one byte per token: content and reasoning come in many chunks, in order
+  const order = events.filter((e, i) => e !== events[i - 1]);
+  eq(order, ['r', 'c', 'id0', 'a0', 'id1', 'a1'], 'chunk order');
+  if (events.filter(e => e === 'c').length < 5) throw new Error(`content not streamed: ${events.join(',')}`);
+});
+
+// --reasoning-format deepseek (the default) vs a request's reasoning_format "none"; no tools
+const thought = 'Hmm.\n</think>\n\nHello <b>there</b>.';
+for (const stream of [false, true]) {
+  await check(`${stream ? 'streaming' : 'non-streaming'}: reasoning_format deepseek and none without tools`, async () => {
+    for (const rf of ['deepseek', 'none']) {
+      const req = { model: 'fake', messages: [{ role: 'user', content: `Hi <<answer:${thought}>>` }], max_tokens: 400, reasoning_format: rf };
+      let content = '', reasoning = '';
+      if (!stream) {
+        const m = (await client.chat.completions.create(req)).choices[0].message;
+        content = m.content; reasoning = m.reasoning_content ?? '';
+      } else {
+        for await (const c of await client.chat.completions.create({ ...req, stream: true })) {
+          const d = c.choices[0]?.delta ?? {};
+          content += d.content ?? ''; reasoning += d.reasoning_content ?? '';
+        }
+      }
+      if (rf === 'deepseek') { eq(reasoning, 'Hmm.', 'reasoning_content'); eq(content, 'Hello <b>there</b>.', 'content'); }
+      else { eq(reasoning, '', 'reasoning_content'); eq(content, thought, 'content as generated'); }
+    }
+  });
+}
+
+// tool_choice required / a named function: the answer is begun with the template's call text up
+// to the name's start / end, so the (scripted) model only writes the rest
+for (const [choice, rest] of [[{ type: 'function', function: { name: 'get_weather' } }, '>\n<parameter=city>\nRome\n</parameter>\n</function>\n</tool_call>'],
+                              ['required', 'get_weather>\n<parameter=city>\nRome\n</parameter>\n</function>\n</tool_call>']]) {
+  for (const stream of [false, true]) {
+    await check(`${stream ? 'streaming' : 'non-streaming'}: tool_choice ${JSON.stringify(choice)} forces the call`, async () => {
+      const req = { model: 'fake', messages: [{ role: 'user', content: `Rome? <<answer:${rest}>>` }], tools, tool_choice: choice, max_tokens: 400 };
+      let calls, finish;
+      if (!stream) {
+        const ch = (await client.chat.completions.create(req)).choices[0];
+        calls = ch.message.tool_calls; finish = ch.finish_reason;
+      } else {
+        calls = [];
+        for await (const c of await client.chat.completions.create({ ...req, stream: true })) {
+          const ch = c.choices[0];
+          if (!ch) continue;
+          if (ch.delta.content) throw new Error(`content: ${ch.delta.content}`);
+          for (const t of ch.delta.tool_calls ?? []) {
+            if (t.id) calls[t.index] = { id: t.id, function: { name: t.function.name, arguments: '' } };
+            else calls[t.index].function.arguments += t.function.arguments;
+          }
+          if (ch.finish_reason) finish = ch.finish_reason;
+        }
+      }
+      eq(finish, 'tool_calls', 'finish_reason');
+      eq(calls.map(c => [c.function.name, JSON.parse(c.function.arguments)]), [['get_weather', { city: 'Rome' }]], 'calls');
+    });
+  }
+}
+await check('tool_choice naming a function not in tools is a 400', async () => {
+  try {
+    await client.chat.completions.create({ model: 'fake', messages: [user], tools, tool_choice: { type: 'function', function: { name: 'nope' } } });
+    throw new Error('no error');
+  } catch (e) { eq(e.status, 400, 'status'); }
+});
 
 await check('a template raise_exception is a 400 with its message', async () => {
   try {
