@@ -23,6 +23,20 @@ void qw_dn_head_scalar(const float *S, float *Sd, int dv, int dk, const float *k
     }
 }
 
+void qw_dn_run_scalar(const float *S, float *const *Sd, int T, int dv, int dk, const float *const *k,
+                      const float *const *q, const float *const *v, const float *beta, const float *decay, float scale,
+                      float *const *o) {
+    for (int t = 0; t < T; t++) qw_dn_head_scalar(t ? Sd[t - 1] : S, Sd[t], dv, dk, k[t], q[t], v[t], beta[t], decay[t], scale, o[t]);
+}
+
+qw_dn_run_fn qw_dn_run_pick(void) {
+    switch (nx_cpu_level_get()) {
+    case NX_CPU_AVX512: return qw_dn_run_avx512;
+    case NX_CPU_AVX2: return qw_dn_run_avx2;
+    default: return qw_dn_run_scalar;
+    }
+}
+
 qw_dn_head_fn qw_dn_head_pick(void) {
     switch (nx_cpu_level_get()) {
     case NX_CPU_AVX512: return qw_dn_head_avx512;

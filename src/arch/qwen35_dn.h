@@ -8,6 +8,14 @@
  *   o[i] = (Sd_i . q) * scale
  * Sd may equal S (in place). Each level computes in one fixed order, so a level's result
  * never depends on the batch; levels agree to float rounding (tests/test_qwen35.c).
+ *
+ * qw_dn_run_*: T tokens of one head in order, token t reading the state token t-1 wrote
+ * (token 0 reads S) and writing Sd[t] (a verify batch's per-token snapshots). The SIMD
+ * versions keep each state row in L1 across the T tokens and write snapshots (out of place)
+ * with streaming stores: a snapshot is not read again before the weights have swept the
+ * caches, so its read-for-ownership would be wasted DRAM traffic; states updated in place
+ * (a prompt chunk) take ordinary stores and stay cached. Bit-identical to T calls of the
+ * level's head function (the same per-row operations).
  * Must never: allocate or touch memory outside the dv x dk state and the vectors.
  */
 #ifndef NX_ARCH_QWEN35_DN_H
@@ -25,7 +33,22 @@ void qw_dn_head_avx2(const float *S, float *Sd, int dv, int dk, const float *k, 
 void qw_dn_head_avx512(const float *S, float *Sd, int dv, int dk, const float *k, const float *q, const float *v,
                        float beta, float decay, float scale, float *o);
 
-/* The version for the CPU level in effect now. */
+typedef void (*qw_dn_run_fn)(const float *S, float *const *Sd, int T, int dv, int dk, const float *const *k,
+                             const float *const *q, const float *const *v, const float *beta, const float *decay,
+                             float scale, float *const *o);
+void qw_dn_run_scalar(const float *S, float *const *Sd, int T, int dv, int dk, const float *const *k,
+                      const float *const *q, const float *const *v, const float *beta, const float *decay, float scale,
+                      float *const *o);
+void qw_dn_run_avx2(const float *S, float *const *Sd, int T, int dv, int dk, const float *const *k,
+                    const float *const *q, const float *const *v, const float *beta, const float *decay, float scale,
+                    float *const *o);
+void qw_dn_run_avx512(const float *S, float *const *Sd, int T, int dv, int dk, const float *const *k,
+                      const float *const *q, const float *const *v, const float *beta, const float *decay, float scale,
+                      float *const *o);
+#define QW_DN_RUN_MAX_DK 512   /* the SIMD runs' row buffer; larger heads go token by token */
+
+/* The versions for the CPU level in effect now. */
 qw_dn_head_fn qw_dn_head_pick(void);
+qw_dn_run_fn qw_dn_run_pick(void);
 
 #endif

@@ -2,6 +2,8 @@
  * state row (S.k, then update + clamp + store fused with Sd.q), 8 lanes, masked tail. */
 #include <immintrin.h>
 #include "arch/qwen35_dn.h"
+#include <stdint.h>
+#include <string.h>
 
 static inline float hsum8(__m256 x) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
@@ -10,38 +12,68 @@ static inline float hsum8(__m256 x) {
     return _mm_cvtss_f32(s);
 }
 
-void qw_dn_head_avx2(const float *S, float *Sd, int dv, int dk, const float *k, const float *q, const float *v,
-                     float beta, float decay, float scale, float *o) {
+/* One state row: si -> di (may be equal), returns o_i. */
+static inline __attribute__((always_inline)) float dn_row(const float *si, float *di, int dk, const float *k, const float *q,
+                                                          float vi, float beta, float decay, float scale) {
     const int nf = dk & ~7, rem = dk & 7;
     const __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
     const __m256i tm = _mm256_cmpgt_epi32(_mm256_set1_epi32(rem), idx);
     const __m256 vdec = _mm256_set1_ps(decay), lo = _mm256_set1_ps(-1e6f), hi = _mm256_set1_ps(1e6f);
-    for (int i = 0; i < dv; i++) {
-        const float *si = S + (size_t)i * dk;
-        float *di = Sd + (size_t)i * dk;
-        __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
-        int c = 0;
-        for (; c + 16 <= nf; c += 16) {
-            a0 = _mm256_fmadd_ps(_mm256_loadu_ps(si + c), _mm256_loadu_ps(k + c), a0);
-            a1 = _mm256_fmadd_ps(_mm256_loadu_ps(si + c + 8), _mm256_loadu_ps(k + c + 8), a1);
-        }
-        for (; c < nf; c += 8) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(si + c), _mm256_loadu_ps(k + c), a0);
-        if (rem) a0 = _mm256_fmadd_ps(_mm256_maskload_ps(si + c, tm), _mm256_maskload_ps(k + c, tm), a0);
-        const float vn = beta * (v[i] - decay * hsum8(_mm256_add_ps(a0, a1)));
-        const __m256 vvn = _mm256_set1_ps(vn);
-        __m256 b0 = _mm256_setzero_ps();
-        for (c = 0; c < nf; c += 8) {
-            __m256 y = _mm256_fmadd_ps(vdec, _mm256_loadu_ps(si + c), _mm256_mul_ps(vvn, _mm256_loadu_ps(k + c)));
-            y = _mm256_min_ps(_mm256_max_ps(y, lo), hi);
-            _mm256_storeu_ps(di + c, y);
-            b0 = _mm256_fmadd_ps(y, _mm256_loadu_ps(q + c), b0);
-        }
-        if (rem) {
-            __m256 y = _mm256_fmadd_ps(vdec, _mm256_maskload_ps(si + c, tm), _mm256_mul_ps(vvn, _mm256_maskload_ps(k + c, tm)));
-            y = _mm256_min_ps(_mm256_max_ps(y, lo), hi);
-            _mm256_maskstore_ps(di + c, tm, y);
-            b0 = _mm256_fmadd_ps(y, _mm256_maskload_ps(q + c, tm), b0);
-        }
-        o[i] = hsum8(b0) * scale;
+    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+    int c = 0;
+    for (; c + 16 <= nf; c += 16) {
+        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(si + c), _mm256_loadu_ps(k + c), a0);
+        a1 = _mm256_fmadd_ps(_mm256_loadu_ps(si + c + 8), _mm256_loadu_ps(k + c + 8), a1);
     }
+    for (; c < nf; c += 8) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(si + c), _mm256_loadu_ps(k + c), a0);
+    if (rem) a0 = _mm256_fmadd_ps(_mm256_maskload_ps(si + c, tm), _mm256_maskload_ps(k + c, tm), a0);
+    const float vn = beta * (vi - decay * hsum8(_mm256_add_ps(a0, a1)));
+    const __m256 vvn = _mm256_set1_ps(vn);
+    __m256 b0 = _mm256_setzero_ps();
+    for (c = 0; c < nf; c += 8) {
+        __m256 y = _mm256_fmadd_ps(vdec, _mm256_loadu_ps(si + c), _mm256_mul_ps(vvn, _mm256_loadu_ps(k + c)));
+        y = _mm256_min_ps(_mm256_max_ps(y, lo), hi);
+        _mm256_storeu_ps(di + c, y);
+        b0 = _mm256_fmadd_ps(y, _mm256_loadu_ps(q + c), b0);
+    }
+    if (rem) {
+        __m256 y = _mm256_fmadd_ps(vdec, _mm256_maskload_ps(si + c, tm), _mm256_mul_ps(vvn, _mm256_maskload_ps(k + c, tm)));
+        y = _mm256_min_ps(_mm256_max_ps(y, lo), hi);
+        _mm256_maskstore_ps(di + c, tm, y);
+        b0 = _mm256_fmadd_ps(y, _mm256_maskload_ps(q + c, tm), b0);
+    }
+    return hsum8(b0) * scale;
+}
+
+void qw_dn_head_avx2(const float *S, float *Sd, int dv, int dk, const float *k, const float *q, const float *v,
+                     float beta, float decay, float scale, float *o) {
+    for (int i = 0; i < dv; i++) o[i] = dn_row(S + (size_t)i * dk, Sd + (size_t)i * dk, dk, k, q, v[i], beta, decay, scale);
+}
+
+void qw_dn_run_avx2(const float *S, float *const *Sd, int T, int dv, int dk, const float *const *k,
+                    const float *const *q, const float *const *v, const float *beta, const float *decay, float scale,
+                    float *const *o) {
+    if (dk > QW_DN_RUN_MAX_DK) {
+        for (int t = 0; t < T; t++) qw_dn_head_avx2(t ? Sd[t - 1] : S, Sd[t], dv, dk, k[t], q[t], v[t], beta[t], decay[t], scale, o[t]);
+        return;
+    }
+    float lb[QW_DN_RUN_MAX_DK] __attribute__((aligned(32)));
+    const size_t rb = (size_t)dk * sizeof(float);
+    int nt = rb % 32 == 0;
+    for (int t = 0; t < T; t++) nt &= ((uintptr_t)Sd[t] & 31) == 0 && Sd[t] != S;   /* in place (a prompt chunk): the state stays cached */
+    for (int i = 0; i < dv; i++) {
+        /* the state comes from DRAM (the weights swept it out): keep reads 4 rows ahead */
+        if (i + 4 < dv)
+            for (size_t b = 0; b < rb; b += 64) _mm_prefetch((const char *)(S + (size_t)(i + 4) * dk) + b, _MM_HINT_T0);
+        memcpy(lb, S + (size_t)i * dk, rb);
+        for (int t = 0; t < T; t++) {
+            o[t][i] = dn_row(lb, lb, dk, k[t], q[t], v[t][i], beta[t], decay[t], scale);
+            float *di = Sd[t] + (size_t)i * dk;
+            if (nt)
+                for (int c = 0; c < dk; c += 8) _mm256_stream_ps(di + c, _mm256_load_ps(lb + c));
+            else
+                memcpy(di, lb, rb);
+        }
+    }
+    _mm_sfence();   /* streaming stores are weakly ordered: visible before the next reader */
 }

@@ -218,22 +218,38 @@ static void dn_task(void *arg, int ith, int nth) {
     const int rl = j->L->rec_layer;
     const float scale = 1.0f / sqrtf((float)dk);
     float *tmp = j->s->thr + (size_t)ith * j->s->thr_stride;
-    const qw_dn_head_fn head = qw_dn_head_pick();
+    const qw_dn_run_fn run = qw_dn_run_pick();
+    enum { RUN = 32 };   /* tokens per kernel call */
+    const float *kp[RUN], *qp[RUN], *vp[RUN];
+    float *sdp[RUN], *op[RUN], bt[RUN], dc[RUN];
     for (long w = ith; w < (long)j->ub->n_groups * nv; w += nth) {
         const int g = (int)(w / nv), h = (int)(w % nv), kh = h % nk;   /* tiled V->K pairing */
         const int sq = j->ub->grp_seq[g];
-        for (int t = j->ub->grp_off[g]; t < j->ub->grp_off[g + 1]; t++) {
-            const int r = j->ub->order[t];
-            const float *S = nx_kv_ssm(j->kv, sq, rl, j->ub->rec_src[r]) + (size_t)h * dv * dk;
-            float *Sd = nx_kv_ssm(j->kv, sq, rl, j->ub->rec_dst[r]) + (size_t)h * dv * dk;
-            const float *mr = j->m + (size_t)r * C;
-            const float *q = mr + (size_t)kh * dk, *k = mr + hp->key_dim + (size_t)kh * dk;
-            const float *v = mr + 2 * hp->key_dim + (size_t)h * dv;
-            const float beta = j->beta[(size_t)r * nv + h], decay = j->decay[(size_t)r * nv + h];
-            float *o = j->o + (size_t)r * VD + (size_t)h * dv;
-            head(S, Sd, dv, dk, k, q, v, beta, decay, scale, o);
-            nx_rmsnorm(tmp, o, j->L->ssm_norm, dv, hp->eps);
-            ops->mul(o, tmp, j->zs + (size_t)r * VD + (size_t)h * dv, dv);
+        for (int t0 = j->ub->grp_off[g]; t0 < j->ub->grp_off[g + 1];) {
+            /* a run of tokens each reading the state the one before wrote (a verify batch's
+             * snapshots, or a prompt chunk in place): one kernel call */
+            const float *S = nx_kv_ssm(j->kv, sq, rl, j->ub->rec_src[j->ub->order[t0]]) + (size_t)h * dv * dk;
+            int T = 0;
+            for (int t = t0; t < j->ub->grp_off[g + 1] && T < RUN; t++, T++) {
+                const int r = j->ub->order[t];
+                if (T > 0 && j->ub->rec_src[r] != j->ub->rec_dst[j->ub->order[t - 1]]) break;
+                const float *mr = j->m + (size_t)r * C;
+                qp[T] = mr + (size_t)kh * dk;
+                kp[T] = mr + hp->key_dim + (size_t)kh * dk;
+                vp[T] = mr + 2 * hp->key_dim + (size_t)h * dv;
+                bt[T] = j->beta[(size_t)r * nv + h];
+                dc[T] = j->decay[(size_t)r * nv + h];
+                op[T] = j->o + (size_t)r * VD + (size_t)h * dv;
+                sdp[T] = nx_kv_ssm(j->kv, sq, rl, j->ub->rec_dst[r]) + (size_t)h * dv * dk;
+            }
+            run(S, sdp, T, dv, dk, kp, qp, vp, bt, dc, scale, op);
+            for (int t = t0; t < t0 + T; t++) {
+                const int r = j->ub->order[t];
+                float *o = j->o + (size_t)r * VD + (size_t)h * dv;
+                nx_rmsnorm(tmp, o, j->L->ssm_norm, dv, hp->eps);
+                ops->mul(o, tmp, j->zs + (size_t)r * VD + (size_t)h * dv, dv);
+            }
+            t0 += T;
         }
     }
 }
