@@ -457,6 +457,47 @@ static void test_dn_kernels(void) {
     free(S); free(S2); free(R); free(k); free(q); free(v);
 }
 
+/* qw_dn_run_*: T chained tokens in one call == T calls of the level's head function, bit for
+ * bit, out of place (snapshots: streaming stores) and in place, odd sizes included. */
+static void test_dn_run(void) {
+    const int dims[3][2] = {{128, 128}, {64, 48}, {37, 21}};
+    enum { T = 5 };
+    uint64_t rng = 7;
+    for (int lvl = NX_CPU_SCALAR; lvl <= NX_CPU_AVX512; lvl++) {
+        if (nx_cpu_level_detected() < (nx_cpu_level)lvl) continue;
+        qw_dn_head_fn head = lvl == NX_CPU_SCALAR ? qw_dn_head_scalar : lvl == NX_CPU_AVX2 ? qw_dn_head_avx2 : qw_dn_head_avx512;
+        qw_dn_run_fn run = lvl == NX_CPU_SCALAR ? qw_dn_run_scalar : lvl == NX_CPU_AVX2 ? qw_dn_run_avx2 : qw_dn_run_avx512;
+        for (int d = 0; d < 3; d++) {
+            const int dk = dims[d][0], dv = dims[d][1];
+            const size_t n = (size_t)dk * dv;
+            float *S = aligned_alloc(64, n * 4), *A = aligned_alloc(64, T * n * 4), *B = aligned_alloc(64, T * n * 4);
+            float *kq = malloc(3 * T * 128 * 4), *oa = calloc(T * 128, 4), *ob = calloc(T * 128, 4), bt[T], dc[T];
+            for (size_t i = 0; i < n; i++) {
+                rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+                S[i] = (float)(rng >> 40) / 16777216.0f - 0.5f;
+            }
+            for (int i = 0; i < 3 * T * 128; i++) kq[i] = sinf(0.37f * (float)i);
+            const float *kp[T], *qp[T], *vp[T];
+            float *sa[T], *sb[T], *op[T];
+            for (int t = 0; t < T; t++) {
+                kp[t] = kq + t * 128; qp[t] = kq + (T + t) * 128; vp[t] = kq + (2 * T + t) * 128;
+                bt[t] = 0.3f + 0.1f * (float)t; dc[t] = 0.95f - 0.05f * (float)t;
+                sa[t] = A + (size_t)t * n; sb[t] = B + (size_t)t * n; op[t] = ob + t * 128;
+            }
+            for (int t = 0; t < T; t++) head(t ? sa[t - 1] : S, sa[t], dv, dk, kp[t], qp[t], vp[t], bt[t], dc[t], 0.125f, oa + t * 128);
+            run(S, sb, T, dv, dk, kp, qp, vp, bt, dc, 0.125f, op);
+            CHECK_MSG(!memcmp(A, B, T * n * 4) && !memcmp(oa, ob, T * 128 * 4), "dn run level %d dk %d dv %d", lvl, dk, dv);
+            /* in place: every token reads and writes the same state */
+            memcpy(A, S, n * 4);
+            memcpy(B, S, n * 4);
+            for (int t = 0; t < T; t++) { head(A, A, dv, dk, kp[t], qp[t], vp[t], bt[t], dc[t], 0.125f, oa + t * 128); sb[t] = B; }
+            run(B, sb, T, dv, dk, kp, qp, vp, bt, dc, 0.125f, op);
+            CHECK_MSG(!memcmp(A, B, n * 4) && !memcmp(oa, ob, T * 128 * 4), "dn run in place level %d dk %d", lvl, dk);
+            free(S); free(A); free(B); free(kq); free(oa); free(ob);
+        }
+    }
+}
+
 /* ===== bad input ===== */
 
 /* Copy a model, dropping `drop` and / or replacing `reshape` by a tensor of shape ne. */
@@ -592,6 +633,7 @@ int main(void) {
     RUN(test_invariance_moe_f32);
     RUN(test_invariance_moe_q4k);
     RUN(test_dn_kernels);
+    RUN(test_dn_run);
     RUN(test_mixed_sequences);
     RUN(test_snapshots_and_seq_rm);
     RUN(test_vs_numpy_reference);
