@@ -15,7 +15,7 @@
  *
  * KL divergence (llama.cpp's two steps): `--kl-divergence-base F` alone writes the scored rows'
  * logits to F (nextn's own file: "NXKLD001", c, n_vocab, n_chunk, the tokens, then per scored
- * row the log-sum-exp, the clamp floor lo = max(min logit, max logit - 16), the step
+ * row the log-sum-exp, the clamp floor lo = max(min logit, max logit - 32), the step
  * (max - lo) / 65535 as f32 and one u16 per logit; not llama.cpp's byte layout). With
  * `--kl-divergence` the model is run over the file's tokens (-f not needed) and compared: mean
  * PPL of both, KL(base || model) per token (mean +/- standard error, max, 99.9/99/median
@@ -72,18 +72,23 @@ static int cmp_dbl(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-/* One row of the base file: reconstruct its log-probs into lp. */
+/* One row of the base file: reconstruct its log-probs into lp, normalized over the stored values
+ * (so the clamped tail does not add mass). */
 static void base_row_logp(const uint8_t *row, int V, double *lp) {
-    float lse, lo, step;
-    memcpy(&lse, row, 4);
+    float lo, step;
     memcpy(&lo, row + 4, 4);
     memcpy(&step, row + 8, 4);
     const uint8_t *q = row + 12;
+    double mx = -INFINITY, s = 0;
     for (int i = 0; i < V; i++) {
         uint16_t u;
         memcpy(&u, q + 2 * i, 2);
-        lp[i] = (double)lo + (double)u * step - lse;
+        lp[i] = (double)lo + (double)u * step;
+        mx = lp[i] > mx ? lp[i] : mx;
     }
+    for (int i = 0; i < V; i++) s += exp(lp[i] - mx);
+    const double lse = mx + log(s);
+    for (int i = 0; i < V; i++) lp[i] -= lse;
 }
 
 static void encode_row(const float *l, int V, uint8_t *row) {
@@ -91,7 +96,8 @@ static void encode_row(const float *l, int V, uint8_t *row) {
     const float lse = (float)row_lse(l, V, &mx);
     float mn = l[0];
     for (int i = 1; i < V; i++) mn = l[i] < mn ? l[i] : mn;
-    const float lo = mn > mx - 16 ? mn : mx - 16;
+    /* 32 nats below the top: what is clamped weighs < n_vocab * e^-32 */
+    const float lo = mn > mx - 32 ? mn : mx - 32;
     const float step = mx > lo ? (mx - lo) / 65535.0f : 1.0f;
     memcpy(row, &lse, 4);
     memcpy(row + 4, &lo, 4);
