@@ -8,7 +8,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include "gguf.h"
 #include "quant/quant.h"
 #include "threads.h"
@@ -159,6 +161,15 @@ typedef struct qjob {
     int64_t bad_row;        /* first row that failed (-1: none) */
 } qjob;
 
+/* Drop the source pages of a tensor once it is written: the input is a private read-only file
+ * mapping, so this only un-maps them from the process (they come back from the file if read
+ * again) and resident memory stays at about one tensor instead of growing to the file size. */
+static void release_pages(const void *p, size_t n) {
+    const uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE), a = ((uintptr_t)p + pg - 1) & ~(pg - 1),
+                    b = ((uintptr_t)p + n) & ~(pg - 1);
+    if (b > a) madvise((void *)a, b - a, MADV_DONTNEED);
+}
+
 static void q_task(void *arg, int ith, int nth) {
     qjob *j = arg;
     const nx_tensor *t = j->t;
@@ -179,9 +190,15 @@ static void q_task(void *arg, int ith, int nth) {
 
 static nx_status q_fill(void *user, const char *name, void *dst, size_t nbytes, nx_error *err) {
     qjob *j = user;
+    if (j->to == j->t->type) {   /* copied as it is */
+        memcpy(dst, j->t->data, nbytes);
+        release_pages(j->t->data, j->t->nbytes);
+        return NX_OK;
+    }
     j->dst = dst;
     j->bad_row = -1;
     nx_threadpool_run(j->tp, q_task, j);
+    release_pages(j->t->data, j->t->nbytes);
     if (j->bad_row >= 0)
         return nx_fail(err, NX_ERR_FORMAT, "quantize: %s row %lld: cannot convert %s -> %s (non-finite values?)", name,
                        (long long)j->bad_row, nx_type_name(j->t->type), nx_type_name(j->to));
@@ -287,7 +304,7 @@ nx_status nx_quantize_model(const nx_quantize_opts *o, nx_quantize_info *info, n
         inf.bytes_out += out_bytes;
         bool weighted = false;
         if (j->to == t->type) {
-            st = nx_gguf_add_tensor(w, t->name, t->type, t->n_dims, t->ne, t->data);
+            st = nx_gguf_add_tensor_fill(w, t->name, t->type, t->n_dims, t->ne, q_fill, j);
         } else {
             if (!is_float_type(t->type) && !o->allow_requantize) {
                 st = nx_fail(err, NX_ERR_INVALID_ARG,

@@ -5,8 +5,9 @@
  *   - imatrix: GGUF and legacy .dat round trips, malformed files refused;
  *   - a generated F32 qwen35 model (n_embd 256, so the K-quants apply; MTP layer) quantized to
  *     every preset nextn runs: it loads, metadata is copied (general.file_type set), the NextN
- *     tensors are there, logits stay within per-preset bounds of the F32 model's, and an already
- *     quantized file is refused without allow_requantize. */
+ *     tensors are there, the bytes do not depend on the thread count, logits stay within per-preset
+ *     bounds of the F32 model's (trained model), and an already quantized file is refused without
+ *     allow_requantize. */
 #include <math.h>
 #include <stdint.h>
 #include <unistd.h>
@@ -340,6 +341,21 @@ static void test_quantize_model(void) {
     CHECK(t && t->type == NX_TYPE_F32);
     nx_gguf_close(a);
     nx_gguf_close(b);
+
+    /* rows are independent: the bytes do not depend on the thread count */
+    {
+        char q1[256];
+        snprintf(q1, sizeof q1, "%s/q4km-1t.gguf", g_tmpdir);
+        nx_quantize_opts o1 = {.in_path = f32, .out_path = q1, .preset = nx_quant_preset_find("Q4_K_M"), .n_threads = 1,
+                               .output_type = NX_TYPE_COUNT, .embd_type = NX_TYPE_COUNT};
+        CHECK(nx_quantize_model(&o1, NULL, &e) == NX_OK);
+        char *x = NULL, *y = NULL;
+        size_t nx = 0, ny = 0;
+        CHECK(nx_read_file(q1, 1 << 26, &x, &nx, &e) == NX_OK && nx_read_file(q4, 1 << 26, &y, &ny, &e) == NX_OK);
+        CHECK(nx == ny && x && y && !memcmp(x, y, nx));
+        free(x);
+        free(y);
+    }
 
     /* an already quantized file: refused, unless allowed; same-type tensors are copied */
     char rq[256];
