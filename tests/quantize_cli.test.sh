@@ -77,5 +77,16 @@ check "imatrix (dat) lowers KL: $k2 < $k0" "awk -v a='${k2:-1}' -v b='${k0:-0}' 
 "$NEXTN" gguf-info "$work/im.gguf" >"$work/im.info" 2>&1
 check "imatrix recorded in the metadata" "grep -q 'quantize.imatrix.file' '$work/im.info' && grep -q 'general.file_type.*15' '$work/im.info'" "$(grep -E 'file_type|imatrix' "$work/im.info")"
 
+# ---- MoE: per-expert entries, used per expert ---------------------------------
+"$NEXTN" gen-model --arch qwen35moe --out "$work/moe.gguf" --seed 5 \
+    --config-json '{"n_embd":256,"n_ff_exp":256,"n_ff_shexp":256,"head_dim":64,"ssm_head_dim":64}' >/dev/null 2>&1
+"$NEXTN" imatrix -m "$work/moe.gguf" -f "$C" -c 128 --chunks 4 -t 2 -o "$work/moe.gguf.im" --output-format gguf >/dev/null 2>&1
+"$NEXTN" gguf-info "$work/moe.gguf.im" --tensors >"$work/moe.info" 2>&1
+check "MoE imatrix: one row per expert" "grep -Eq '\\[256, 8\\] .* blk.0.ffn_down_exps.weight.in_sum2' '$work/moe.info' && grep -Eq '\\[1, 8\\] .* blk.0.ffn_down_exps.weight.counts' '$work/moe.info'" "$(grep exps "$work/moe.info" | head -3)"
+"$NEXTN" quantize --imatrix "$work/moe.gguf.im" "$work/moe.gguf" "$work/moe-q.gguf" Q4_K_M 2 >"$work/moeq.out" 2>&1
+check "MoE quantize with the imatrix" "[ $? -eq 0 ] && grep -q 'blk.0.ffn_down_exps.weight .* converting to q4_K (imatrix)' '$work/moeq.out'" "$(tail -2 "$work/moeq.out")"
+"$NEXTN" perplexity -m "$work/moe-q.gguf" -f "$C" -c 128 --chunks 2 -t 2 >"$work/moep.out" 2>&1
+check "MoE Q4_K_M runs" "grep -q '^Final estimate: PPL = ' '$work/moep.out'" "$(tail -2 "$work/moep.out")"
+
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]
