@@ -121,9 +121,9 @@ int nx_cmd_imatrix(int argc, char **argv) {
         fprintf(stderr, "nextn imatrix: %s\n", err.msg);
         goto done;
     }
-    if (ids.n < (size_t)n_ctx) {
-        fprintf(stderr, "nextn imatrix: you need at least %d tokens for a context of %d (the text has %zu)\n", n_ctx, n_ctx,
-                ids.n);
+    if (ids.n < 2 * (size_t)n_ctx) {   /* llama-imatrix's rule */
+        fprintf(stderr, "nextn imatrix: you need at least %d tokens for a context of %d (the text has %zu)\n", 2 * n_ctx,
+                n_ctx, ids.n);
         goto done;
     }
     int n_chunk = (int)(ids.n / (size_t)n_ctx);
