@@ -5,6 +5,7 @@
  */
 #include "quantize.h"
 #include <ctype.h>
+#include <regex.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -252,8 +253,15 @@ nx_status nx_quantize_model(const nx_quantize_opts *o, nx_quantize_info *info, n
     qjob *jobs = calloc((size_t)(nt ? nt : 1), sizeof *jobs);
     nx_threadpool *tp = NULL;
     nx_quantize_info inf = {0};
+    regex_t *rx = calloc((size_t)(o->n_overrides > 0 ? o->n_overrides : 1), sizeof *rx);
+    int n_rx = 0;
     int64_t max_ne0 = 0;
-    if (!w || !jobs) { st = nx_fail(err, NX_ERR_NOMEM, "quantize: out of memory"); goto done; }
+    if (!w || !jobs || !rx) { st = nx_fail(err, NX_ERR_NOMEM, "quantize: out of memory"); goto done; }
+    for (; n_rx < o->n_overrides; n_rx++)
+        if (regcomp(&rx[n_rx], o->overrides[n_rx].pattern, REG_EXTENDED | REG_NOSUB) != 0) {
+            st = nx_fail(err, NX_ERR_INVALID_ARG, "quantize: --tensor-type: bad regular expression '%s'", o->overrides[n_rx].pattern);
+            goto done;
+        }
 
     /* metadata: everything but the split bookkeeping, then the new file type */
     for (int64_t i = 0; i < nx_gguf_n_kv(g); i++) {
@@ -297,6 +305,8 @@ nx_status nx_quantize_model(const nx_quantize_opts *o, nx_quantize_info *info, n
                                                    : nx_quant_rule_type(o->preset, &q, t->name, t->ne);
             if (o->embd_type != NX_TYPE_COUNT && !strcmp(t->name, "token_embd.weight")) to = o->embd_type;
             if (o->output_type != NX_TYPE_COUNT && !strcmp(t->name, "output.weight")) to = o->output_type;
+            for (int r = 0; r < n_rx; r++)
+                if (regexec(&rx[r], t->name, 0, NULL, 0) == 0) { to = o->overrides[r].type; break; }
             j->to = nx_quant_fallback_type(to, t->ne[0]);
         }
         const uint64_t out_bytes = (uint64_t)nx_row_size(j->to, t->ne[0]) * (uint64_t)nx_tensor_nrows(t);
@@ -342,6 +352,8 @@ nx_status nx_quantize_model(const nx_quantize_opts *o, nx_quantize_info *info, n
     st = nx_gguf_writer_write(w, o->out_path, err);
     free(rows);
 done:
+    for (int r = 0; r < n_rx; r++) regfree(&rx[r]);
+    free(rx);
     if (jobs)
         for (int64_t i = 0; i < nt; i++) free(jobs[i].imat);
     free(jobs);

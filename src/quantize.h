@@ -69,6 +69,13 @@ bool nx_quant_use_more_bits(int i, int n);
 /* Whether a tensor is quantized at all (name / shape rules above). */
 bool nx_quant_wants(const char *name, int n_dims, bool leave_output);
 
+/* llama-quantize's --tensor-type PATTERN=TYPE: tensors whose name the (POSIX extended) regular
+ * expression matches anywhere take TYPE (the first matching override wins), after the rules. */
+typedef struct nx_quant_override {
+    const char *pattern;
+    nx_type     type;
+} nx_quant_override;
+
 typedef struct nx_quantize_opts {
     const char *in_path, *out_path;
     const nx_quant_preset *preset;
@@ -77,6 +84,8 @@ typedef struct nx_quantize_opts {
     bool leave_output;               /* --leave-output-tensor */
     bool pure;                       /* --pure: every quantized tensor takes the default type */
     nx_type output_type, embd_type;  /* --output-tensor-type / --token-embedding-type (NX_TYPE_COUNT: none) */
+    const nx_quant_override *overrides;   /* --tensor-type, n_overrides of them */
+    int n_overrides;
     const nx_imatrix *imatrix;       /* NULL: none */
     const char *imatrix_path;        /* recorded in quantize.imatrix.file */
     /* per tensor, before it is written: index, count, name, types, bytes in / out */

@@ -77,6 +77,13 @@ check "imatrix (dat) lowers KL: $k2 < $k0" "awk -v a='${k2:-1}' -v b='${k0:-0}' 
 "$NEXTN" gguf-info "$work/im.gguf" >"$work/im.info" 2>&1
 check "imatrix recorded in the metadata" "grep -q 'quantize.imatrix.file' '$work/im.info' && grep -q 'general.file_type.*15' '$work/im.info'" "$(grep -E 'file_type|imatrix' "$work/im.info")"
 
+# ---- --tensor-type: the MTP layer kept at Q8_0 ---------------------------------
+"$NEXTN" quantize --tensor-type 'blk\.4\.=q8_0' "$work/f32.gguf" "$work/mtp8.gguf" Q4_K_M 2 >/dev/null 2>&1
+"$NEXTN" gguf-info "$work/mtp8.gguf" --tensors >"$work/mtp8.info" 2>&1
+check "--tensor-type overrides the MTP layer" "[ \$(grep -c 'q8_0 .* blk\.4\.' '$work/mtp8.info') -eq 8 ] && grep -q 'q6_K .* blk\.2\.ffn_down' '$work/mtp8.info'" "$(grep 'blk.4' "$work/mtp8.info" | head -4)"
+"$NEXTN" quantize --tensor-type '(=q8_0' "$work/f32.gguf" "$work/bad.gguf" Q4_K_M 2 >/dev/null 2>"$work/re.err"
+check "bad --tensor-type regex: error" "[ $? -eq 1 ] && grep -q 'bad regular expression' '$work/re.err' && [ ! -e '$work/bad.gguf' ]" "$(cat "$work/re.err")"
+
 # ---- MoE: per-expert entries, used per expert ---------------------------------
 "$NEXTN" gen-model --arch qwen35moe --out "$work/moe.gguf" --seed 5 \
     --config-json '{"n_embd":256,"n_ff_exp":256,"n_ff_shexp":256,"head_dim":64,"ssm_head_dim":64}' >/dev/null 2>&1

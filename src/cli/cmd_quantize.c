@@ -2,7 +2,8 @@
  * cmd_quantize.c — `nextn quantize`: llama-quantize's command line over quantize.h.
  *
  *   nextn quantize [--imatrix F] [--allow-requantize] [--leave-output-tensor] [--pure]
- *                  [--output-tensor-type T] [--token-embedding-type T] IN.gguf [OUT.gguf] TYPE [nthreads]
+ *                  [--output-tensor-type T] [--token-embedding-type T] [--tensor-type RE=T]...
+ *                  IN.gguf [OUT.gguf] TYPE [nthreads]
  *
  * As llama-quantize: OUT defaults to ggml-model-<type>.gguf beside IN; TYPE is a preset name
  * (Q4_K_M, ...) or its file type number; one line per tensor, then the sizes.
@@ -17,11 +18,14 @@
 static void usage(FILE *f) {
     fprintf(f,
             "usage: nextn quantize [--imatrix F] [--allow-requantize] [--leave-output-tensor] [--pure]\n"
-            "                      [--output-tensor-type T] [--token-embedding-type T] IN.gguf [OUT.gguf] TYPE [nthreads]\n"
+            "                      [--output-tensor-type T] [--token-embedding-type T] [--tensor-type RE=T]...\n"
+            "                      IN.gguf [OUT.gguf] TYPE [nthreads]\n"
             "  --imatrix F           importance matrix (GGUF or legacy .dat, nextn imatrix / llama-imatrix)\n"
             "  --allow-requantize    allow tensors that are already quantized to be quantized again\n"
             "  --leave-output-tensor keep output.weight as it is\n"
             "  --pure                every quantized tensor gets TYPE's default type (no per-tensor rules)\n"
+            "  --tensor-type RE=T    tensors whose name matches the regular expression RE get type T (repeatable;\n"
+            "                        e.g. --tensor-type 'blk\\.4\\.=q8_0' keeps a 4+1-layer model's MTP layer at Q8_0)\n"
             "MTP / NextN layer tensors are kept and quantized by the trunk layers' rules.\nTYPE:\n");
     for (int i = 0; nx_quant_preset_at(i); i++) {
         const nx_quant_preset *p = nx_quant_preset_at(i);
@@ -51,6 +55,8 @@ static bool parse_type(const char *v, nx_type *out) {
 int nx_cmd_quantize(int argc, char **argv) {
     nx_quantize_opts o = {.output_type = NX_TYPE_COUNT, .embd_type = NX_TYPE_COUNT, .progress = on_tensor};
     const char *imat_path = NULL;
+    nx_quant_override ovr[64];
+    char ovr_buf[64][256];
     int i = 1;
     for (; i < argc && argv[i][0] == '-' && argv[i][1] == '-'; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -59,6 +65,20 @@ int nx_cmd_quantize(int argc, char **argv) {
         else if (!strcmp(a, "--leave-output-tensor")) o.leave_output = true;
         else if (!strcmp(a, "--pure")) o.pure = true;
         else if (!strcmp(a, "--imatrix") && v) { imat_path = v; i++; }
+        else if (!strcmp(a, "--tensor-type") && v) {
+            const char *eq = strrchr(v, '=');
+            nx_type t;
+            if (!eq || eq == v || (size_t)(eq - v) >= sizeof ovr_buf[0] || o.n_overrides == 64 || !parse_type(eq + 1, &t) ||
+                !nx_type_info(t)->quantizable) {
+                fprintf(stderr, "nextn quantize: --tensor-type: expected REGEX=TYPE with a writable type, got '%s'\n", v);
+                return 2;
+            }
+            snprintf(ovr_buf[o.n_overrides], sizeof ovr_buf[0], "%.*s", (int)(eq - v), v);
+            ovr[o.n_overrides] = (nx_quant_override){ovr_buf[o.n_overrides], t};
+            o.n_overrides++;
+            o.overrides = ovr;
+            i++;
+        }
         else if ((!strcmp(a, "--output-tensor-type") || !strcmp(a, "--token-embedding-type")) && v) {
             nx_type t;
             if (!parse_type(v, &t) || !nx_type_info(t) || !nx_type_info(t)->quantizable) {
@@ -123,6 +143,7 @@ int nx_cmd_quantize(int argc, char **argv) {
     nx_status st = nx_quantize_model(&o, &info, &err);
     nx_imatrix_free(im);
     if (st != NX_OK) {
+        fflush(stdout);
         fprintf(stderr, "nextn %s\n", err.msg);   /* the message starts with "quantize: " */
         return 1;
     }
