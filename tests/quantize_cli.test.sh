@@ -3,8 +3,10 @@
 # trained model and its held-out text:
 #   perplexity: llama-perplexity's output shape, 9 chunks of 256 on heldout.py.txt, the estimate
 #   within 0.5% of ik_llama.cpp's 21.6665 for this Q8_0 file (models/README.md; the residual is
-#   the activation rounding of the two engines' Q8_0 kernels), the MTP acceptance line; KL of a
-#   model against its own saved logits ~0 with the same top token everywhere;
+#   the activation rounding of the two engines' Q8_0 kernels), the MTP acceptance line; the KL base
+#   file in llama-perplexity's layout (size from its header: "_logits_", 3 i32, the tokens, 127
+#   scored rows per chunk of 4 + n_vocab u16); KL of a model against its own saved logits ~0 with
+#   the same top token everywhere;
 #   imatrix: GGUF and legacy .dat from a calibration text that is not the held-out one
 #   (tests/data/quant/calib.py.txt, Python's shlex.py), MTP layer entries only with the warmup;
 #   quantize: Q4_K_M with either imatrix file has a lower KL divergence against the F32 model on
@@ -32,6 +34,7 @@ check "final estimate line" "[ -n '$ppl' ]" "$(cat "$work/ppl.out")"
 check "PPL $ppl within 0.5% of ik_llama.cpp's 21.6665" "awk -v p='${ppl:-0}' 'BEGIN { d = p / 21.6665 - 1; exit !(d < 0.005 && d > -0.005) }'"
 check "MTP acceptance reported" "grep -q '^MTP first-draft acceptance .*: 0\.[0-9]* ([0-9]* / 2295)$' '$work/ppl.out'" "$(tail -2 "$work/ppl.out")"
 "$NEXTN" perplexity -m "$M" --kl-divergence-base "$work/q8.kld" --kl-divergence -t 2 >"$work/self.out" 2>&1
+check "base file in llama-perplexity's layout" "[ \"\$(head -c 8 '$work/q8.kld')\" = _logits_ ] && [ \$(stat -c %s '$work/q8.kld') -eq \$((8 + 12 + 4 * 9 * 256 + 9 * 127 * (4096 + 4) * 2)) ]" "$(stat -c %s "$work/q8.kld")"
 check "KL of a model against itself ~0" "awk '/^Mean    KLD:/ { found = 1; exit !(\$3 < 1e-5) } END { if (!found) exit 1 }' '$work/self.out'" "$(grep KLD "$work/self.out")"
 check "same top token everywhere" "grep -q '^Same top p: 100.0000' '$work/self.out'" "$(grep 'Same top' "$work/self.out")"
 head -c 300 "$H" >"$work/short.txt"
@@ -39,7 +42,7 @@ head -c 300 "$H" >"$work/short.txt"
 check "too short a text: error" "[ $? -eq 1 ] && grep -q 'you need at least 512 tokens' '$work/short.err'" "$(cat "$work/short.err")"
 printf 'not a base file' >"$work/bad.kld"
 "$NEXTN" perplexity -m "$M" --kl-divergence-base "$work/bad.kld" --kl-divergence >/dev/null 2>"$work/bad.err"
-check "bad KL base file: error" "[ $? -eq 1 ] && grep -q 'not a nextn KL-divergence base file' '$work/bad.err'" "$(cat "$work/bad.err")"
+check "bad KL base file: error" "[ $? -eq 1 ] && grep -q 'is not a KL-divergence base file' '$work/bad.err'" "$(cat "$work/bad.err")"
 
 # ---- quantize refusals and the F32 reference ---------------------------------
 "$NEXTN" quantize "$M" "$work/x.gguf" Q4_K_M 2 >/dev/null 2>"$work/rq.err"

@@ -13,13 +13,15 @@
  * running PPL after each chunk ([1]x,[2]y,...) and "Final estimate: PPL = exp(mean nll) +/-
  * PPL * sqrt((mean nll^2 - mean nll^2) / (N - 1))" over the N scored tokens, as llama.cpp.
  *
- * KL divergence (llama.cpp's two steps): `--kl-divergence-base F` alone writes the scored rows'
- * logits to F (nextn's own file: "NXKLD001", c, n_vocab, n_chunk, the tokens, then per scored
- * row the log-sum-exp, the clamp floor lo = max(min logit, max logit - 32), the step
- * (max - lo) / 65535 as f32 and one u16 per logit; not llama.cpp's byte layout). With
- * `--kl-divergence` the model is run over the file's tokens (-f not needed) and compared: mean
- * PPL of both, KL(base || model) per token (mean +/- standard error, max, 99.9/99/median
- * percentiles), the change of the correct token's probability and how often the top tokens agree.
+ * KL divergence (llama.cpp's two steps and file): `--kl-divergence-base F` alone writes the scored
+ * rows' log-probabilities to F in llama-perplexity's layout ("_logits_", i32 n_ctx, i32 n_vocab,
+ * i32 n_chunk, the chunks' i32 tokens, then per scored row 2*((n_vocab+1)/2) + 4 u16: f32 scale and
+ * f32 min_log_prob, then per token q = nearest((logit - lo) / scale), lo = max(min logit, max logit
+ * - 16), 0 below lo; log p = scale * q + min_log_prob), so files of either engine serve the other.
+ * With `--kl-divergence` the model runs over the file's tokens (-f not needed) and is compared as
+ * llama.cpp does (base log-probs <= -16 left out of the sum): mean PPL of both and their ratio,
+ * KL(base || model) per token (mean +/- standard error, max, 99.9 / 99 / median percentiles, min),
+ * the change of the correct token's probability and how often the top tokens agree.
  *
  * MTP: for a model with an MTP layer, every chunk also goes through the MTP head teacher-forced
  * (row q fed token q and the trunk's hidden q-1, as in speculation): the share of rows whose
@@ -47,9 +49,9 @@ static void usage(FILE *f) {
             "(the tokens come from F). Models with an MTP layer also report the MTP head's first-draft acceptance.\n");
 }
 
-static const char KLD_MAGIC[8] = {'N', 'X', 'K', 'L', 'D', '0', '0', '1'};
+static const char KLD_MAGIC[8] = {'_', 'l', 'o', 'g', 'i', 't', 's', '_'};
 
-/* log-softmax pieces of one row: max, log-sum-exp (natural log, double accumulation). */
+/* log-softmax pieces of one row: max and log-sum-exp (natural log, double accumulation). */
 static double row_lse(const float *l, int V, float *max_out) {
     float mx = l[0];
     for (int i = 1; i < V; i++) mx = l[i] > mx ? l[i] : mx;
@@ -72,42 +74,24 @@ static int cmp_dbl(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-/* One row of the base file: reconstruct its log-probs into lp, normalized over the stored values
- * (so the clamped tail does not add mass). */
-static void base_row_logp(const uint8_t *row, int V, double *lp) {
-    float lo, step;
-    memcpy(&lo, row + 4, 4);
-    memcpy(&step, row + 8, 4);
-    const uint8_t *q = row + 12;
-    double mx = -INFINITY, s = 0;
-    for (int i = 0; i < V; i++) {
-        uint16_t u;
-        memcpy(&u, q + 2 * i, 2);
-        lp[i] = (double)lo + (double)u * step;
-        mx = lp[i] > mx ? lp[i] : mx;
-    }
-    for (int i = 0; i < V; i++) s += exp(lp[i] - mx);
-    const double lse = mx + log(s);
-    for (int i = 0; i < V; i++) lp[i] -= lse;
-}
+/* u16 per row in the base file: two floats, then the vocabulary padded to an even count */
+static size_t row_u16(int V) { return 2 * (((size_t)V + 1) / 2) + 4; }
 
-static void encode_row(const float *l, int V, uint8_t *row) {
-    float mx;
-    const float lse = (float)row_lse(l, V, &mx);
-    float mn = l[0];
+static void encode_row(const float *l, int V, uint16_t *row) {
+    float mx, mn = l[0];
+    const float lse = (float)(row_lse(l, V, &mx) - mx);
     for (int i = 1; i < V; i++) mn = l[i] < mn ? l[i] : mn;
-    /* 32 nats below the top: what is clamped weighs < n_vocab * e^-32 */
-    const float lo = mn > mx - 32 ? mn : mx - 32;
-    const float step = mx > lo ? (mx - lo) / 65535.0f : 1.0f;
-    memcpy(row, &lse, 4);
-    memcpy(row + 4, &lo, 4);
-    memcpy(row + 8, &step, 4);
-    for (int i = 0; i < V; i++) {
-        float v = (l[i] < lo ? lo : l[i]) - lo;
-        long u = lroundf(v / step);
-        uint16_t q = (uint16_t)(u < 0 ? 0 : u > 65535 ? 65535 : u);
-        memcpy(row + 12 + 2 * i, &q, 2);
-    }
+    const float lo = mn > mx - 16 ? mn : mx - 16;
+    const float scale = (mx - lo) / 65535.f, min_log_prob = lo - mx - lse;
+    memcpy(row, &scale, 4);
+    memcpy(row + 2, &min_log_prob, 4);
+    uint16_t *q = row + 4;
+    memset(q, 0, (row_u16(V) - 4) * sizeof *q);
+    if (scale > 0)
+        for (int i = 0; i < V; i++) {
+            const long v = l[i] > lo ? lroundf((l[i] - lo) / scale) : 0;
+            q[i] = (uint16_t)(v < 0 ? 0 : v > 65535 ? 65535 : v);
+        }
 }
 
 int nx_cmd_perplexity(int argc, char **argv) {
@@ -145,8 +129,7 @@ int nx_cmd_perplexity(int argc, char **argv) {
     size_t len = 0;
     nx_token_vec ids = {0};
     FILE *kf = NULL;
-    uint8_t *krow = NULL;
-    double *lp_b = NULL;
+    uint16_t *krow = NULL;
     float *hid = NULL;
     int *tam = NULL;
     int32_t *ktok = NULL;
@@ -159,29 +142,31 @@ int nx_cmd_perplexity(int argc, char **argv) {
     const nx_tok_specials *sp = nx_tokenizer_specials(tok);
     const bool add_bos = sp->add_bos && sp->bos >= 0;
 
-    uint32_t hdr[4] = {0};   /* n_ctx, n_vocab, n_chunk, first */
+    int32_t hdr[3] = {0};   /* n_ctx, n_vocab, n_chunk */
     if (kld) {
         if (!(kf = fopen(kld_path, "rb"))) { fprintf(stderr, "nextn perplexity: cannot open %s\n", kld_path); goto done; }
         char mg[8];
-        if (fread(mg, 1, 8, kf) != 8 || memcmp(mg, KLD_MAGIC, 8) || fread(hdr, 4, 4, kf) != 4) {
-            fprintf(stderr, "nextn perplexity: %s is not a nextn KL-divergence base file\n", kld_path);
+        if (fread(mg, 1, 8, kf) != 8 || memcmp(mg, KLD_MAGIC, 8) || fread(hdr, 4, 3, kf) != 3) {
+            fprintf(stderr, "nextn perplexity: %s is not a KL-divergence base file (llama-perplexity --kl-divergence-base)\n",
+                    kld_path);
             goto done;
         }
-        if ((int)hdr[1] != V || hdr[0] < 8 || hdr[0] > 1 << 16 || hdr[2] < 1 || hdr[2] > 1 << 20 || hdr[3] != hdr[0] / 2) {
-            fprintf(stderr, "nextn perplexity: %s: n_ctx %u, n_vocab %u (model: %d), %u chunks: does not fit this model\n",
+        if (hdr[1] != V || hdr[0] < 8 || hdr[0] > 1 << 16 || hdr[2] < 1 || hdr[2] > 1 << 20) {
+            fprintf(stderr, "nextn perplexity: %s: n_ctx %d, n_vocab %d (model: %d), %d chunks: does not fit this model\n",
                     kld_path, hdr[0], hdr[1], V, hdr[2]);
             goto done;
         }
-        n_ctx = (int)hdr[0];
-        ktok = malloc((size_t)hdr[0] * hdr[2] * sizeof *ktok);
-        if (!ktok || fread(ktok, 4, (size_t)hdr[0] * hdr[2], kf) != (size_t)hdr[0] * hdr[2]) {
+        n_ctx = hdr[0];
+        const size_t nt = (size_t)hdr[0] * (size_t)hdr[2];
+        ktok = malloc(nt * sizeof *ktok);
+        if (!ktok || fread(ktok, 4, nt, kf) != nt) {
             fprintf(stderr, "nextn perplexity: %s: truncated tokens\n", kld_path);
             goto done;
         }
-        for (size_t i = 0; i < (size_t)hdr[0] * hdr[2]; i++)
+        for (size_t i = 0; i < nt; i++)
             if (ktok[i] < 0 || ktok[i] >= V) { fprintf(stderr, "nextn perplexity: %s: bad token id\n", kld_path); goto done; }
         ids.ids = ktok;
-        ids.n = (size_t)hdr[0] * hdr[2];
+        ids.n = nt;
         ktok = NULL;
     } else {
         if (nx_read_file(file, (size_t)1 << 30, &text, &len, &err) != NX_OK) {
@@ -200,24 +185,19 @@ int nx_cmd_perplexity(int argc, char **argv) {
     }
     int n_chunk = (int)(ids.n / (size_t)n_ctx);
     if (n_chunks_max >= 0 && n_chunk > n_chunks_max) n_chunk = n_chunks_max;
-    if (kld) n_chunk = (int)hdr[2];
+    if (kld) n_chunk = hdr[2];
     const int first = n_ctx / 2;
-    const size_t row_bytes = 12 + 2 * (size_t)V;
+    const size_t row_n = row_u16(V);
     if (kld_path && !kld) {
         if (!(kf = fopen(kld_path, "wb"))) { fprintf(stderr, "nextn perplexity: cannot create %s\n", kld_path); goto done; }
-        const uint32_t h[4] = {(uint32_t)n_ctx, (uint32_t)V, (uint32_t)n_chunk, (uint32_t)first};
-        bool ok = fwrite(KLD_MAGIC, 1, 8, kf) == 8 && fwrite(h, 4, 4, kf) == 4;
-        for (int c = 0; c < n_chunk && ok; c++) {
-            int32_t t0 = ids.ids[(size_t)c * n_ctx];
-            if (add_bos) ids.ids[(size_t)c * n_ctx] = sp->bos;   /* what the model sees */
-            ok = fwrite(ids.ids + (size_t)c * n_ctx, 4, (size_t)n_ctx, kf) == (size_t)n_ctx;
-            ids.ids[(size_t)c * n_ctx] = t0;
-        }
+        const int32_t h[3] = {n_ctx, V, n_chunk};
+        /* the text's tokens as they are (the BOS replacement happens at decode, as llama.cpp) */
+        const bool ok = fwrite(KLD_MAGIC, 1, 8, kf) == 8 && fwrite(h, 4, 3, kf) == 3 &&
+                        fwrite(ids.ids, 4, (size_t)n_chunk * n_ctx, kf) == (size_t)n_chunk * n_ctx;
         if (!ok) { fprintf(stderr, "nextn perplexity: write error on %s\n", kld_path); goto done; }
     }
-    krow = malloc(row_bytes);
-    lp_b = malloc((size_t)V * sizeof *lp_b);
-    if (!krow || !lp_b) { fprintf(stderr, "nextn perplexity: out of memory\n"); goto done; }
+    krow = malloc(row_n * sizeof *krow);
+    if (!krow) { fprintf(stderr, "nextn perplexity: out of memory\n"); goto done; }
 
     nx_ctx_params cp = nx_ctx_default_params();
     cp.n_ctx = n_ctx;
@@ -241,7 +221,7 @@ int nx_cmd_perplexity(int argc, char **argv) {
         nx_seq_rm(ctx, 0, -1, -1);
         nx_batch_clear(b);
         for (int i = 0; i < n_ctx; i++) {
-            const nx_token t = i == 0 && add_bos && !kld ? sp->bos : ct[i];
+            const nx_token t = i == 0 && add_bos ? sp->bos : ct[i];
             nx_batch_add(b, t, i, 0, i >= first || mtp);
         }
         if (nx_decode(ctx, b) != NX_OK) { fprintf(stderr, "nextn perplexity: decode: %s\n", nx_last_error()); goto done; }
@@ -256,26 +236,30 @@ int nx_cmd_perplexity(int argc, char **argv) {
             count++;
             if (kld_path && !kld) {
                 encode_row(l, V, krow);
-                if (fwrite(krow, 1, row_bytes, kf) != row_bytes) { fprintf(stderr, "nextn perplexity: write error\n"); goto done; }
+                if (fwrite(krow, 2, row_n, kf) != row_n) { fprintf(stderr, "nextn perplexity: write error\n"); goto done; }
             } else if (kld) {
-                if (fread(krow, 1, row_bytes, kf) != row_bytes) { fprintf(stderr, "nextn perplexity: %s: truncated\n", kld_path); goto done; }
-                base_row_logp(krow, V, lp_b);
-                double kl = 0;
+                if (fread(krow, 2, row_n, kf) != row_n) { fprintf(stderr, "nextn perplexity: %s: truncated\n", kld_path); goto done; }
+                float scale, min_lp;
+                memcpy(&scale, krow, 4);
+                memcpy(&min_lp, krow + 2, 4);
+                const uint16_t *bq = krow + 4;
+                /* llama.cpp's sum: base log-probs at or below -16 are left out */
+                double kl = 0, lp_max = 0;
                 int am_b = 0, am_q = 0;
                 for (int i = 0; i < V; i++) {
-                    const double lq = l[i] - lse;
-                    kl += exp(lp_b[i]) * (lp_b[i] - lq);
-                    if (lp_b[i] > lp_b[am_b]) am_b = i;
+                    const double lb = (double)(scale * bq[i] + min_lp);
+                    if (i == 0 || lb > lp_max) { lp_max = lb; am_b = i; }
+                    if (lb > -16) kl += exp(lb) * (lb - (l[i] - lse));
                     if (l[i] > l[am_q]) am_q = i;
                 }
+                const double nb = -(double)(scale * bq[tgt] + min_lp);
                 if (ks.n == ks.cap) {
                     ks.cap = ks.cap ? 2 * ks.cap : 4096;
                     double *nk = realloc(ks.kld, (size_t)ks.cap * sizeof *nk);
                     if (!nk) { fprintf(stderr, "nextn perplexity: out of memory\n"); goto done; }
                     ks.kld = nk;
                 }
-                ks.kld[ks.n++] = kl < 0 ? 0 : kl;
-                const double nb = -lp_b[tgt];
+                ks.kld[ks.n++] = kl;
                 ks.sum_nll_b += nb;
                 ks.sum_nll_b2 += nb * nb;
                 ks.sum_nll_q2 += v * v;
@@ -304,7 +288,7 @@ int nx_cmd_perplexity(int argc, char **argv) {
                 const int k = n_ctx - 1 - r0 < cap ? n_ctx - 1 - r0 : cap;
                 for (int i = 0; i < k; i++) { pos[i] = r0 + i; seq[i] = 0; }
                 nx_token tk[512];
-                for (int i = 0; i < k; i++) tk[i] = r0 + i == 0 && add_bos && !kld ? sp->bos : ct[r0 + i];
+                for (int i = 0; i < k; i++) tk[i] = r0 + i == 0 && add_bos ? sp->bos : ct[r0 + i];
                 if (nx_mtp_head_draft_rows(head, k, tk, pos, seq, hid + (size_t)r0 * E, NULL, am, ap, &err) != NX_OK) {
                     fprintf(stderr, "nextn perplexity: mtp: %s\n", err.msg);
                     goto done;
@@ -361,7 +345,6 @@ done:
     if (kf) fclose(kf);
     free(ks.kld);
     free(krow);
-    free(lp_b);
     free(hid);
     free(tam);
     free(ktok);
