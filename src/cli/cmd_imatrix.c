@@ -11,7 +11,7 @@
  * MTP warmup (ik_llama.cpp's idea, on by default for a model with an MTP layer): the trunk never
  * runs the NextN layer, so each chunk is also fed through the MTP head teacher-forced (row q =
  * token q with the trunk's hidden q-1), and its matmuls (eh_proj, attention, FFN) are collected
- * too. The running perplexity of the second half of each chunk is printed as llama-imatrix does.
+ * too, its LM matrix included (an entry when it is the layer's own nextn.shared_head_head). The running perplexity of the second half of each chunk is printed as llama-imatrix does.
  * Output: GGUF (default) or the legacy .dat (-o *.dat or --output-format dat); imatrix.h.
  */
 #include <math.h>
@@ -106,6 +106,8 @@ int nx_cmd_imatrix(int argc, char **argv) {
     nx_token *htok = NULL;
     nx_pos *hpos = NULL;
     nx_seq_id *hseq = NULL;
+    int *am = NULL;
+    float *ap = NULL;
     collector col = {.im = nx_imatrix_create(), .process_output = process_output};
     nx_model_params mp = nx_model_default_params();
     mp.n_threads = n_threads;
@@ -143,7 +145,9 @@ int nx_cmd_imatrix(int argc, char **argv) {
     htok = malloc((size_t)n_ctx * sizeof *htok);
     hpos = malloc((size_t)n_ctx * sizeof *hpos);
     hseq = calloc((size_t)n_ctx, sizeof *hseq);
-    if (!b || !hid || !htok || !hpos || !hseq) { fprintf(stderr, "nextn imatrix: out of memory\n"); goto done; }
+    am = malloc((size_t)n_ctx * sizeof *am);
+    ap = malloc((size_t)n_ctx * sizeof *ap);
+    if (!b || !hid || !htok || !hpos || !hseq || !am || !ap) { fprintf(stderr, "nextn imatrix: out of memory\n"); goto done; }
     fprintf(stderr, "imatrix: %d chunks of %d tokens%s\n", n_chunk, n_ctx, mtp ? ", with the MTP warmup" : "");
     const int first = n_ctx / 2;
     double nll = 0;
@@ -171,9 +175,16 @@ int nx_cmd_imatrix(int argc, char **argv) {
             memset(hid, 0, (size_t)E * sizeof *hid);
             for (int i = 0; i + 1 < n_ctx; i++) memcpy(hid + (size_t)(i + 1) * E, nx_ctx_hidden(ctx, i), (size_t)E * sizeof *hid);
             nx_mtp_head_seq_trim(head, 0, 0);
-            if (nx_mtp_head_forward(head, n_ctx - 1, htok, hpos, hseq, hid, NULL, NULL, &err) != NX_OK) {
-                fprintf(stderr, "nextn imatrix: mtp: %s\n", err.msg);
-                goto done;
+            /* drafting rows: the head's LM matrix runs too (collected when it is the layer's own
+             * blk.N.nextn.shared_head_head) */
+            const int cap = nx_mtp_head_max_rows(head);
+            for (int r0 = 0; r0 < n_ctx - 1; r0 += cap) {
+                const int k = n_ctx - 1 - r0 < cap ? n_ctx - 1 - r0 : cap;
+                if (nx_mtp_head_draft_rows(head, k, htok + r0, hpos + r0, hseq + r0, hid + (size_t)r0 * E, NULL, am, ap,
+                                           &err) != NX_OK) {
+                    fprintf(stderr, "nextn imatrix: mtp: %s\n", err.msg);
+                    goto done;
+                }
             }
             if (col.st != NX_OK) { fprintf(stderr, "nextn imatrix: %s\n", col.err.msg); goto done; }
         }
@@ -212,6 +223,8 @@ done:
     free(htok);
     free(hpos);
     free(hseq);
+    free(am);
+    free(ap);
     nx_token_vec_free(&ids);
     nx_mtp_head_free(head);
     nx_batch_free(b);
