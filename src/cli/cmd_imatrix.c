@@ -11,7 +11,8 @@
  * MTP warmup (ik_llama.cpp's idea, on by default for a model with an MTP layer): the trunk never
  * runs the NextN layer, so each chunk is also fed through the MTP head teacher-forced (row q =
  * token q with the trunk's hidden q-1), and its matmuls (eh_proj, attention, FFN) are collected
- * too, its LM matrix included (an entry when it is the layer's own nextn.shared_head_head). The running perplexity of the second half of each chunk is printed as llama-imatrix does.
+ * too, its LM matrix included (an entry when it is the layer's own nextn.shared_head_head).
+ * The running perplexity of the second half of each chunk is printed as llama-imatrix does.
  * Output: GGUF (default) or the legacy .dat (-o *.dat or --output-format dat); imatrix.h.
  */
 #include <math.h>
