@@ -6,6 +6,7 @@
  * a linear search by name is enough.
  */
 #include "imatrix.h"
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -220,7 +221,10 @@ static nx_status save_gguf(const nx_imatrix *im, const char *path, nx_error *err
         float *v = bufs[2 * i] = malloc((size_t)(e->n_per_mat * e->n_mat) * sizeof(float));
         float *c = bufs[2 * i + 1] = malloc((size_t)e->n_mat * sizeof(float));
         if (!v || !c) { st = nx_fail(err, NX_ERR_NOMEM, "imatrix: out of memory"); goto done; }
-        for (int64_t j = 0; j < e->n_per_mat * e->n_mat; j++) v[j] = (float)e->sum2[j];
+        for (int64_t j = 0; j < e->n_per_mat * e->n_mat; j++) {
+            if (e->sum2[j] > FLT_MAX) { st = nx_fail(err, NX_ERR_RANGE, "imatrix: %s: a sum is too large for F32", e->name); goto done; }
+            v[j] = (float)e->sum2[j];
+        }
         for (int64_t j = 0; j < e->n_mat; j++) c[j] = (float)e->counts[j];
         char name[1100];
         const int64_t ne_v[2] = {e->n_per_mat, e->n_mat}, ne_c[2] = {1, e->n_mat};
@@ -276,7 +280,9 @@ static nx_status load_legacy(const uint8_t *p, size_t size, int chunk_size, nx_i
         for (int32_t j = 0; j < nval; j++) {
             float v;
             memcpy(&v, r.p + r.off + 4 * (size_t)j, 4);
-            if (!isfinite(v) || v < 0) return nx_fail(err, NX_ERR_FORMAT, "imatrix: legacy entry '%s': bad value", name);
+            /* the sums must stay F32 numbers, as in llama.cpp's own state */
+            if (!isfinite(v) || v < 0 || (double)v * chunk_size > FLT_MAX)
+                return nx_fail(err, NX_ERR_FORMAT, "imatrix: legacy entry '%s': bad value %g", name, (double)v);
             e->sum2[j] += (double)v * chunk_size;
         }
         r.off += 4 * (size_t)nval;
