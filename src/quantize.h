@@ -1,5 +1,6 @@
 /*
- * quantize.h — whole-model quantization (`nextn quantize`), as llama.cpp's llama-quantize does it.
+ * quantize.h — whole-model quantization (`nextn quantize`), as llama.cpp's llama-quantize does it
+ * (facts: docs/spec/quantize.md).
  *
  * A preset (llama.cpp's file type: Q4_K_M, Q8_0, IQ4_XS, ...) gives a default weight type and
  * llama.cpp's per-tensor rules (llama_tensor_get_type): the output matrix (or the tied
