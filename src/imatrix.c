@@ -109,6 +109,15 @@ nx_status nx_imatrix_add(nx_imatrix *im, const char *name, int64_t n_per_mat, in
     return NX_OK;
 }
 
+nx_status nx_imatrix_merge_entry(nx_imatrix *im, const nx_imatrix_entry *e, nx_error *err) {
+    if (!im || !e) return nx_fail(err, NX_ERR_INVALID_ARG, "imatrix: nothing to merge");
+    nx_imatrix_entry *d = get_entry(im, e->name, e->n_per_mat, e->n_mat, err);
+    if (!d) return err ? err->code : NX_ERR_INVALID_ARG;
+    for (int64_t j = 0; j < e->n_per_mat * e->n_mat; j++) d->sum2[j] += e->sum2[j];
+    for (int64_t m = 0; m < e->n_mat; m++) d->counts[m] += e->counts[m];
+    return NX_OK;
+}
+
 nx_status nx_imatrix_add_dataset(nx_imatrix *im, const char *name, nx_error *err) {
     char **nd = realloc(im->datasets, (size_t)(im->n_datasets + 1) * sizeof *nd);
     if (!nd) return nx_fail(err, NX_ERR_NOMEM, "imatrix: out of memory");

@@ -54,6 +54,10 @@ bool nx_imatrix_values(const nx_imatrix_entry *e, int64_t m, float *out);
 nx_status nx_imatrix_add(nx_imatrix *im, const char *name, int64_t n_per_mat, int64_t n_mat, int64_t m,
                          const float *x, int64_t n_rows, int64_t ldx, nx_error *err);
 
+/* Add entry e's sums and counts (of another imatrix) to im's entry of that name (created with e's
+ * shape). Errors as nx_imatrix_add. */
+nx_status nx_imatrix_merge_entry(nx_imatrix *im, const nx_imatrix_entry *e, nx_error *err);
+
 /* Metadata: the calibration text(s), chunks processed and their size (tokens). */
 nx_status   nx_imatrix_add_dataset(nx_imatrix *im, const char *name, nx_error *err);
 int64_t     nx_imatrix_n_datasets(const nx_imatrix *im);

@@ -57,7 +57,7 @@ check "default output name" "[ -e '$work/ggml-model-Q8_0.gguf' ] && grep -q \"to
 
 # ---- imatrix -----------------------------------------------------------------
 "$NEXTN" imatrix -m "$work/f32.gguf" -f "$C" -c 256 -t 2 -o "$work/cal.gguf" >"$work/im.out" 2>&1
-check "imatrix (GGUF)" "[ $? -eq 0 ] && grep -q '38 entries (8 of the MTP layer)' '$work/im.out'" "$(tail -2 "$work/im.out")"
+check "imatrix (GGUF)" "[ $? -eq 0 ] && grep -q '38 entries (8 of the MTP layer) from 13 chunks' '$work/im.out'" "$(tail -2 "$work/im.out")"
 "$NEXTN" imatrix -m "$work/f32.gguf" -f "$C" -c 256 -t 2 -o "$work/cal.dat" >"$work/imd.out" 2>&1
 check "imatrix (legacy .dat)" "[ $? -eq 0 ] && grep -q 'legacy .dat' '$work/imd.out'" "$(tail -2 "$work/imd.out")"
 "$NEXTN" gguf-info "$work/cal.gguf" --tensors >"$work/cal.info" 2>&1
@@ -77,6 +77,13 @@ k0=$(kld "$work/plain.gguf"); k1=$(kld "$work/im.gguf"); k2=$(kld "$work/imd.ggu
 echo "     Q4_K_M mean KLD vs F32 on held-out text: plain $k0, imatrix (gguf) $k1, imatrix (dat) $k2"
 check "imatrix (gguf) lowers KL: $k1 < $k0" "awk -v a='${k1:-1}' -v b='${k0:-0}' 'BEGIN { exit !(a < b) }'"
 check "imatrix (dat) lowers KL: $k2 < $k0" "awk -v a='${k2:-1}' -v b='${k0:-0}' 'BEGIN { exit !(a < b) }'"
+# --chunks / --chunk / --in-file: two halves merged give (up to F32 rounding of the first half's sums) the whole
+"$NEXTN" imatrix -m "$work/f32.gguf" -f "$C" -c 256 -t 2 --chunks 6 -o "$work/h1.gguf" >/dev/null 2>&1
+"$NEXTN" imatrix -m "$work/f32.gguf" -f "$C" -c 256 -t 2 --chunk 6 --in-file "$work/h1.gguf" -o "$work/h12.gguf" >"$work/h12.out" 2>&1
+check "--in-file merges" "grep -q 'from 7 chunks (+6 from --in-file)' '$work/h12.out'" "$(tail -1 "$work/h12.out")"
+"$NEXTN" quantize --imatrix "$work/h12.gguf" "$work/f32.gguf" "$work/im12.gguf" Q4_K_M 2 >/dev/null 2>&1
+k3=$(kld "$work/im12.gguf")
+check "merged halves: KL $k3 within 2% of the whole text's $k1" "awk -v a='${k3:-1}' -v b='${k1:-0}' 'BEGIN { d = a / b - 1; exit !(d < 0.02 && d > -0.02) }'"
 "$NEXTN" gguf-info "$work/im.gguf" >"$work/im.info" 2>&1
 check "imatrix recorded in the metadata" "grep -q 'quantize.imatrix.file' '$work/im.info' && grep -q 'general.file_type.*15' '$work/im.info'" "$(grep -E 'file_type|imatrix' "$work/im.info")"
 

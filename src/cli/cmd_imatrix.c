@@ -2,7 +2,8 @@
  * cmd_imatrix.c — `nextn imatrix`: llama-imatrix's importance matrix, with the MTP layer.
  *
  *   nextn imatrix -m F.gguf -f TEXT [-o imatrix.gguf] [--output-format gguf|dat] [-c 512] [--chunks N]
- *                 [--process-output] [--no-mtp-warmup] [-t N]
+ *                 [--chunk N] [--in-file F]... [--process-output] [--no-mtp-warmup] [-t N]
+ * (--chunk N skips the first N chunks; --in-file adds earlier imatrix files, GGUF or .dat, to the sums.)
  *
  * As llama-imatrix: the text is cut into chunks of -c tokens (BOS first when the vocabulary adds
  * one), each decoded from an empty context; every matmul whose weight is a `blk.*` tensor (and
@@ -32,7 +33,7 @@
 static void usage(FILE *f) {
     fprintf(f,
             "usage: nextn imatrix -m F.gguf -f TEXT [-o imatrix.gguf] [--output-format gguf|dat] [-c 512] [--chunks N]\n"
-            "                     [--process-output] [--no-mtp-warmup] [-t N]\n"
+            "                     [--chunk N] [--in-file F]... [--process-output] [--no-mtp-warmup] [-t N]\n"
             "Sums of squared activations per input column of every blk.* matmul over TEXT (llama-imatrix's\n"
             "importance matrix), the MTP layer's included (its head runs over every chunk, teacher-forced).\n");
 }
@@ -68,7 +69,8 @@ static void observe(void *user, const nx_tensor *w, const float *x, int64_t n_ro
 
 int nx_cmd_imatrix(int argc, char **argv) {
     const char *model = NULL, *file = NULL, *out = "imatrix.gguf", *fmt = NULL;
-    int n_ctx = 512, n_chunks_max = -1, n_threads = 0;
+    int n_ctx = 512, n_chunks_max = -1, n_threads = 0, skip_chunks = 0, n_in = 0;
+    const char *in_files[32];
     bool process_output = false, warmup = true;
     for (int i = 1; i < argc;) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -82,11 +84,13 @@ int nx_cmd_imatrix(int argc, char **argv) {
         else if (!strcmp(a, "--output-format")) fmt = v;
         else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) n_ctx = atoi(v);
         else if (!strcmp(a, "--chunks")) n_chunks_max = atoi(v);
+        else if (!strcmp(a, "--chunk")) skip_chunks = atoi(v);
+        else if (!strcmp(a, "--in-file") && n_in < 32) in_files[n_in++] = v;
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) n_threads = atoi(v);
         else { fprintf(stderr, "nextn imatrix: unknown flag %s\n", a); usage(stderr); return 2; }
         i += 2;
     }
-    if (!model || !file || n_ctx < 16 || n_ctx > 1 << 16 || n_threads < 0 || (fmt && strcmp(fmt, "gguf") && strcmp(fmt, "dat"))) {
+    if (!model || !file || skip_chunks < 0 || n_ctx < 16 || n_ctx > 1 << 16 || n_threads < 0 || (fmt && strcmp(fmt, "gguf") && strcmp(fmt, "dat"))) {
         usage(stderr);
         return 2;
     }
@@ -113,6 +117,20 @@ int nx_cmd_imatrix(int argc, char **argv) {
     nx_model_params mp = nx_model_default_params();
     mp.n_threads = n_threads;
     if (!col.im) { fprintf(stderr, "nextn imatrix: out of memory\n"); goto done; }
+    int chunks_in = 0;
+    for (int k = 0; k < n_in; k++) {   /* earlier files: their sums and counts continue */
+        nx_imatrix *prev = NULL;
+        if (nx_imatrix_load(in_files[k], n_ctx, &prev, &err) != NX_OK) { fprintf(stderr, "nextn imatrix: %s\n", err.msg); goto done; }
+        for (int64_t i = 0; i < nx_imatrix_n_entries(prev) && err.code == NX_OK; i++) {
+            const nx_imatrix_entry *e = nx_imatrix_entry_at(prev, i);
+            if (nx_imatrix_merge_entry(col.im, e, &err) != NX_OK) break;
+        }
+        for (int64_t i = 0; i < nx_imatrix_n_datasets(prev) && err.code == NX_OK; i++)
+            nx_imatrix_add_dataset(col.im, nx_imatrix_dataset(prev, i), &err);
+        chunks_in += nx_imatrix_chunk_count(prev);
+        nx_imatrix_free(prev);
+        if (err.code != NX_OK) { fprintf(stderr, "nextn imatrix: %s: %s\n", in_files[k], err.msg); goto done; }
+    }
     if (nx_model_load(model, &mp, &m) != NX_OK) { fprintf(stderr, "nextn imatrix: %s\n", nx_last_error()); goto done; }
     col.g = m->gguf;
     const int V = nx_model_n_vocab(m), E = nx_model_n_embd(m);
@@ -129,8 +147,9 @@ int nx_cmd_imatrix(int argc, char **argv) {
                 n_ctx, ids.n);
         goto done;
     }
-    int n_chunk = (int)(ids.n / (size_t)n_ctx);
+    int n_chunk = (int)(ids.n / (size_t)n_ctx) - skip_chunks;
     if (n_chunks_max >= 0 && n_chunk > n_chunks_max) n_chunk = n_chunks_max;
+    if (n_chunk < 1) { fprintf(stderr, "nextn imatrix: --chunk %d leaves no chunk of the text\n", skip_chunks); goto done; }
     nx_ctx_params cp = nx_ctx_default_params();
     cp.n_ctx = n_ctx;
     cp.n_ubatch = n_ctx < 512 ? n_ctx : 512;
@@ -154,7 +173,7 @@ int nx_cmd_imatrix(int argc, char **argv) {
     double nll = 0;
     long count = 0;
     for (int c = 0; c < n_chunk; c++) {
-        const nx_token *ct = ids.ids + (size_t)c * n_ctx;
+        const nx_token *ct = ids.ids + (size_t)(c + skip_chunks) * n_ctx;
         nx_batch_clear(b);
         for (int i = 0; i < n_ctx; i++) {
             htok[i] = i == 0 && add_bos ? sp->bos : ct[i];
@@ -194,7 +213,7 @@ int nx_cmd_imatrix(int argc, char **argv) {
         fflush(stdout);
     }
     printf("\n");
-    nx_imatrix_set_chunks(col.im, n_chunk, n_ctx);
+    nx_imatrix_set_chunks(col.im, chunks_in + n_chunk, n_ctx);
     if (nx_imatrix_add_dataset(col.im, file, &err) != NX_OK || nx_imatrix_save(col.im, out, legacy, &err) != NX_OK) {
         fprintf(stderr, "nextn imatrix: %s\n", err.msg);
         goto done;
@@ -215,8 +234,8 @@ int nx_cmd_imatrix(int argc, char **argv) {
             if (sscanf(nx_imatrix_entry_at(col.im, i)->name, "blk.%d.", &il) == 1 && nn > 0 && il >= bc - nn) n_mtp++;
         }
     }
-    printf("imatrix: %lld entries (%d of the MTP layer) from %d chunks written to %s (%s)\n",
-           (long long)nx_imatrix_n_entries(col.im), n_mtp, n_chunk, out, legacy ? "legacy .dat" : "GGUF");
+    printf("imatrix: %lld entries (%d of the MTP layer) from %d chunks (+%d from --in-file) written to %s (%s)\n",
+           (long long)nx_imatrix_n_entries(col.im), n_mtp, n_chunk, chunks_in, out, legacy ? "legacy .dat" : "GGUF");
     rc = 0;
 done:
     free(text);

@@ -3,7 +3,7 @@
  * base model's saved logits, and (a figure llama.cpp does not give) the MTP head's first-draft
  * acceptance on the same text.
  *
- *   nextn perplexity -m F.gguf -f TEXT [-c 512] [--chunks N] [-t N]
+ *   nextn perplexity -m F.gguf -f TEXT [-c 512] [--chunks N] [-b 512] [-t N]
  *                    [--kl-divergence-base F [--kl-divergence]]
  *
  * Method (llama-perplexity): the text's tokens (BOS added as the vocabulary asks) are cut into
@@ -42,7 +42,7 @@
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: nextn perplexity -m F.gguf -f TEXT [-c 512] [--chunks N] [-t N] [--no-mtp]\n"
+            "usage: nextn perplexity -m F.gguf -f TEXT [-c 512] [--chunks N] [-b 512] [-t N] [--no-mtp]\n"
             "                        [--kl-divergence-base F [--kl-divergence]]\n"
             "Perplexity as llama-perplexity computes it (chunks of -c tokens, the second half of each scored);\n"
             "--kl-divergence-base F saves the logits to F; with --kl-divergence they are the base of a KL divergence\n"
@@ -96,7 +96,7 @@ static void encode_row(const float *l, int V, uint16_t *row) {
 
 int nx_cmd_perplexity(int argc, char **argv) {
     const char *model = NULL, *file = NULL, *kld_path = NULL;
-    int n_ctx = 512, n_chunks_max = -1, n_threads = 0;
+    int n_ctx = 512, n_chunks_max = -1, n_threads = 0, n_ubatch = 512;
     bool kld = false, no_mtp = false;
     for (int i = 1; i < argc;) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -110,10 +110,11 @@ int nx_cmd_perplexity(int argc, char **argv) {
         else if (!strcmp(a, "--chunks")) n_chunks_max = atoi(v);
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) n_threads = atoi(v);
         else if (!strcmp(a, "--kl-divergence-base")) kld_path = v;
+        else if (!strcmp(a, "-b") || !strcmp(a, "--batch-size") || !strcmp(a, "-ub") || !strcmp(a, "--ubatch-size")) n_ubatch = atoi(v);
         else { fprintf(stderr, "nextn perplexity: unknown flag %s\n", a); usage(stderr); return 2; }
         i += 2;
     }
-    if (!model || (!file && !kld) || (kld && !kld_path) || n_ctx < 8 || n_ctx > 1 << 16 || n_threads < 0) {
+    if (!model || (!file && !kld) || (kld && !kld_path) || n_ctx < 8 || n_ctx > 1 << 16 || n_threads < 0 || n_ubatch < 1) {
         usage(stderr);
         return 2;
     }
@@ -201,7 +202,7 @@ int nx_cmd_perplexity(int argc, char **argv) {
 
     nx_ctx_params cp = nx_ctx_default_params();
     cp.n_ctx = n_ctx;
-    cp.n_ubatch = n_ctx < 512 ? n_ctx : 512;
+    cp.n_ubatch = n_ctx < n_ubatch ? n_ctx : n_ubatch;   /* -b / -ub: rows per forward chunk (the result does not depend on it) */
     cp.n_threads = n_threads;
     if (nx_ctx_create(m, &cp, &ctx) != NX_OK) { fprintf(stderr, "nextn perplexity: %s\n", nx_last_error()); goto done; }
     const bool mtp = !no_mtp && nx_mtp_supported(m);
