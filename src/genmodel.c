@@ -14,6 +14,7 @@
 #include <string.h>
 #include "gguf.h"
 #include "quant/quant.h"
+#include "quantize.h"
 
 /* ===== Builder ===== */
 
@@ -92,19 +93,15 @@ static void gm_tensor(gm_builder *b, const char *name, gm_init init, float scale
     gm_tensor_t(b, name, init, scale, n_dims, ne0, ne1, ne2, ne3, false);
 }
 
-/* llama.cpp's use_more_bits(i, n): the first and last eighth of the layers and every third
- * one between them get more bits in the *_M mixes. */
-static bool gm_more_bits(int i, int n) { return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2; }
-
-/* The weight type of a tensor: the builder's, or the Q4_K_M mix's choice (by name). */
-static nx_type gm_weight_type(gm_builder *b, const char *name) {
+/* The weight type of a tensor: the builder's, or what `nextn quantize ... Q4_K_M` would pick
+ * (quantize.h's rules, with the layer index taken from the name and block_count layers). */
+static nx_type gm_weight_type(gm_builder *b, const char *name, const int64_t *ne) {
     if (!b->q4_k_m) return b->wtype;
-    if (!strcmp(name, "output.weight") || (b->tied && !strcmp(name, "token_embd.weight"))) return NX_TYPE_Q6_K;
-    int il = -1, n = 0;
-    if (sscanf(name, "blk.%d.%n", &il, &n) == 1 && n > 0 && b->n_layer > 0 &&
-        (!strcmp(name + n, "attn_v.weight") || !strcmp(name + n, "ffn_down.weight")) && gm_more_bits(il, b->n_layer))
-        return NX_TYPE_Q6_K;
-    return b->wtype;
+    int il = 0;
+    if (sscanf(name, "blk.%d.", &il) != 1) il = 0;
+    nx_quant_ctx q = {.n_layer = b->n_layer, .n_attention_wv = b->n_layer, .i_attention_wv = il, .i_ffn_down = il,
+                      .has_output = !b->tied};
+    return nx_quant_rule_type(nx_quant_preset_find("Q4_K_M"), &q, name, ne);
 }
 
 static void gm_tensor_t(gm_builder *b, const char *name, gm_init init, float scale, int n_dims, int64_t ne0,
@@ -125,7 +122,7 @@ static void gm_tensor_t(gm_builder *b, const char *name, gm_init init, float sca
         }
     }
     nx_type t = NX_TYPE_F32;
-    const nx_type wt = gm_weight_type(b, name);
+    const nx_type wt = n_dims >= 2 && !force_f32 ? gm_weight_type(b, name, ne) : NX_TYPE_F32;
     const nx_type_traits *tr = nx_type_info(wt);
     if (n_dims >= 2 && tr && ne0 % tr->blck_size == 0 && !force_f32) t = wt;
     size_t row = nx_row_size(t, ne0);

@@ -127,6 +127,9 @@ nx_status nx_mtp_head_create_opts(nx_ctx *target, const nx_mtp_head_opts *opts, 
     h->sh.params = target->params;
     h->sh.tp = target->tp;
     nx_matmul_scratch_init(&h->sh.mm);
+    /* the head's matmuls are observed like the target's (nextn imatrix's MTP warmup) */
+    h->sh.mm.observe = target->mm.observe;
+    h->sh.mm.observe_user = target->mm.observe_user;
     h->n_seq = target->params.n_seq_max;
     h->n_ctx = target->params.n_ctx;
     h->E = qm->hp.n_embd;

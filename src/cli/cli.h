@@ -20,6 +20,9 @@ int nx_cmd_run(int argc, char **argv);
 int nx_cmd_bench(int argc, char **argv);
 int nx_cmd_serve(int argc, char **argv);
 int nx_cmd_chat_template(int argc, char **argv);
+int nx_cmd_quantize(int argc, char **argv);
+int nx_cmd_perplexity(int argc, char **argv);
+int nx_cmd_imatrix(int argc, char **argv);
 /* `bench-kernels --contended` (owned by the threads module, called from cmd_bench_kernels.c). */
 int nx_bench_kernels_contended(int argc, char **argv);
 

@@ -38,7 +38,7 @@ bool nx_matmul_supports(nx_type type) { return mm_type(type, NULL); }
 #define ALIGN64(n) (((n) + 63) & ~(size_t)63)
 
 void nx_matmul_scratch_init(nx_matmul_scratch *s) {
-    if (s) { s->buf = NULL; s->cap = 0; }
+    if (s) { s->buf = NULL; s->cap = 0; s->observe = NULL; s->observe_user = NULL; }
 }
 
 void nx_matmul_scratch_free(nx_matmul_scratch *s) {
@@ -373,6 +373,7 @@ nx_status nx_matmul_rows(nx_threadpool *tp, nx_matmul_scratch *scratch, const nx
     act_kind kind;
     nx_status st = mm_check(w, o0, o1, x, n_rows, ldx, y, ldy, &kind, err);
     if (st != NX_OK || n_rows == 0 || o0 == o1) return st;
+    if (scratch && scratch->observe) scratch->observe(scratch->observe_user, w, x, n_rows, ldx);
     mm_job job = {.n_in = w->ne[0], .n_rows = n_rows, .n_seg = 1, .n_total = o1 - o0};
     mm_seg_init(&job.seg[0], w, o0, o1, y, ldy);
     if (w->packed && o0 % NX_MM_PACK_ROWS == 0 && o1 % NX_MM_PACK_ROWS == 0 && pack_job(&job, w))
@@ -401,6 +402,8 @@ nx_status nx_matmul_multi(nx_threadpool *tp, nx_matmul_scratch *scratch, const n
         }
         return NX_OK;
     }
+    if (scratch && scratch->observe)
+        for (int k = 0; k < n_outs; k++) scratch->observe(scratch->observe_user, outs[k].w, x, n_rows, ldx);
     mm_job job = {.n_in = outs[0].w->ne[0], .n_rows = n_rows, .n_seg = n_outs};
     if (outs[0].w->packed) pack_job(&job, outs[0].w);
     for (int k = 0; k < n_outs; k++) {

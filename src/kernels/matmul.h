@@ -39,12 +39,20 @@
 #include "tensor.h"
 #include "threads.h"
 
+/* An observer of the activations the matmuls through one scratch read (`nextn imatrix` sums
+ * their squares per weight column): called on the calling thread once per weight and call,
+ * before the product, with the weight view and the float activation rows. It must not write
+ * anything the matmul reads. */
+typedef void (*nx_matmul_observe_fn)(void *user, const nx_tensor *w, const float *x, int64_t n_rows, int64_t ldx);
+
 /* Caller-owned scratch for the quantized activations; grows on demand, reused across calls.
  * Zero-initialise (or nx_matmul_scratch_init) before first use; one scratch per concurrent
  * caller (a context owns one). */
 typedef struct nx_matmul_scratch {
     void  *buf;   /* 64-byte aligned, owned */
     size_t cap;   /* bytes */
+    nx_matmul_observe_fn observe;   /* NULL (the default): no observer */
+    void  *observe_user;
 } nx_matmul_scratch;
 
 void nx_matmul_scratch_init(nx_matmul_scratch *s);

@@ -91,3 +91,30 @@ size_t nx_quantize_row(nx_type type, const float *src, void *dst, int64_t n) {
     o->qnt(src, dst, n);
     return nx_row_size(type, n);
 }
+
+/* ===== imatrix-weighted ===== */
+
+typedef void (*quant_imat_fn)(const float *src, void *dst, int64_t n, const float *qw);
+#define QIM(name, blk) static void qim_##name(const float *s, void *d, int64_t n, const float *w) { nx_quantize_row_##name##_imat(s, (blk *)d, n, w); }
+QIM(q4_0, nx_block_q4_0) QIM(q4_1, nx_block_q4_1) QIM(q5_0, nx_block_q5_0) QIM(q5_1, nx_block_q5_1)
+QIM(q4_K, nx_block_q4_K) QIM(q5_K, nx_block_q5_K) QIM(q6_K, nx_block_q6_K)
+QIM(iq4_nl, nx_block_iq4_nl) QIM(iq4_xs, nx_block_iq4_xs)
+#undef QIM
+
+static const quant_imat_fn g_imat[NX_TYPE_COUNT] = {
+    [NX_TYPE_Q4_0] = qim_q4_0, [NX_TYPE_Q4_1] = qim_q4_1, [NX_TYPE_Q5_0] = qim_q5_0, [NX_TYPE_Q5_1] = qim_q5_1,
+    [NX_TYPE_Q4_K] = qim_q4_K, [NX_TYPE_Q5_K] = qim_q5_K, [NX_TYPE_Q6_K] = qim_q6_K,
+    [NX_TYPE_IQ4_NL] = qim_iq4_nl, [NX_TYPE_IQ4_XS] = qim_iq4_xs,
+};
+
+bool nx_quant_uses_imatrix(nx_type type) { return (unsigned)type < NX_TYPE_COUNT && g_imat[type]; }
+
+size_t nx_quantize_row_imat(nx_type type, const float *src, void *dst, int64_t n, const float *imatrix) {
+    if (!imatrix || !nx_quant_uses_imatrix(type)) return nx_quantize_row(type, src, dst, n);
+    const nx_type_traits *tr = nx_type_info(type);
+    if (!tr || n < 0 || n % tr->blck_size != 0) return 0;
+    for (int64_t i = 0; i < n; i++)
+        if (!isfinite(src[i]) || !isfinite(imatrix[i]) || imatrix[i] < 0) return 0;
+    g_imat[type](src, dst, n, imatrix);
+    return nx_row_size(type, n);
+}

@@ -40,6 +40,16 @@ bool nx_dequantize_row(nx_type type, const void *src, float *dst, int64_t n);
  * src holds a NaN or an infinity. F32/F16/BF16 copy/convert any value. */
 size_t nx_quantize_row(nx_type type, const float *src, void *dst, int64_t n);
 
+/* Importance-weighted quantization, as llama.cpp's quantizer runs with an importance matrix:
+ * imatrix[0..n) is the importance of each column of the row (the mean squared activation it
+ * meets, nextn imatrix). Types with an imatrix path (nx_quant_uses_imatrix: Q4_0, Q4_1, Q5_0,
+ * Q5_1, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS) weigh the scale searches by it (ggml's
+ * quantize_row_*_impl: per value qw * sqrt(sigma2 + x^2), Q6_K qw alone); other types, and
+ * imatrix NULL, quantize as nx_quantize_row. Same return and input rules as nx_quantize_row;
+ * imatrix values must be finite and >= 0. */
+size_t nx_quantize_row_imat(nx_type type, const float *src, void *dst, int64_t n, const float *imatrix);
+bool nx_quant_uses_imatrix(nx_type type);
+
 /* What this module implements (tensor.c's supported/quantizable flags should agree). */
 bool nx_can_dequantize(nx_type type);
 bool nx_can_quantize(nx_type type);
@@ -87,6 +97,15 @@ void nx_quantize_row_q4_K_ref(const float *x, nx_block_q4_K *y, int64_t n);
 void nx_quantize_row_q5_K_ref(const float *x, nx_block_q5_K *y, int64_t n);
 void nx_quantize_row_q6_K_ref(const float *x, nx_block_q6_K *y, int64_t n);
 
+/* imatrix variants (qw: n importances, NULL = the _ref quantizer) */
+void nx_quantize_row_q4_0_imat(const float *x, nx_block_q4_0 *y, int64_t n, const float *qw);
+void nx_quantize_row_q4_1_imat(const float *x, nx_block_q4_1 *y, int64_t n, const float *qw);
+void nx_quantize_row_q5_0_imat(const float *x, nx_block_q5_0 *y, int64_t n, const float *qw);
+void nx_quantize_row_q5_1_imat(const float *x, nx_block_q5_1 *y, int64_t n, const float *qw);
+void nx_quantize_row_q4_K_imat(const float *x, nx_block_q4_K *y, int64_t n, const float *qw);
+void nx_quantize_row_q5_K_imat(const float *x, nx_block_q5_K *y, int64_t n, const float *qw);
+void nx_quantize_row_q6_K_imat(const float *x, nx_block_q6_K *y, int64_t n, const float *qw);
+
 /* Q4_K / Q5_K: 6-bit scale and min of sub-block j (0..7) from the 12 packed bytes. */
 static inline void nx_q4k_scale_min(int j, const uint8_t *s, uint8_t *sc, uint8_t *m) {
     if (j < 4) {
@@ -103,5 +122,7 @@ void nx_dequantize_row_iq4_nl(const nx_block_iq4_nl *x, float *y, int64_t n);
 void nx_dequantize_row_iq4_xs(const nx_block_iq4_xs *x, float *y, int64_t n);
 void nx_quantize_row_iq4_nl_ref(const float *x, nx_block_iq4_nl *y, int64_t n);
 void nx_quantize_row_iq4_xs_ref(const float *x, nx_block_iq4_xs *y, int64_t n);
+void nx_quantize_row_iq4_nl_imat(const float *x, nx_block_iq4_nl *y, int64_t n, const float *qw);
+void nx_quantize_row_iq4_xs_imat(const float *x, nx_block_iq4_xs *y, int64_t n, const float *qw);
 
 #endif

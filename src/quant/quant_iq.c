@@ -39,11 +39,11 @@ static inline int nearest_level(float x) {
 }
 
 /* Best scale for one group of 32 (L gets the codes of the first candidate; the caller
- * re-snaps against the final scale). Returns 0 for an all-zero group. */
-static float fit_iq4_scale(const float *xb, uint8_t *L) {
+ * re-snaps against the final scale), weights wt (NULL: x^2). Returns 0 for an all-zero group. */
+static float fit_iq4_scale(const float *xb, const float *wt, uint8_t *L) {
     float w[32], amax = 0, max = 0;
     for (int j = 0; j < 32; j++) {
-        w[j] = xb[j] * xb[j];
+        w[j] = wt ? wt[j] : xb[j] * xb[j];
         float ax = fabsf(xb[j]);
         if (ax > amax) {
             amax = ax;
@@ -99,10 +99,23 @@ void nx_dequantize_row_iq4_nl(const nx_block_iq4_nl *x, float *y, int64_t n) {
     }
 }
 
-void nx_quantize_row_iq4_nl_ref(const float *x, nx_block_iq4_nl *y, int64_t n) {
+/* The imatrix weights of ggml's IQ4 path: qw * sqrt(sigma2 + x^2), sigma2 = 2 * mean x^2 over
+ * the n values of the (super-)block. */
+static void iq4_weights(const float *x, const float *qw, int n, float *w) {
+    float sigma2 = 0;
+    for (int j = 0; j < n; j++) sigma2 += x[j] * x[j];
+    sigma2 *= 2.f / n;
+    for (int j = 0; j < n; j++) w[j] = qw[j] * sqrtf(sigma2 + x[j] * x[j]);
+}
+
+void nx_quantize_row_iq4_nl_ref(const float *x, nx_block_iq4_nl *y, int64_t n) { nx_quantize_row_iq4_nl_imat(x, y, n, NULL); }
+
+void nx_quantize_row_iq4_nl_imat(const float *x, nx_block_iq4_nl *y, int64_t n, const float *qw) {
     uint8_t L[32];
-    for (int64_t i = 0; i < n / NX_QK4_NL; i++, x += NX_QK4_NL) {
-        const float d = fit_iq4_scale(x, L);
+    float w[32];
+    for (int64_t i = 0; i < n / NX_QK4_NL; i++, x += NX_QK4_NL, qw = qw ? qw + NX_QK4_NL : NULL) {
+        if (qw) iq4_weights(x, qw, NX_QK4_NL, w);
+        const float d = fit_iq4_scale(x, qw ? w : NULL, L);
         y[i].d = nx_f32_to_half(d);
         /* re-snap against the (unrounded) final scale */
         const float id = d != 0.0f ? 1 / d : 0.0f;
@@ -128,13 +141,16 @@ void nx_dequantize_row_iq4_xs(const nx_block_iq4_xs *x, float *y, int64_t n) {
     }
 }
 
-void nx_quantize_row_iq4_xs_ref(const float *x, nx_block_iq4_xs *y, int64_t n) {
+void nx_quantize_row_iq4_xs_ref(const float *x, nx_block_iq4_xs *y, int64_t n) { nx_quantize_row_iq4_xs_imat(x, y, n, NULL); }
+
+void nx_quantize_row_iq4_xs_imat(const float *x, nx_block_iq4_xs *y, int64_t n, const float *qw) {
     uint8_t L[NX_QK_K];
-    float scales[NX_QK_K / 32];
-    for (int64_t i = 0; i < n / NX_QK_K; i++, x += NX_QK_K) {
+    float scales[NX_QK_K / 32], w[NX_QK_K];
+    for (int64_t i = 0; i < n / NX_QK_K; i++, x += NX_QK_K, qw = qw ? qw + NX_QK_K : NULL) {
         float max_scale = 0, amax_scale = 0;
+        if (qw) iq4_weights(x, qw, NX_QK_K, w);
         for (int ib = 0; ib < NX_QK_K / 32; ib++) {
-            scales[ib] = fit_iq4_scale(x + 32 * ib, L + 32 * ib);
+            scales[ib] = fit_iq4_scale(x + 32 * ib, qw ? w + 32 * ib : NULL, L + 32 * ib);
             if (fabsf(scales[ib]) > amax_scale) {
                 amax_scale = fabsf(scales[ib]);
                 max_scale = scales[ib];

@@ -12,6 +12,7 @@
 #include <math.h>
 #include <string.h>
 #include "quant/quant.h"
+#include "quant/quant_search.h"
 
 /* Below this the group is treated as all zeros (ggml's GROUP_MAX_EPS). */
 #define ALL_ZERO_EPS 1e-15f
@@ -45,12 +46,12 @@ static inline float signed_absmax(const float *x, int n, float *amax_out) {
 /* ===== Scale searches ===== */
 
 /*
- * Symmetric scale for codes l in [-nmax, nmax-1], weights w = x^2 (ggml's make_qx_quants with
- * rmse_type 1). Start from the scale that maps the extreme value to -nmax, then try 18 nearby
+ * Symmetric scale for codes l in [-nmax, nmax-1], weights qw (NULL: w = x^2; ggml's make_qx_quants
+ * with rmse_type 1). Start from the scale that maps the extreme value to -nmax, then try 18 nearby
  * inverse scales (nmax +- 0.1..0.9); keep the one maximizing (sum w x l)^2 / sum w l^2, i.e.
  * minimizing the weighted error with the optimal scale sum(wxl)/sum(wll). L gets l + nmax.
  */
-static float fit_symmetric_scale(int n, int nmax, const float *x, int8_t *L) {
+float nx_qs_fit_symmetric(int n, int nmax, const float *x, const float *qw, int8_t *L) {
     float amax;
     const float max = signed_absmax(x, n, &amax);
     if (amax < ALL_ZERO_EPS) {
@@ -62,7 +63,7 @@ static float fit_symmetric_scale(int n, int nmax, const float *x, int8_t *L) {
     for (int i = 0; i < n; i++) {
         int l = clampi(nearest_int(iscale * x[i]), -nmax, nmax - 1);
         L[i] = (int8_t)(l + nmax);
-        float w = x[i] * x[i];
+        float w = qw ? qw[i] : x[i] * x[i];
         sumlx += w * x[i] * l;
         suml2 += w * l * l;
     }
@@ -74,7 +75,7 @@ static float fit_symmetric_scale(int n, int nmax, const float *x, int8_t *L) {
         sumlx = suml2 = 0;
         for (int i = 0; i < n; i++) {
             int l = clampi(nearest_int(iscale * x[i]), -nmax, nmax - 1);
-            float w = x[i] * x[i];
+            float w = qw ? qw[i] : x[i] * x[i];
             sumlx += w * x[i] * l;
             suml2 += w * l * l;
         }
@@ -143,7 +144,7 @@ static float fit_q3_scale(int n, int nmax, const float *x, int8_t *L) {
  * to <= 0), and keep the candidate with the smallest weighted error (|e| if use_mad, else e^2).
  * Later candidates are rounded against the best min found so far, as ggml does.
  */
-static float fit_affine_scale(int n, int nmax, const float *x, const float *w, uint8_t *L,
+float nx_qs_fit_affine(int n, int nmax, const float *x, const float *w, uint8_t *L,
                               float *min_out, uint8_t *Laux, float rmin, float rdelta,
                               int nstep, bool use_mad) {
     float min = x[0], max = x[0];
@@ -240,7 +241,7 @@ void nx_quantize_row_q2_K_ref(const float *x, nx_block_q2_K *y, int64_t n) {
         float max_scale = 0, max_min = 0;
         for (int j = 0; j < NX_QK_K / 16; j++) {
             for (int l = 0; l < 16; l++) w[l] = fabsf(x[16 * j + l]);
-            scales[j] = fit_affine_scale(16, 3, x + 16 * j, w, L + 16 * j, &mins[j], Laux, -0.5f, 0.1f, 15, true);
+            scales[j] = nx_qs_fit_affine(16, 3, x + 16 * j, w, L + 16 * j, &mins[j], Laux, -0.5f, 0.1f, 15, true);
             if (scales[j] > max_scale) max_scale = scales[j];
             if (mins[j] > max_min) max_min = mins[j];
         }
@@ -355,36 +356,129 @@ static void pack_scale_min_k4(const uint8_t *ls, const uint8_t *lm, uint8_t *s) 
     }
 }
 
+/*
+ * 6-bit codes L[i] in [0, nmax] for n non-negative sub-block scales x, weighted by w (ggml's
+ * make_qp_quants, the imatrix path): the plain max -> nmax mapping and 8 nearby inverse scales
+ * (nmax +- 0.1..0.4) by weighted squared error, then up to 5 passes of coordinate descent on
+ * the codes against the least-squares scale, which is returned.
+ */
+static float fit_scale_codes(int n, int nmax, const float *x, uint8_t *L, const float *w) {
+    float max = 0;
+    for (int i = 0; i < n; i++) max = x[i] > max ? x[i] : max;
+    if (max < ALL_ZERO_EPS) {
+        memset(L, 0, (size_t)n);
+        return 0.0f;
+    }
+    float iscale = nmax / max;
+    for (int i = 0; i < n; i++) L[i] = (uint8_t)nearest_int(iscale * x[i]);
+    float scale = 1 / iscale, best_mse = 0;
+    for (int i = 0; i < n; i++) {
+        float diff = x[i] - scale * L[i];
+        best_mse += w[i] * diff * diff;
+    }
+    for (int is = -4; is <= 4; is++) {
+        if (is == 0) continue;
+        const float iscale_is = (0.1f * is + nmax) / max, scale_is = 1 / iscale_is;
+        float mse = 0;
+        for (int i = 0; i < n; i++) {
+            int l = nearest_int(iscale_is * x[i]);
+            l = l < nmax ? l : nmax;
+            float diff = x[i] - scale_is * l;
+            mse += w[i] * diff * diff;
+        }
+        if (mse < best_mse) {
+            best_mse = mse;
+            iscale = iscale_is;
+        }
+    }
+    float sumlx = 0, suml2 = 0;
+    for (int i = 0; i < n; i++) {
+        int l = nearest_int(iscale * x[i]);
+        l = l < nmax ? l : nmax;
+        L[i] = (uint8_t)l;
+        sumlx += w[i] * x[i] * l;
+        suml2 += w[i] * l * l;
+    }
+    for (int itry = 0; itry < 5; itry++) {
+        int n_changed = 0;
+        for (int i = 0; i < n; i++) {
+            float slx = sumlx - w[i] * x[i] * L[i], sl2 = suml2 - w[i] * L[i] * L[i];
+            if (slx > 0 && sl2 > 0) {
+                int new_l = nearest_int(x[i] * sl2 / slx);
+                new_l = new_l < nmax ? new_l : nmax;
+                if (new_l != L[i]) {
+                    slx += w[i] * x[i] * new_l;
+                    sl2 += w[i] * new_l * new_l;
+                    if (slx * slx * suml2 > sumlx * sumlx * sl2) {
+                        L[i] = (uint8_t)new_l;
+                        sumlx = slx;
+                        suml2 = sl2;
+                        n_changed++;
+                    }
+                }
+            }
+        }
+        if (!n_changed) break;
+    }
+    return suml2 > 0 ? sumlx / suml2 : 0.0f;
+}
+
 /* Shared by Q4_K (nmax 15) and Q5_K (nmax 31): sub-block fits, 6-bit scale quantization,
- * and the final codes L[256] against the quantized scales. */
-static void quantize_k4_superblock(const float *x, int nmax, float rmin, int nstep,
+ * and the final codes L[256] against the quantized scales. qw (the importance of each of the
+ * 256 values, NULL: none) switches to ggml's imatrix path: weights qw * sqrt(sigma2 + x^2)
+ * (sigma2 = 2 * mean x^2 of the super-block), a finer affine search (rmin -0.9, step 0.05, 36
+ * steps) and weighted fits of the 6-bit scale and min codes (fit_scale_codes). */
+static void quantize_k4_superblock(const float *x, int nmax, float rmin, int nstep, const float *qw,
                                    nx_half *d_out, nx_half *dmin_out, uint8_t *packed, uint8_t *L) {
     uint8_t Laux[32], ls[8], lm[8];
-    float w[32], mins[8], scales[8];
+    float w[32], mins[8], scales[8], sw[8];
     float max_scale = 0, max_min = 0;
+    float sigma2 = 0;
+    if (qw) {
+        for (int l = 0; l < NX_QK_K; l++) sigma2 += x[l] * x[l];
+        sigma2 = 2 * sigma2 / NX_QK_K;
+    }
     for (int j = 0; j < NX_QK_K / 32; j++) {
+        if (qw) {
+            float sumw = 0;
+            for (int l = 0; l < 32; l++) {
+                w[l] = qw[32 * j + l] * sqrtf(sigma2 + x[32 * j + l] * x[32 * j + l]);
+                sumw += w[l];
+            }
+            sw[j] = sumw;
+            scales[j] = nx_qs_fit_affine(32, nmax, x + 32 * j, w, L + 32 * j, &mins[j], Laux, -0.9f, 0.05f, 36, false);
+            continue;
+        }
         /* weight = rms of the sub-block + |x|: big values matter more, small ones still count */
         float sum_x2 = 0;
         for (int l = 0; l < 32; l++) sum_x2 += x[32 * j + l] * x[32 * j + l];
         const float av_x = sqrtf(sum_x2 / 32);
         for (int l = 0; l < 32; l++) w[l] = av_x + fabsf(x[32 * j + l]);
-        scales[j] = fit_affine_scale(32, nmax, x + 32 * j, w, L + 32 * j, &mins[j], Laux, rmin, 0.1f, nstep, false);
+        scales[j] = nx_qs_fit_affine(32, nmax, x + 32 * j, w, L + 32 * j, &mins[j], Laux, rmin, 0.1f, nstep, false);
         if (scales[j] > max_scale) max_scale = scales[j];
         if (mins[j] > max_min) max_min = mins[j];
     }
-    const float inv_scale = max_scale > 0 ? 63.f / max_scale : 0.f;
-    const float inv_min = max_min > 0 ? 63.f / max_min : 0.f;
-    for (int j = 0; j < NX_QK_K / 32; j++) {
-        /* uint8 wrap-around then MIN(63), as ggml (never hit for finite input) */
-        uint8_t a = (uint8_t)nearest_int(inv_scale * scales[j]);
-        uint8_t b = (uint8_t)nearest_int(inv_min * mins[j]);
-        ls[j] = a < 63 ? a : 63;
-        lm[j] = b < 63 ? b : 63;
+    float d_block, m_block;
+    if (qw) {
+        d_block = fit_scale_codes(NX_QK_K / 32, 63, scales, ls, sw);
+        m_block = fit_scale_codes(NX_QK_K / 32, 63, mins, lm, sw);
+    } else {
+        const float inv_scale = max_scale > 0 ? 63.f / max_scale : 0.f;
+        const float inv_min = max_min > 0 ? 63.f / max_min : 0.f;
+        for (int j = 0; j < NX_QK_K / 32; j++) {
+            /* uint8 wrap-around then MIN(63), as ggml (never hit for finite input) */
+            uint8_t a = (uint8_t)nearest_int(inv_scale * scales[j]);
+            uint8_t b = (uint8_t)nearest_int(inv_min * mins[j]);
+            ls[j] = a < 63 ? a : 63;
+            lm[j] = b < 63 ? b : 63;
+        }
+        d_block = max_scale / 63.f;
+        m_block = max_min / 63.f;
     }
     memset(packed, 0, NX_K_SCALE_SIZE);
     pack_scale_min_k4(ls, lm, packed);
-    *d_out = nx_f32_to_half(max_scale / 63.f);
-    *dmin_out = nx_f32_to_half(max_min / 63.f);
+    *d_out = nx_f32_to_half(d_block);
+    *dmin_out = nx_f32_to_half(m_block);
     for (int j = 0; j < NX_QK_K / 32; j++) {
         uint8_t sc, m;
         nx_q4k_scale_min(j, packed, &sc, &m);
@@ -412,10 +506,12 @@ void nx_dequantize_row_q4_K(const nx_block_q4_K *x, float *y, int64_t n) {
     }
 }
 
-void nx_quantize_row_q4_K_ref(const float *x, nx_block_q4_K *y, int64_t n) {
+void nx_quantize_row_q4_K_ref(const float *x, nx_block_q4_K *y, int64_t n) { nx_quantize_row_q4_K_imat(x, y, n, NULL); }
+
+void nx_quantize_row_q4_K_imat(const float *x, nx_block_q4_K *y, int64_t n, const float *qw) {
     uint8_t L[NX_QK_K];
-    for (int64_t i = 0; i < n / NX_QK_K; i++, x += NX_QK_K) {
-        quantize_k4_superblock(x, 15, -1.f, 20, &y[i].d, &y[i].dmin, y[i].scales, L);
+    for (int64_t i = 0; i < n / NX_QK_K; i++, x += NX_QK_K, qw = qw ? qw + NX_QK_K : NULL) {
+        quantize_k4_superblock(x, 15, -1.f, 20, qw, &y[i].d, &y[i].dmin, y[i].scales, L);
         /* byte l of each 32-byte group: value l (low nibble) and l+32 (high) of a 64-group */
         for (int j = 0; j < NX_QK_K; j += 64)
             for (int l = 0; l < 32; l++) y[i].qs[j / 2 + l] = (uint8_t)(L[j + l] | (L[j + l + 32] << 4));
@@ -439,10 +535,12 @@ void nx_dequantize_row_q5_K(const nx_block_q5_K *x, float *y, int64_t n) {
     }
 }
 
-void nx_quantize_row_q5_K_ref(const float *x, nx_block_q5_K *y, int64_t n) {
+void nx_quantize_row_q5_K_ref(const float *x, nx_block_q5_K *y, int64_t n) { nx_quantize_row_q5_K_imat(x, y, n, NULL); }
+
+void nx_quantize_row_q5_K_imat(const float *x, nx_block_q5_K *y, int64_t n, const float *qw) {
     uint8_t L[NX_QK_K];
-    for (int64_t i = 0; i < n / NX_QK_K; i++, x += NX_QK_K) {
-        quantize_k4_superblock(x, 31, -0.5f, 15, &y[i].d, &y[i].dmin, y[i].scales, L);
+    for (int64_t i = 0; i < n / NX_QK_K; i++, x += NX_QK_K, qw = qw ? qw + NX_QK_K : NULL) {
+        quantize_k4_superblock(x, 31, -0.5f, 15, qw, &y[i].d, &y[i].dmin, y[i].scales, L);
         /* low 4 bits as Q4_K; bit 4 of value 64*g + l (+32) in qh[l] bit 2g (2g+1) */
         memset(y[i].qh, 0, sizeof y[i].qh);
         for (int g = 0; g < 4; g++) {
@@ -479,13 +577,16 @@ void nx_dequantize_row_q6_K(const nx_block_q6_K *x, float *y, int64_t n) {
     }
 }
 
-void nx_quantize_row_q6_K_ref(const float *x, nx_block_q6_K *y, int64_t n) {
+void nx_quantize_row_q6_K_ref(const float *x, nx_block_q6_K *y, int64_t n) { nx_quantize_row_q6_K_imat(x, y, n, NULL); }
+
+/* With qw the sub-block scale search weighs value j by qw[j] itself (ggml's imatrix Q6_K). */
+void nx_quantize_row_q6_K_imat(const float *x, nx_block_q6_K *y, int64_t n, const float *qw) {
     int8_t L[NX_QK_K];
     float scales[NX_QK_K / 16];
-    for (int64_t i = 0; i < n / NX_QK_K; i++, x += NX_QK_K) {
+    for (int64_t i = 0; i < n / NX_QK_K; i++, x += NX_QK_K, qw = qw ? qw + NX_QK_K : NULL) {
         float max_scale = 0, max_abs_scale = 0;
         for (int ib = 0; ib < NX_QK_K / 16; ib++) {
-            scales[ib] = fit_symmetric_scale(16, 32, x + 16 * ib, L + 16 * ib);
+            scales[ib] = nx_qs_fit_symmetric(16, 32, x + 16 * ib, qw ? qw + 16 * ib : NULL, L + 16 * ib);
             if (fabsf(scales[ib]) > max_abs_scale) {
                 max_abs_scale = fabsf(scales[ib]);
                 max_scale = scales[ib];

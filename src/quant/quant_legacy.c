@@ -11,6 +11,7 @@
 #include <math.h>
 #include <string.h>
 #include "quant/quant.h"
+#include "quant/quant_search.h"
 
 /* (int)v for v in [0, hi]; v below 0 (or NaN) gives 0, above hi gives hi. For the values
  * the quantizers produce this equals ggml's MIN(hi, (int8_t)v) truncation. */
@@ -220,5 +221,88 @@ void nx_quantize_row_q8_1_ref(const float *x, nx_block_q8_1 *y, int64_t n) {
         }
         /* s uses the unrounded d, as ggml does */
         y[i].s = nx_f32_to_half((float)sum * d);
+    }
+}
+
+/* ===== Importance-weighted Q4_0 / Q4_1 / Q5_0 / Q5_1 (ggml's quantize_row_q*_impl) =====
+ *
+ * Per block, weights qw * sqrt(sigma2 + x^2) with sigma2 the mean x^2 of the whole row; the
+ * x_0 types take the weighted symmetric scale search of the K-quants (make_qx_quants), the x_1
+ * types the weighted affine one (make_qkx3_quants: rmin -0.9, step 0.05, 36 steps). qw NULL:
+ * the reference quantizers above. */
+
+static float row_sigma2(const float *x, int64_t n) {
+    float s = 0;
+    for (int64_t j = 0; j < n; j++) s += x[j] * x[j];
+    return n > 0 ? s / (float)n : 0.0f;
+}
+
+static void block_weights(const float *xb, const float *qw, float sigma2, float *w) {
+    for (int j = 0; j < 32; j++) w[j] = qw[j] * sqrtf(sigma2 + xb[j] * xb[j]);
+}
+
+void nx_quantize_row_q4_0_imat(const float *x, nx_block_q4_0 *y, int64_t n, const float *qw) {
+    if (!qw) { nx_quantize_row_q4_0_ref(x, y, n); return; }
+    const float sigma2 = row_sigma2(x, n);
+    float w[32];
+    int8_t L[32];
+    for (int64_t i = 0; i < n / 32; i++) {
+        block_weights(x + 32 * i, qw + 32 * i, sigma2, w);
+        y[i].d = nx_f32_to_half(nx_qs_fit_symmetric(32, 8, x + 32 * i, w, L));
+        for (int j = 0; j < 16; j++) y[i].qs[j] = (uint8_t)(L[j] | (L[j + 16] << 4));
+    }
+}
+
+void nx_quantize_row_q5_0_imat(const float *x, nx_block_q5_0 *y, int64_t n, const float *qw) {
+    if (!qw) { nx_quantize_row_q5_0_ref(x, y, n); return; }
+    const float sigma2 = row_sigma2(x, n);
+    float w[32];
+    int8_t L[32];
+    for (int64_t i = 0; i < n / 32; i++) {
+        block_weights(x + 32 * i, qw + 32 * i, sigma2, w);
+        y[i].d = nx_f32_to_half(nx_qs_fit_symmetric(32, 16, x + 32 * i, w, L));
+        uint32_t qh = 0;
+        for (int j = 0; j < 16; j++) {
+            const int q0 = L[j], q1 = L[j + 16];
+            y[i].qs[j] = (uint8_t)((q0 & 0x0F) | ((q1 & 0x0F) << 4));
+            qh |= (uint32_t)(q0 >> 4) << j;
+            qh |= (uint32_t)(q1 >> 4) << (j + 16);
+        }
+        store_qh(y[i].qh, qh);
+    }
+}
+
+void nx_quantize_row_q4_1_imat(const float *x, nx_block_q4_1 *y, int64_t n, const float *qw) {
+    if (!qw) { nx_quantize_row_q4_1_ref(x, y, n); return; }
+    const float sigma2 = row_sigma2(x, n);
+    float w[32], min;
+    uint8_t L[32], Laux[32];
+    for (int64_t i = 0; i < n / 32; i++) {
+        block_weights(x + 32 * i, qw + 32 * i, sigma2, w);
+        const float d = nx_qs_fit_affine(32, 15, x + 32 * i, w, L, &min, Laux, -0.9f, 0.05f, 36, false);
+        y[i].d = nx_f32_to_half(d);
+        y[i].m = nx_f32_to_half(-min);
+        for (int j = 0; j < 16; j++) y[i].qs[j] = (uint8_t)(L[j] | (L[j + 16] << 4));
+    }
+}
+
+void nx_quantize_row_q5_1_imat(const float *x, nx_block_q5_1 *y, int64_t n, const float *qw) {
+    if (!qw) { nx_quantize_row_q5_1_ref(x, y, n); return; }
+    const float sigma2 = row_sigma2(x, n);
+    float w[32], min;
+    uint8_t L[32], Laux[32];
+    for (int64_t i = 0; i < n / 32; i++) {
+        block_weights(x + 32 * i, qw + 32 * i, sigma2, w);
+        const float d = nx_qs_fit_affine(32, 31, x + 32 * i, w, L, &min, Laux, -0.9f, 0.05f, 36, false);
+        y[i].d = nx_f32_to_half(d);
+        y[i].m = nx_f32_to_half(-min);
+        uint32_t qh = 0;
+        for (int j = 0; j < 16; j++) {
+            const int q0 = L[j], q1 = L[j + 16];
+            y[i].qs[j] = (uint8_t)((q0 & 0x0F) | ((q1 & 0x0F) << 4));
+            qh |= (uint32_t)(q0 >> 4) << j;
+            qh |= (uint32_t)(q1 >> 4) << (j + 16);
+        }
+        store_qh(y[i].qh, qh);
     }
 }
