@@ -10,7 +10,7 @@
  *   - extreme codes (all-0x00/0xFF/0x80/0x7F weights, activations at +-127): no int16 /
  *     int32 saturation in the SIMD kernels' integer sums (== scalar, batches 1..9);
  *   - bad arguments give errors, not crashes;
- *   - packed Q8_0 / Q4_K / Q6_K x16 weights (AVX2 and AVX-512): the packed contract bit for bit,
+ *   - packed Q8_0 / Q4_K / Q5_K / Q6_K x16 weights (AVX2 and AVX-512): the packed contract bit for bit,
  *     batch / thread invariance.
  * Weights are random bytes with sane scale fields, so every code pattern is exercised.
  */
@@ -541,10 +541,14 @@ static void packed_reference(const wmat *m, const float *x, int64_t n_rows, int6
                     acc = fmaf(t, d[b], acc);
                     continue;
                 }
-                const nx_block_q4_K *blk = (const void *)(row + sizeof(nx_block_q4_K) * b);
+                const bool q5 = m->type == NX_TYPE_Q5_K;
+                const uint8_t *blk = row + (q5 ? sizeof(nx_block_q5_K) : sizeof(nx_block_q4_K)) * b;
+                const uint8_t *qs = blk + (q5 ? 48 : 16), *qh = blk + 16;
                 uint8_t sc[8], mn[8];
-                nx_mm_k4_scales(blk->scales, sc, mn);
-                const float dw = nx_half_to_f32(blk->d), dm = nx_half_to_f32(blk->dmin);
+                nx_mm_k4_scales(blk + 4, sc, mn);
+                nx_half hd, hm;
+                memcpy(&hd, blk, 2); memcpy(&hm, blk + 2, 2);
+                const float dw = nx_half_to_f32(hd), dm = nx_half_to_f32(hm);
                 int32_t M = 0;
                 for (int j = 0; j < 8; j++) M += mn[j] * (bs[16 * b + 2 * j] + bs[16 * b + 2 * j + 1]);
                 float t = (float)M * -dm;
@@ -552,7 +556,9 @@ static void packed_reference(const wmat *m, const float *x, int64_t n_rows, int6
                     int32_t I = 0;
                     for (int i = 0; i < 32; i++) {
                         const int v = 32 * j + i;
-                        I += ((blk->qs[32 * (v / 64) + v % 32] >> (4 * ((v % 64) / 32))) & 15) * (int8_t)q[256 * b + v];
+                        int c = (qs[32 * (v / 64) + v % 32] >> (4 * ((v % 64) / 32))) & 15;
+                        if (q5) c |= ((qh[v % 32] >> (2 * (v / 64) + (v % 64) / 32)) & 1) << 4;
+                        I += c * (int8_t)q[256 * b + v];
                     }
                     t = fmaf((float)I, dw * (float)sc[j], t);
                 }
@@ -576,6 +582,7 @@ static void check_packed(nx_type type, int64_t n_in, int64_t n_out, bool extreme
             for (int64_t b = 0; b < n_in / B; b++) {
                 if (type == NX_TYPE_Q8_0) memset(m.wbytes + m.rb * (size_t)o + 34 * b + 2, o % 2 ? 0x80 : 0x7F, 32);
                 else if (type == NX_TYPE_Q4_K) memset(m.wbytes + m.rb * (size_t)o + 144 * b + 4, 0xFF, 140);   /* sc = m = 63, codes 15 */
+                else if (type == NX_TYPE_Q5_K) memset(m.wbytes + m.rb * (size_t)o + 176 * b + 4, 0xFF, 172);   /* codes 31 */
                 else {   /* codes 63, scales 127 / -128 */
                     memset(m.wbytes + m.rb * (size_t)o + 210 * b, 0xFF, 192);
                     memset(m.wbytes + m.rb * (size_t)o + 210 * b + 192, o % 2 ? 0x80 : 0x7F, 16);
@@ -606,7 +613,7 @@ static void check_packed(nx_type type, int64_t n_in, int64_t n_out, bool extreme
                 cs[b] = -128 * sum;
             }
             nx_mm_act act = {.q = q, .d = d, .bs = bs, .cs = cs};
-            (type == NX_TYPE_Q4_K ? nx_mm_pk_q4_K_scalar : type == NX_TYPE_Q6_K ? nx_mm_pk_q6_K_scalar : nx_mm_pk_q8_0_scalar)(
+            (type == NX_TYPE_Q4_K ? nx_mm_pk_q4_K_scalar : type == NX_TYPE_Q5_K ? nx_mm_pk_q5_K_scalar : type == NX_TYPE_Q6_K ? nx_mm_pk_q6_K_scalar : nx_mm_pk_q8_0_scalar)(
                 n_in / B, pk, n_out / 16, &act, 1, y, ldy);
             CHECK_MSG(same_bits(y, ref + r * ldy, (size_t)n_out), "%s scalar packed reference row %d", nx_type_name(type), r);
         }
@@ -665,6 +672,9 @@ static void test_packed(void) {
     check_packed(NX_TYPE_Q4_K, 256, 16, false, tp);
     check_packed(NX_TYPE_Q4_K, 512, 48, true, tp);
     check_packed(NX_TYPE_Q4_K, 1024, 32, false, tp);
+    check_packed(NX_TYPE_Q5_K, 256, 16, false, tp);
+    check_packed(NX_TYPE_Q5_K, 512, 48, true, tp);
+    check_packed(NX_TYPE_Q5_K, 1024, 32, false, tp);
     check_packed(NX_TYPE_Q6_K, 256, 16, false, tp);
     check_packed(NX_TYPE_Q6_K, 512, 48, true, tp);
     check_packed(NX_TYPE_Q6_K, 1024, 32, false, tp);

@@ -61,7 +61,7 @@ static inline nx_mm_act nx_mm_act_rows(const nx_mm_act *a, int64_t r) {
 /* ===== Packed weights (matmul.h: nx_matmul_pack; layouts in matmul_pack.c) =====
  * Weight rows in groups of 16; group g, block b (32 values, or a 256-value super-block) at
  * wp + (g*nb + b)*block_bytes. Activations: signed codes (bias 0) with d, and cs (Q8_0) or
- * bs (Q4_K, Q6_K). A packed kernel computes output rows 16g..16g+15 of n_groups groups for n_act
+ * bs (K-quants). A packed kernel computes output rows 16g..16g+15 of n_groups groups for n_act
  * activation rows (<= NX_MM_TILE): y[r*ldy + 16g + l]. Each layout's float contract is its
  * scalar reference's; the SIMD kernels match it bit for bit.
  *
@@ -74,6 +74,9 @@ static inline nx_mm_act nx_mm_act_rows(const nx_mm_act *a, int64_t r) {
  *   t = (float)Mn * -dmin with Mn = sum_j m_j*(bs[2j] + bs[2j+1]) (exact), then for j = 0..7
  *   t = fma((float)I_j, d*sc_j, t) (I_j the exact sub-block dot product, d*sc_j one rounding),
  *   then acc = fma(t, d_x, acc).
+ * Q5_K x16 (2880 bytes): Q4_K x16's header, then per sub-block j 320 bytes at 320 + 320j: the
+ *   4 nibble vectors as in Q4_K, then one vector of fifth bits (byte 4l + i, bit k: value
+ *   32j + 4k + i of row l). The contract is Q4_K's with codes 0..31.
  * Q6_K x16 (3392 bytes): d[16] (fp16); at 32 the int8 scales, 32 bytes per pair p of groups
  *   (byte 2l + e: sc[2p + e] of row l); 32 bytes of padding; then for each group g of 16
  *   values, 192 bytes at 320 + 192g: two vectors of low nibbles (byte 4l + i: value
@@ -85,6 +88,7 @@ static inline nx_mm_act nx_mm_act_rows(const nx_mm_act *a, int64_t r) {
 #define NX_MM_PACK_ROWS 16
 #define NX_MM_Q8X16_BLOCK 544
 #define NX_MM_Q4KX16_BLOCK 2368
+#define NX_MM_Q5KX16_BLOCK 2880
 #define NX_MM_Q6KX16_BLOCK 3392
 typedef void (*nx_mm_pkernel)(int64_t nb, const uint8_t *wp, int64_t n_groups, const nx_mm_act *a, int n_act,
                               float *y, int64_t ldy);
@@ -100,6 +104,9 @@ NX_MM_PK_DECL(nx_mm_pk_q8_0_avx512)
 NX_MM_PK_DECL(nx_mm_pk_q4_K_scalar)
 NX_MM_PK_DECL(nx_mm_pk_q4_K_avx2)
 NX_MM_PK_DECL(nx_mm_pk_q4_K_avx512)
+NX_MM_PK_DECL(nx_mm_pk_q5_K_scalar)
+NX_MM_PK_DECL(nx_mm_pk_q5_K_avx2)
+NX_MM_PK_DECL(nx_mm_pk_q5_K_avx512)
 NX_MM_PK_DECL(nx_mm_pk_q6_K_scalar)
 NX_MM_PK_DECL(nx_mm_pk_q6_K_avx2)
 NX_MM_PK_DECL(nx_mm_pk_q6_K_avx512)

@@ -26,6 +26,7 @@ bool nx_mm_pack_format(nx_type type, int *block_values, size_t *block_bytes) {
     switch (type) {
     case NX_TYPE_Q8_0: bv = 32; bb = NX_MM_Q8X16_BLOCK; break;
     case NX_TYPE_Q4_K: bv = 256; bb = NX_MM_Q4KX16_BLOCK; break;
+    case NX_TYPE_Q5_K: bv = 256; bb = NX_MM_Q5KX16_BLOCK; break;
     case NX_TYPE_Q6_K: bv = 256; bb = NX_MM_Q6KX16_BLOCK; break;
     default: return false;
     }
@@ -39,6 +40,7 @@ nx_mm_pkernel nx_mm_pick_pkernel(nx_type type) {
     switch (type) {
     case NX_TYPE_Q8_0: return l == NX_CPU_AVX512 ? nx_mm_pk_q8_0_avx512 : l == NX_CPU_AVX2 ? nx_mm_pk_q8_0_avx2 : NULL;
     case NX_TYPE_Q4_K: return l == NX_CPU_AVX512 ? nx_mm_pk_q4_K_avx512 : l == NX_CPU_AVX2 ? nx_mm_pk_q4_K_avx2 : NULL;
+    case NX_TYPE_Q5_K: return l == NX_CPU_AVX512 ? nx_mm_pk_q5_K_avx512 : l == NX_CPU_AVX2 ? nx_mm_pk_q5_K_avx2 : NULL;
     case NX_TYPE_Q6_K: return l == NX_CPU_AVX512 ? nx_mm_pk_q6_K_avx512 : l == NX_CPU_AVX2 ? nx_mm_pk_q6_K_avx2 : NULL;
     default: return NULL;
     }
@@ -66,28 +68,31 @@ static void pack_q8_0(const uint8_t *src, size_t rb, int64_t nb, uint8_t *bp, in
     (void)nb;
 }
 
-/* Q4_K x16 (matmul_impl.h): d, dmin, the unpacked 6-bit scales and mins, then the nibbles
- * regrouped so that each 64-byte vector holds 4 consecutive values of one sub-block for the
- * 16 rows (low nibbles) and the next 4 (high nibbles). */
-static void pack_q4_K(const uint8_t *src, size_t rb, int64_t nb, uint8_t *bp, int64_t b) {
-    (void)nb;
-    memset(bp, 0, NX_MM_Q4KX16_BLOCK);
+/* Q4_K / Q5_K x16 (matmul_impl.h): d, dmin, the unpacked 6-bit scales and mins, then per
+ * sub-block the nibbles regrouped so that each 64-byte vector holds 4 consecutive values of
+ * the 16 rows (low nibbles) and the next 4 (high nibbles); Q5_K adds each sub-block's fifth
+ * bits, one vector (byte 4l + i, bit k: value 32j + 4k + i). */
+static void pack_k4(bool q5, const uint8_t *src, size_t rb, uint8_t *bp, int64_t b) {
+    const size_t bs = q5 ? sizeof(nx_block_q5_K) : sizeof(nx_block_q4_K), sbs = q5 ? 320 : 256;
+    memset(bp, 0, q5 ? NX_MM_Q5KX16_BLOCK : NX_MM_Q4KX16_BLOCK);
     for (int l = 0; l < NX_MM_PACK_ROWS; l++) {
-        const nx_block_q4_K *blk = (const void *)(src + (size_t)l * rb + (size_t)b * sizeof(nx_block_q4_K));
-        memcpy(bp + 2 * l, &blk->d, 2);
-        memcpy(bp + 32 + 2 * l, &blk->dmin, 2);
+        const uint8_t *blk = src + (size_t)l * rb + (size_t)b * bs;
+        const uint8_t *scales = blk + 4, *qh = q5 ? blk + 16 : NULL, *qs = blk + (q5 ? 48 : 16);
+        memcpy(bp + 2 * l, blk, 2);            /* d */
+        memcpy(bp + 32 + 2 * l, blk + 2, 2);   /* dmin */
         uint8_t sc[8], m[8];
-        nx_mm_k4_scales(blk->scales, sc, m);
+        nx_mm_k4_scales(scales, sc, m);
         for (int j = 0; j < 8; j++) {
             bp[64 + 16 * j + l] = sc[j];
             bp[192 + 16 * j + l] = m[j];
         }
         for (int v = 0; v < 256; v++) {
             const int c = v / 64, h = (v % 64) / 32, i = v % 32;
-            const uint8_t code = (uint8_t)((blk->qs[32 * c + i] >> (4 * h)) & 15);
+            const uint8_t code = (uint8_t)((qs[32 * c + i] >> (4 * h)) & 15);
             const int j = v / 32, k = (v % 32) / 4, kk = k / 2;
-            uint8_t *p = bp + 320 + 256 * j + 64 * kk + 4 * l + v % 4;
-            *p |= (uint8_t)(code << (4 * (k % 2)));
+            uint8_t *sp = bp + 320 + sbs * (size_t)j;
+            sp[64 * kk + 4 * l + v % 4] |= (uint8_t)(code << (4 * (k % 2)));
+            if (q5) sp[256 + 4 * l + v % 4] |= (uint8_t)(((qh[i] >> (2 * c + h)) & 1) << k);
         }
     }
 }
@@ -129,7 +134,7 @@ void nx_matmul_pack(const nx_tensor *w, void *dst) {
         for (int64_t b = 0; b < nb; b++) {
             uint8_t *bp = out + (size_t)(g * nb + b) * bb;
             if (w->type == NX_TYPE_Q8_0) pack_q8_0(src, w->nb[1], nb, bp, b);
-            else if (w->type == NX_TYPE_Q4_K) pack_q4_K(src, w->nb[1], nb, bp, b);
+            else if (w->type == NX_TYPE_Q4_K || w->type == NX_TYPE_Q5_K) pack_k4(w->type == NX_TYPE_Q5_K, src, w->nb[1], bp, b);
             else pack_q6_K(src, w->nb[1], nb, bp, b);
         }
     }
@@ -167,10 +172,11 @@ void nx_mm_pk_q8_0_scalar(int64_t nb, const uint8_t *wp, int64_t n_groups, const
     }
 }
 
-void nx_mm_pk_q4_K_scalar(int64_t nsb, const uint8_t *wp, int64_t n_groups, const nx_mm_act *a, int n_act,
-                          float *y, int64_t ldy) {
+static void pk_k4_scalar(bool q5, int64_t nsb, const uint8_t *wp, int64_t n_groups, const nx_mm_act *a, int n_act,
+                         float *y, int64_t ldy) {
+    const size_t blk = q5 ? NX_MM_Q5KX16_BLOCK : NX_MM_Q4KX16_BLOCK, sbs = q5 ? 320 : 256;
     for (int64_t g = 0; g < n_groups; g++) {
-        const uint8_t *gp = wp + (size_t)g * (size_t)nsb * NX_MM_Q4KX16_BLOCK;
+        const uint8_t *gp = wp + (size_t)g * (size_t)nsb * blk;
         for (int r = 0; r < n_act; r++) {
             const int8_t *q = (const int8_t *)(a->q + r * a->q_stride);
             const int16_t *bs = a->bs + r * a->bs_stride;
@@ -178,18 +184,20 @@ void nx_mm_pk_q4_K_scalar(int64_t nsb, const uint8_t *wp, int64_t n_groups, cons
             for (int l = 0; l < NX_MM_PACK_ROWS; l++) {
                 float acc = 0.0f;
                 for (int64_t sb = 0; sb < nsb; sb++) {
-                    const uint8_t *bp = gp + (size_t)sb * NX_MM_Q4KX16_BLOCK;
+                    const uint8_t *bp = gp + (size_t)sb * blk;
                     const float dw = ld_half(bp + 2 * l), ndm = -ld_half(bp + 32 + 2 * l);
                     int32_t mn = 0;
                     for (int j = 0; j < 8; j++)
                         mn += (int32_t)bp[192 + 16 * j + l] * (bs[16 * sb + 2 * j] + bs[16 * sb + 2 * j + 1]);
                     float t = (float)mn * ndm;
                     for (int j = 0; j < 8; j++) {
+                        const uint8_t *sp = bp + 320 + sbs * (size_t)j;
                         int32_t I = 0;
                         for (int k = 0; k < 8; k++)
                             for (int i = 0; i < 4; i++) {
-                                const uint8_t byte = bp[320 + 256 * j + 64 * (k / 2) + 4 * l + i];
-                                I += ((byte >> (4 * (k % 2))) & 15) * q[256 * sb + 32 * j + 4 * k + i];
+                                int c = (sp[64 * (k / 2) + 4 * l + i] >> (4 * (k % 2))) & 15;
+                                if (q5) c |= ((sp[256 + 4 * l + i] >> k) & 1) << 4;
+                                I += c * q[256 * sb + 32 * j + 4 * k + i];
                             }
                         const float dsc = dw * (float)bp[64 + 16 * j + l];
                         t = fmaf((float)I, dsc, t);
@@ -200,6 +208,16 @@ void nx_mm_pk_q4_K_scalar(int64_t nsb, const uint8_t *wp, int64_t n_groups, cons
             }
         }
     }
+}
+
+void nx_mm_pk_q4_K_scalar(int64_t nsb, const uint8_t *wp, int64_t n_groups, const nx_mm_act *a, int n_act,
+                          float *y, int64_t ldy) {
+    pk_k4_scalar(false, nsb, wp, n_groups, a, n_act, y, ldy);
+}
+
+void nx_mm_pk_q5_K_scalar(int64_t nsb, const uint8_t *wp, int64_t n_groups, const nx_mm_act *a, int n_act,
+                          float *y, int64_t ldy) {
+    pk_k4_scalar(true, nsb, wp, n_groups, a, n_act, y, ldy);
 }
 
 void nx_mm_pk_q6_K_scalar(int64_t nsb, const uint8_t *wp, int64_t n_groups, const nx_mm_act *a, int n_act,

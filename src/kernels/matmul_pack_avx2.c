@@ -119,8 +119,8 @@ AI void q8_step(const int NR, const uint8_t *bp, const nx_mm_act *a, int64_t b, 
 PK_KERNELS(nx_mm_pk_q8_0_avx2, q8_step, NX_MM_Q8X16_BLOCK)
 
 /* ===== Q4_K x16 ===== */
-AI void q4k_step(const int NR, const uint8_t *bp, const nx_mm_act *a, int64_t sb, __m256 *acc) {
-    const __m256i m4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+AI void k4_step(const int Q5, const int NR, const uint8_t *bp, const nx_mm_act *a, int64_t sb, __m256 *acc) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m10 = _mm256_set1_epi8(0x10), ones = _mm256_set1_epi16(1);
     __m256 t[12];
     float ds[8][16] __attribute__((aligned(32)));     /* d * sc_j per row */
     int32_t md[8][16] __attribute__((aligned(32)));   /* (m_j, m_j) as int16 pairs per row */
@@ -152,8 +152,8 @@ AI void q4k_step(const int NR, const uint8_t *bp, const nx_mm_act *a, int64_t sb
     }
 #pragma GCC unroll 1
     for (int j = 0; j < 8; j++) {
-        const uint8_t *cp = bp + 320 + 256 * j;
-        prefetch_blk(cp, 256);
+        const uint8_t *cp = bp + 320 + (Q5 ? 320 : 256) * j;
+        prefetch_blk(cp, Q5 ? 320 : 256);
 #pragma GCC unroll 2
         for (int h = 0; h < 2; h++) {
             __m256i W[8];
@@ -163,14 +163,37 @@ AI void q4k_step(const int NR, const uint8_t *bp, const nx_mm_act *a, int64_t sb
                 W[2 * kk] = _mm256_and_si256(v, m4);
                 W[2 * kk + 1] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
             }
+            if (Q5) {   /* fifth bits: bit k of each byte to bit 4 of W[k] */
+                const __m256i hb = _mm256_loadu_si256((const __m256i *)(cp + 256 + 32 * h));
+                W[0] = _mm256_or_si256(W[0], _mm256_and_si256(_mm256_slli_epi16(hb, 4), m10));
+                W[1] = _mm256_or_si256(W[1], _mm256_and_si256(_mm256_slli_epi16(hb, 3), m10));
+                W[2] = _mm256_or_si256(W[2], _mm256_and_si256(_mm256_slli_epi16(hb, 2), m10));
+                W[3] = _mm256_or_si256(W[3], _mm256_and_si256(_mm256_slli_epi16(hb, 1), m10));
+                W[4] = _mm256_or_si256(W[4], _mm256_and_si256(hb, m10));
+                W[5] = _mm256_or_si256(W[5], _mm256_and_si256(_mm256_srli_epi16(hb, 1), m10));
+                W[6] = _mm256_or_si256(W[6], _mm256_and_si256(_mm256_srli_epi16(hb, 2), m10));
+                W[7] = _mm256_or_si256(W[7], _mm256_and_si256(_mm256_srli_epi16(hb, 3), m10));
+            }
             const __m256 D = _mm256_load_ps(ds[j] + 8 * h);
 #pragma GCC unroll 6
             for (int r = 0; r < NR; r++) {
                 const uint8_t *q = a->q + r * a->q_stride + 256 * sb + 32 * j;
-                __m256i s = _mm256_maddubs_epi16(W[0], bcast4(q));
+                __m256i I;
+                if (!Q5) {   /* codes <= 15: 8 maddubs add in int16 exactly */
+                    __m256i s = _mm256_maddubs_epi16(W[0], bcast4(q));
 #pragma GCC unroll 7
-                for (int k = 1; k < 8; k++) s = _mm256_add_epi16(s, _mm256_maddubs_epi16(W[k], bcast4(q + 4 * k)));
-                t[2 * r + h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(s, ones)), D, t[2 * r + h]);
+                    for (int k = 1; k < 8; k++) s = _mm256_add_epi16(s, _mm256_maddubs_epi16(W[k], bcast4(q + 4 * k)));
+                    I = _mm256_madd_epi16(s, ones);
+                } else {     /* codes <= 31: 4 at a time (4 * 2 * 31 * 127 < 2^15) */
+                    __m256i s0 = _mm256_maddubs_epi16(W[0], bcast4(q)), s1 = _mm256_maddubs_epi16(W[4], bcast4(q + 16));
+#pragma GCC unroll 3
+                    for (int k = 1; k < 4; k++) {
+                        s0 = _mm256_add_epi16(s0, _mm256_maddubs_epi16(W[k], bcast4(q + 4 * k)));
+                        s1 = _mm256_add_epi16(s1, _mm256_maddubs_epi16(W[k + 4], bcast4(q + 4 * k + 16)));
+                    }
+                    I = _mm256_add_epi32(_mm256_madd_epi16(s0, ones), _mm256_madd_epi16(s1, ones));
+                }
+                t[2 * r + h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(I), D, t[2 * r + h]);
             }
         }
     }
@@ -181,7 +204,10 @@ AI void q4k_step(const int NR, const uint8_t *bp, const nx_mm_act *a, int64_t sb
         acc[2 * r + 1] = _mm256_fmadd_ps(t[2 * r + 1], dx, acc[2 * r + 1]);
     }
 }
+AI void q4k_step(const int NR, const uint8_t *bp, const nx_mm_act *a, int64_t sb, __m256 *acc) { k4_step(0, NR, bp, a, sb, acc); }
+AI void q5k_step(const int NR, const uint8_t *bp, const nx_mm_act *a, int64_t sb, __m256 *acc) { k4_step(1, NR, bp, a, sb, acc); }
 PK_KERNELS(nx_mm_pk_q4_K_avx2, q4k_step, NX_MM_Q4KX16_BLOCK)
+PK_KERNELS(nx_mm_pk_q5_K_avx2, q5k_step, NX_MM_Q5KX16_BLOCK)
 
 /* ===== Q6_K x16 =====
  * Codes 0..63 unsigned: two maddubs results add in int16 exactly (2 * 2 * 63 * 127 < 2^15)

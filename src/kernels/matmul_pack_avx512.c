@@ -116,8 +116,8 @@ PK_KERNELS(nx_mm_pk_q8_0_avx512, q8_step, NX_MM_Q8X16_BLOCK)
  * 8 nibble vectors (and, shift-and). Per activation row: the mins term from 8 vpdpwssd with
  * its broadcast group-sum pairs, then per sub-block 8 vpdpbusd (unsigned codes x signed
  * activation bytes, two chains), one convert and one fma; one fma by d_x per super-block. */
-AI void q4k_step(const int NR, const uint8_t *bp, const nx_mm_act *a, int64_t sb, __m512 *acc) {
-    const __m512i m4 = _mm512_set1_epi8(0x0F), zero = _mm512_setzero_si512();
+AI void k4_step(const int Q5, const int NR, const uint8_t *bp, const nx_mm_act *a, int64_t sb, __m512 *acc) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F), m10 = _mm512_set1_epi8(0x10), zero = _mm512_setzero_si512();
     __m512 t[8], DS[8];
     __m512i MD[8];
     prefetch_blk(bp, 320);   /* the rest per sub-block: a burst of 37 prefetches stalls on the fill buffers */
@@ -140,14 +140,25 @@ AI void q4k_step(const int NR, const uint8_t *bp, const nx_mm_act *a, int64_t sb
     }
 #pragma GCC unroll 1
     for (int j = 0; j < 8; j++) {
-        const uint8_t *cp = bp + 320 + 256 * j;
-        prefetch_blk(cp, 256);
+        const uint8_t *cp = bp + 320 + (Q5 ? 320 : 256) * j;
+        prefetch_blk(cp, Q5 ? 320 : 256);
         __m512i W[8];
 #pragma GCC unroll 4
         for (int kk = 0; kk < 4; kk++) {
             const __m512i v = _mm512_loadu_si512(cp + 64 * kk);
             W[2 * kk] = _mm512_and_si512(v, m4);
             W[2 * kk + 1] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+        }
+        if (Q5) {   /* fifth bits: bit k of each byte to bit 4 of W[k] (a | (b & c): 0xF8) */
+            const __m512i hb = _mm512_loadu_si512(cp + 256);
+            W[0] = _mm512_ternarylogic_epi32(W[0], _mm512_slli_epi16(hb, 4), m10, 0xF8);
+            W[1] = _mm512_ternarylogic_epi32(W[1], _mm512_slli_epi16(hb, 3), m10, 0xF8);
+            W[2] = _mm512_ternarylogic_epi32(W[2], _mm512_slli_epi16(hb, 2), m10, 0xF8);
+            W[3] = _mm512_ternarylogic_epi32(W[3], _mm512_slli_epi16(hb, 1), m10, 0xF8);
+            W[4] = _mm512_ternarylogic_epi32(W[4], hb, m10, 0xF8);
+            W[5] = _mm512_ternarylogic_epi32(W[5], _mm512_srli_epi16(hb, 1), m10, 0xF8);
+            W[6] = _mm512_ternarylogic_epi32(W[6], _mm512_srli_epi16(hb, 2), m10, 0xF8);
+            W[7] = _mm512_ternarylogic_epi32(W[7], _mm512_srli_epi16(hb, 3), m10, 0xF8);
         }
 #pragma GCC unroll 8
         for (int r = 0; r < NR; r++) {
@@ -165,7 +176,10 @@ AI void q4k_step(const int NR, const uint8_t *bp, const nx_mm_act *a, int64_t sb
     for (int r = 0; r < NR; r++) acc[r] = _mm512_fmadd_ps(t[r], _mm512_set1_ps(a->d[r * a->d_stride + sb]), acc[r]);
 }
 
+AI void q4k_step(const int NR, const uint8_t *bp, const nx_mm_act *a, int64_t sb, __m512 *acc) { k4_step(0, NR, bp, a, sb, acc); }
+AI void q5k_step(const int NR, const uint8_t *bp, const nx_mm_act *a, int64_t sb, __m512 *acc) { k4_step(1, NR, bp, a, sb, acc); }
 PK_KERNELS(nx_mm_pk_q4_K_avx512, q4k_step, NX_MM_Q4KX16_BLOCK)
+PK_KERNELS(nx_mm_pk_q5_K_avx512, q5k_step, NX_MM_Q5KX16_BLOCK)
 
 /* ===== Q6_K x16 =====
  * Per super-block, shared by the activation rows: the scale pairs (one sign-extending load
