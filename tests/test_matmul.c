@@ -123,7 +123,8 @@ static nx_status run_mm(nx_threadpool *tp, const wmat *m, const float *x, int64_
     return st;
 }
 
-static const nx_cpu_level k_levels[] = {NX_CPU_SCALAR, NX_CPU_AVX2, NX_CPU_AVX512};
+/* Scalar first (the reference); a level this machine lacks is skipped (nx_cpu_set_level). */
+static const nx_cpu_level k_levels[] = {NX_CPU_SCALAR, NX_CPU_AVX2, NX_CPU_AVX512, NX_CPU_NEON, NX_CPU_NEON_DOT};
 
 /* Accuracy against the references and the scalar level, for one shape. */
 static void check_accuracy(nx_type t, int64_t n_in, int64_t n_out, int64_t n_rows) {
@@ -471,10 +472,14 @@ static void test_quantize_levels(void) {
     for (int i = 768; i < 800; i++) x[i] = 0.0f;   /* all-zero block */
     for (int B = 32; B <= 256; B *= 8) {
         const int bias = B == 32 ? 128 : 0;
-        uint8_t q0[N], q1[N], q2[N];
-        float d0[N / 32], d1[N / 32], d2[N / 32], s0[N / 32], s1[N / 32], s2[N / 32];
-        int16_t b0[N / 16], b1[N / 16], b2[N / 16];
+        uint8_t q0[N];
+        float d0[N / 32], s0[N / 32];
+        int16_t b0[N / 16];
         nx_mm_quantize_scalar(x, N, B, bias, q0, d0, B == 32 ? s0 : NULL, B == 256 ? b0 : NULL);
+#if NX_MM_X86   /* aarch64 quantizes with the scalar reference */
+        uint8_t q1[N], q2[N];
+        float d1[N / 32], d2[N / 32], s1[N / 32], s2[N / 32];
+        int16_t b1[N / 16], b2[N / 16];
         if (nx_cpu_level_detected() >= NX_CPU_AVX2) {
             nx_mm_quantize_avx2(x, N, B, bias, q1, d1, B == 32 ? s1 : NULL, B == 256 ? b1 : NULL);
             CHECK(!memcmp(q0, q1, N) && !memcmp(d0, d1, sizeof(float) * (size_t)(N / B)));
@@ -487,6 +492,7 @@ static void test_quantize_levels(void) {
             if (B == 32) CHECK(!memcmp(s0, s2, sizeof(float) * (N / 32)));
             else CHECK(!memcmp(b0, b2, sizeof(int16_t) * (N / 16)));
         }
+#endif
         if (B == 32) {   /* half-even: -3.5 -> -4, -2.5 -> -2, 0.5 -> 0, 1.5 -> 2 */
             CHECK_EQ_INT(q0[33] - 128, -4); CHECK_EQ_INT(q0[34] - 128, -2);
             CHECK_EQ_INT(q0[37] - 128, 0); CHECK_EQ_INT(q0[38] - 128, 2);
@@ -531,7 +537,7 @@ static void test_packed(void) {
     nx_threadpool *tp[2] = {nx_threadpool_create(2, &terr), nx_threadpool_create(3, &terr)};
     CHECK(tp[0] && tp[1]);
     static const int64_t shapes[][2] = {{32, 16}, {96, 48}, {1024, 64}};
-    const bool avx512 = nx_cpu_level_detected() >= NX_CPU_AVX512;
+    const bool avx512 = NX_MM_X86 && nx_cpu_level_detected() == NX_CPU_AVX512;
     for (int si = 0; si < 3; si++) {
         const int64_t n_in = shapes[si][0], n_out = shapes[si][1], ldx = n_in + 5, ldy = n_out + 3;
         wmat m;
@@ -579,8 +585,8 @@ static void test_packed(void) {
             unsetenv("NEXTN_REPACK");
         }
         /* levels without a packed kernel ignore the copy */
-        for (int l = 0; l < 2; l++) {
-            if (nx_cpu_set_level(k_levels[l]) != k_levels[l]) continue;
+        for (size_t l = 0; l < sizeof k_levels / sizeof k_levels[0]; l++) {
+            if (k_levels[l] == NX_CPU_AVX512 || nx_cpu_set_level(k_levels[l]) != k_levels[l]) continue;
             CHECK(nx_matmul_pack_size(&m.w) == 0);
             CHECK(run_mm(tp[0], &m, x, 5, ldx, yu, ldy) == NX_OK);
             CHECK(run_mm(tp[0], &mp, x, 5, ldx, y, ldy) == NX_OK);
