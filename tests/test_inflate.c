@@ -124,8 +124,11 @@ static void test_same_tokens(void) {
     float *h0 = malloc(n_embd * sizeof *h0), *h1 = malloc(n_embd * sizeof *h1);
     float *l0 = malloc(n_vocab * sizeof *l0), *l1 = malloc(n_vocab * sizeof *l1);
     const nx_cpu_level was = nx_cpu_level_get();
-    for (int lv = NX_CPU_SCALAR; lv <= (int)nx_cpu_level_detected(); lv++) {
-        nx_cpu_set_level((nx_cpu_level)lv);
+    nx_cpu_level lvs[NX_CPU_MAX_LEVELS];
+    const int n_lv = nx_cpu_levels(lvs);
+    for (int li = 0; li < n_lv; li++) {
+        const nx_cpu_level lv = lvs[li];
+        nx_cpu_set_level(lv);
         CHECK(decode_last(src, ids, n_ids, h0, n_embd, l0, n_vocab));
         CHECK(decode_last(big, ids, n_ids, h1, n_embd, l1, n_vocab));
         CHECK_MSG(!memcmp(h0, h1, n_embd * sizeof *h0), "hidden state differs at level %s", nx_cpu_level_name(lv));

@@ -124,7 +124,8 @@ static nx_status run_mm(nx_threadpool *tp, const wmat *m, const float *x, int64_
     return st;
 }
 
-static const nx_cpu_level k_levels[] = {NX_CPU_SCALAR, NX_CPU_AVX2, NX_CPU_AVX512};
+/* Scalar first (the reference); a level this machine lacks is skipped (nx_cpu_set_level). */
+static const nx_cpu_level k_levels[] = {NX_CPU_SCALAR, NX_CPU_AVX2, NX_CPU_AVX512, NX_CPU_NEON, NX_CPU_NEON_DOT};
 
 /* Accuracy against the references and the scalar level, for one shape. */
 static void check_accuracy(nx_type t, int64_t n_in, int64_t n_out, int64_t n_rows) {
@@ -451,6 +452,56 @@ static void test_extremes(void) {
     }
 }
 
+/* The NEON levels keep the scalar kernels' float operations, one activation row per lane
+ * (matmul_neon_kernels.h): every output equals the scalar level's bit for bit, for batches
+ * 1..17 (lanes and 16-row tiles, partial lane groups), 1 and 2 threads, random and extreme
+ * codes. Skipped on machines without NEON (x86). */
+static void test_neon_exact(void) {
+    nx_cpu_level neon[2] = {NX_CPU_NEON, NX_CPU_NEON_DOT};
+    if (nx_cpu_set_level(NX_CPU_NEON) != NX_CPU_NEON) { nx_cpu_set_level(NX_CPU_AVX512); SKIP("no NEON on this CPU"); }
+    static const uint8_t fills[4] = {0x00, 0xFF, 0x80, 0x7F};
+    nx_error err = {0};
+    nx_threadpool *tp = nx_threadpool_create(2, &err);
+    CHECK(tp != NULL);
+    enum { R = 17 };
+    for (int ti = 0; ti < N_TYPES; ti++) {
+        const nx_type t = k_types[ti];
+        const nx_type_traits *tt = nx_type_info(t);
+        if (tt->blck_size == 1) continue;   /* float weights: the scalar kernel on NEON levels */
+        const int64_t n_in = 512, n_out = 9, nb = n_in / tt->blck_size, ldx = n_in + 3;
+        wmat m;
+        wmat_make(&m, t, n_in, n_out);
+        for (int64_t o = 0; o < 4; o++)   /* rows 0..3: extreme codes (Q6_K: and extreme scales) */
+            for (int64_t b = 0; b < nb; b++) {
+                uint8_t *blk = m.wbytes + m.rb * (size_t)o + (size_t)b * tt->type_size;
+                if (t == NX_TYPE_Q6_K) { memset(blk, fills[o], 192); memset(blk + 192, o % 2 ? 0x80 : 0x7F, 16); }
+                else {
+                    const size_t skip = t == NX_TYPE_Q4_1 || t == NX_TYPE_Q5_1 || t == NX_TYPE_Q4_K || t == NX_TYPE_Q5_K ? 4 : 2;
+                    memset(blk + skip, fills[o], tt->type_size - skip);
+                }
+            }
+        float *x = make_x(R, ldx);
+        for (int64_t i = 0; i < n_in; i++) x[2 * ldx + i] = i % 2 ? 1.0f : -1.0f;   /* codes at +-127 */
+        float *ys = malloc(sizeof(float) * R * (size_t)n_out), *y = malloc(sizeof(float) * R * (size_t)n_out);
+        nx_cpu_set_level(NX_CPU_SCALAR);
+        CHECK(run_mm(NULL, &m, x, R, ldx, ys, n_out) == NX_OK);
+        for (int l = 0; l < 2; l++) {
+            if (nx_cpu_set_level(neon[l]) != neon[l]) continue;
+            for (int n = 1; n <= R; n++)
+                for (int th = 0; th < 2; th++) {
+                    if (th && n % 4 != 1) continue;
+                    CHECK(run_mm(th ? tp : NULL, &m, x + (R - n) * ldx, n, ldx, y, n_out) == NX_OK);
+                    CHECK_MSG(same_bits(y, ys + (R - n) * n_out, (size_t)(n * n_out)), "%s level %s batch %d threads %d: != scalar",
+                              nx_type_name(t), nx_cpu_level_name(neon[l]), n, th + 1);
+                }
+        }
+        nx_cpu_set_level(NX_CPU_AVX512);
+        free(x); free(ys); free(y);
+        wmat_free(&m);
+    }
+    if (tp) nx_threadpool_free(tp);
+}
+
 /* Non-finite activations must not crash or hang (values are then unspecified). */
 static void test_nonfinite(void) {
     wmat m;
@@ -459,6 +510,28 @@ static void test_nonfinite(void) {
     for (int i = 0; i < 256; i++) x[i] = i == 5 ? NAN : i == 9 ? INFINITY : 1.0f;
     CHECK(run_mm(NULL, &m, x, 1, 256, y, 4) == NX_OK);
     wmat_free(&m);
+}
+
+/* NEXTN_CPU caps the level the first nx_cpu_level_get() picks (so this runs first): the middle
+ * level of this architecture by name (avx2 / neon), and a name of the other architecture is
+ * ignored (the best level). */
+static void test_cpu_env(void) {
+    nx_cpu_level lv[NX_CPU_MAX_LEVELS];
+    const int n = nx_cpu_levels(lv);
+    CHECK(n >= 1 && lv[0] == NX_CPU_SCALAR && lv[n - 1] == nx_cpu_level_detected());
+#if defined(__aarch64__)
+    setenv("NEXTN_CPU", "neon", 1);
+    const nx_cpu_level mid = NX_CPU_NEON, other = NX_CPU_AVX2;
+#else
+    setenv("NEXTN_CPU", "avx2", 1);
+    const nx_cpu_level mid = NX_CPU_AVX2, other = NX_CPU_NEON;
+#endif
+    const nx_cpu_level got = nx_cpu_level_get();
+    unsetenv("NEXTN_CPU");
+    CHECK_MSG(got == (n > 1 ? mid : NX_CPU_SCALAR), "NEXTN_CPU capped to %s", nx_cpu_level_name(got));
+    CHECK(nx_cpu_set_level(other) == nx_cpu_level_detected());   /* the other architecture's level: the best */
+    CHECK(nx_cpu_set_level(NX_CPU_SCALAR) == NX_CPU_SCALAR);
+    nx_cpu_set_level(nx_cpu_level_detected());
 }
 
 /* Activation quantization: the same bytes on every level, including halfway and non-finite values. */
@@ -472,10 +545,14 @@ static void test_quantize_levels(void) {
     for (int i = 768; i < 800; i++) x[i] = 0.0f;   /* all-zero block */
     for (int B = 32; B <= 256; B *= 8) {
         const int bias = B == 32 ? 128 : 0;
-        uint8_t q0[N], q1[N], q2[N];
-        float d0[N / 32], d1[N / 32], d2[N / 32], s0[N / 32], s1[N / 32], s2[N / 32];
-        int16_t b0[N / 16], b1[N / 16], b2[N / 16];
+        uint8_t q0[N];
+        float d0[N / 32], s0[N / 32];
+        int16_t b0[N / 16];
         nx_mm_quantize_scalar(x, N, B, bias, q0, d0, B == 32 ? s0 : NULL, B == 256 ? b0 : NULL);
+#if NX_MM_X86   /* aarch64 quantizes with the scalar reference */
+        uint8_t q1[N], q2[N];
+        float d1[N / 32], d2[N / 32], s1[N / 32], s2[N / 32];
+        int16_t b1[N / 16], b2[N / 16];
         if (nx_cpu_level_detected() >= NX_CPU_AVX2) {
             nx_mm_quantize_avx2(x, N, B, bias, q1, d1, B == 32 ? s1 : NULL, B == 256 ? b1 : NULL);
             CHECK(!memcmp(q0, q1, N) && !memcmp(d0, d1, sizeof(float) * (size_t)(N / B)));
@@ -488,6 +565,7 @@ static void test_quantize_levels(void) {
             if (B == 32) CHECK(!memcmp(s0, s2, sizeof(float) * (N / 32)));
             else CHECK(!memcmp(b0, b2, sizeof(int16_t) * (N / 16)));
         }
+#endif
         if (B == 32) {   /* half-even: -3.5 -> -4, -2.5 -> -2, 0.5 -> 0, 1.5 -> 2 */
             CHECK_EQ_INT(q0[33] - 128, -4); CHECK_EQ_INT(q0[34] - 128, -2);
             CHECK_EQ_INT(q0[37] - 128, 0); CHECK_EQ_INT(q0[38] - 128, 2);
@@ -619,8 +697,15 @@ static void check_packed(nx_type type, int64_t n_in, int64_t n_out, bool extreme
         }
         free(q); free(d); free(bs); free(cs);
     }
-    for (int l = 1; l < 3; l++) {
+    for (size_t l = 0; l < sizeof k_levels / sizeof k_levels[0]; l++) {
         if (nx_cpu_set_level(k_levels[l]) != k_levels[l]) continue;
+        if (!nx_mm_pick_pkernel(type)) {   /* a level without a packed kernel ignores the copy */
+            CHECK(nx_matmul_pack_size(&m.w) == 0);
+            CHECK(run_mm(tp[0], &m, x, 5, ldx, yu, ldy) == NX_OK);
+            CHECK(run_mm(tp[0], &mp, x, 5, ldx, y, ldy) == NX_OK);
+            for (int r = 0; r < 5; r++) CHECK(same_bits(y + r * ldy, yu + r * ldy, (size_t)n_out));
+            continue;
+        }
         const size_t bytes = nx_matmul_pack_size(&m.w);
         CHECK_MSG(bytes == want, "%s pack size %zu at %s", nx_type_name(type), bytes, nx_cpu_level_name(k_levels[l]));
         CHECK(run_mm(NULL, &m, x, R, ldx, yu, ldy) == NX_OK);
@@ -651,12 +736,6 @@ static void check_packed(nx_type type, int64_t n_in, int64_t n_out, bool extreme
         CHECK(nx_matmul_pack_size(&m.w) == 0);
         unsetenv("NEXTN_REPACK");
     }
-    /* the scalar level has no packed kernel and ignores the copy */
-    CHECK(nx_cpu_set_level(NX_CPU_SCALAR) == NX_CPU_SCALAR);
-    CHECK(nx_matmul_pack_size(&m.w) == 0);
-    CHECK(run_mm(tp[0], &m, x, 5, ldx, yu, ldy) == NX_OK);
-    CHECK(run_mm(tp[0], &mp, x, 5, ldx, y, ldy) == NX_OK);
-    for (int r = 0; r < 5; r++) CHECK(same_bits(y + r * ldy, yu + r * ldy, (size_t)n_out));
     nx_cpu_set_level(NX_CPU_AVX512);
     free(pk); free(x); free(ref); free(y); free(yu);
     wmat_free(&m);
@@ -684,6 +763,7 @@ static void test_packed(void) {
 
 int main(void) {
     fprintf(stderr, "cpu level detected: %s\n", nx_cpu_level_name(nx_cpu_level_detected()));
+    RUN(test_cpu_env);
     RUN(test_quantize_levels);
     RUN(test_accuracy);
     RUN(test_batch_invariance);
@@ -694,6 +774,7 @@ int main(void) {
     RUN(test_errors);
     RUN(test_nonfinite);
     RUN(test_extremes);
+    RUN(test_neon_exact);
     RUN(test_packed);
     return test_summary();
 }

@@ -26,12 +26,7 @@ static void fill(float *x, int n, float lo, float hi) {
 }
 
 /* Levels this CPU supports, each set in turn; the scalar one is always there. */
-static int levels(nx_cpu_level *out) {
-    int n = 0;
-    nx_cpu_level hw = nx_cpu_level_detected();
-    for (int l = NX_CPU_SCALAR; l <= (int)hw; l++) out[n++] = (nx_cpu_level)l;
-    return n;
-}
+static int levels(nx_cpu_level *out) { return nx_cpu_levels(out); }
 
 /* |a - b| <= rel * |b| + abs_tol, element-wise; NaN must match NaN. Returns # of violations. */
 static int cmp_tol(const float *a, const float *b, int n, double rel, double abs_tol, double *worst) {

@@ -11,7 +11,9 @@
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
+#if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
+#endif
 #include "gguf.h"
 #include "kernels/cpu.h"
 #include "quant/quant.h"
@@ -38,9 +40,20 @@ static float u2f(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
 
 /* ===== (a) fp16 / bf16 ===== */
 
+/* The hardware conversions: F16C on x86 (AVX2 level and up), FCVT on aarch64 (always). */
+#if defined(__x86_64__) || defined(__i386__)
 __attribute__((target("f16c"))) static uint16_t f16c_from_f32(float f) { return (uint16_t)_cvtss_sh(f, 0); }
 __attribute__((target("f16c"))) static float f16c_to_f32(uint16_t h) { return _cvtsh_ss(h); }
 static int have_f16c(void) { return nx_cpu_level_detected() >= NX_CPU_AVX2; }
+#elif defined(__aarch64__)
+static uint16_t f16c_from_f32(float f) { __fp16 h = (__fp16)f; uint16_t u; memcpy(&u, &h, 2); return u; }
+static float f16c_to_f32(uint16_t u) { __fp16 h; memcpy(&h, &u, 2); return (float)h; }
+static int have_f16c(void) { return 1; }
+#else
+static uint16_t f16c_from_f32(float f) { (void)f; return 0; }
+static float f16c_to_f32(uint16_t h) { (void)h; return 0; }
+static int have_f16c(void) { return 0; }
+#endif
 
 static void test_half_roundtrip_exhaustive(void) {
     int bad = 0, bad_f16c = 0;

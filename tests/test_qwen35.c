@@ -433,9 +433,14 @@ static void test_dn_kernels(void) {
     uint64_t rng = 99;
     float *S = malloc(128 * 128 * 4), *S2 = malloc(128 * 128 * 4), *R = malloc(128 * 128 * 4), *k = malloc(128 * 4),
           *q = malloc(128 * 4), *v = malloc(128 * 4), o[128], o2[128];
-    for (int lvl = NX_CPU_AVX2; lvl <= NX_CPU_AVX512; lvl++) {
-        if (nx_cpu_level_detected() < (nx_cpu_level)lvl) continue;
-        qw_dn_head_fn f = lvl == NX_CPU_AVX2 ? qw_dn_head_avx2 : qw_dn_head_avx512;
+    qw_dn_head_fn fns[2];
+    int n_fn = 0;
+#if defined(__x86_64__) || defined(__i386__)   /* aarch64 has the scalar kernel only, so far */
+    if (nx_cpu_level_detected() >= NX_CPU_AVX2) fns[n_fn++] = qw_dn_head_avx2;
+    if (nx_cpu_level_detected() >= NX_CPU_AVX512) fns[n_fn++] = qw_dn_head_avx512;
+#endif
+    for (int lvl = 0; lvl < n_fn; lvl++) {
+        qw_dn_head_fn f = fns[lvl];
         for (int t = 0; t < 4; t++) {
             const int dk = dims[t][0], dv = dims[t][1];
             for (int i = 0; i < dv * dk; i++) {

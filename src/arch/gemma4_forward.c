@@ -111,8 +111,11 @@ static inline nx_status mm(nx_ctx *ctx, const nx_tensor *w, const float *x, int 
  * when the level allows: the same bits, several times faster). */
 static inline const float *kv_row(const uint8_t *p, nx_type t, int n, float *tmp, bool f16c) {
     if (t == NX_TYPE_F32) return (const float *)p;
+#if defined(__x86_64__) || defined(__i386__)
     if (f16c) g4_f16_row_avx2((const nx_half *)p, tmp, n);
-    else nx_dequantize_row_f16((const nx_half *)p, tmp, n);
+    else
+#endif
+    nx_dequantize_row_f16((const nx_half *)p, tmp, n);
     return tmp;
 }
 
@@ -126,7 +129,11 @@ void g4_attend_head(const nx_kv *kv, int l, int seq, int lo, int hi, const float
     const nx_type tk = nx_kv_type_k(kv), tv = nx_kv_type_v(kv);
     const size_t esk = tk == NX_TYPE_F16 ? 2 : 4, esv = tv == NX_TYPE_F16 ? 2 : 4;
     const int cells = nx_kv_cells(kv, l);
+#if defined(__x86_64__) || defined(__i386__)
     const bool f16c = nx_cpu_level_get() >= NX_CPU_AVX2;
+#else
+    const bool f16c = false;
+#endif
     const uint8_t *kb = (const uint8_t *)nx_kv_k_base(kv, seq, l) + (size_t)kvh * (size_t)hd * esk;
     const uint8_t *vb = (const uint8_t *)nx_kv_v_base(kv, seq, l) + (size_t)kvh * (size_t)hd * esv;
     const size_t ks = (size_t)nkv * (size_t)hd * esk, vs = (size_t)nkv * (size_t)hd * esv;

@@ -39,8 +39,10 @@ qw_dn_run_fn qw_dn_run_pick(void) {
 
 qw_dn_head_fn qw_dn_head_pick(void) {
     switch (nx_cpu_level_get()) {
+#if defined(__x86_64__) || defined(__i386__)
     case NX_CPU_AVX512: return qw_dn_head_avx512;
     case NX_CPU_AVX2: return qw_dn_head_avx2;
+#endif
     default: return qw_dn_head_scalar;
     }
 }

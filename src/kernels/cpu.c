@@ -1,9 +1,15 @@
-/* cpu.c — CPUID detection and the SIMD level in effect (capped by NEXTN_CPU). */
+/* cpu.c — CPU feature detection (CPUID / HWCAP) and the SIMD level in effect (capped by NEXTN_CPU). */
 #include "kernels/cpu.h"
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__aarch64__) && defined(__linux__)
+#include <sys/auxv.h>
+#ifndef HWCAP_ASIMDDP
+#define HWCAP_ASIMDDP (1 << 20)
+#endif
+#endif
 
 static atomic_int g_level = -1;     /* the CPU feature table: level in effect, -1 = not yet set */
 
@@ -41,8 +47,33 @@ nx_cpu_level nx_cpu_level_detected(void) {
     bool vbmi = c7 & (1u << 1), vnni = c7 & (1u << 11);
     if (zmm && ymm && avx2 && fma && f16c && bmi2 && f && dq && bw && vl && vbmi && vnni) return NX_CPU_AVX512;
     if (ymm && avx2 && fma && f16c && bmi2) return NX_CPU_AVX2;
+#elif defined(__aarch64__)
+#if defined(__linux__)
+    if (getauxval(AT_HWCAP) & HWCAP_ASIMDDP) return NX_CPU_NEON_DOT;
+#elif defined(__APPLE__)
+    return NX_CPU_NEON_DOT;   /* every Apple aarch64 core has the dot product */
+#endif
+    return NX_CPU_NEON;       /* Advanced SIMD is part of the aarch64 base */
 #endif
     return NX_CPU_SCALAR;
+}
+
+/* The machine's architecture owns a level. */
+static bool level_native(nx_cpu_level l) {
+#if defined(__aarch64__)
+    return l == NX_CPU_SCALAR || l == NX_CPU_NEON || l == NX_CPU_NEON_DOT;
+#else
+    return l == NX_CPU_SCALAR || l == NX_CPU_AVX2 || l == NX_CPU_AVX512;
+#endif
+}
+
+int nx_cpu_levels(nx_cpu_level *out) {
+    const nx_cpu_level hw = nx_cpu_level_detected();
+    int n = 0;
+    out[n++] = NX_CPU_SCALAR;
+    for (int l = NX_CPU_SCALAR + 1; l <= (int)hw; l++)
+        if (level_native((nx_cpu_level)l)) out[n++] = (nx_cpu_level)l;
+    return n;
 }
 
 int nx_cpu_has_avx512bf16(void) {
@@ -58,7 +89,7 @@ int nx_cpu_has_avx512bf16(void) {
 
 nx_cpu_level nx_cpu_set_level(nx_cpu_level level) {
     nx_cpu_level hw = nx_cpu_level_detected();
-    if (level > hw) level = hw;
+    if (!level_native(level) || level > hw) level = hw;   /* the levels of one architecture are ordered */
     if (level < NX_CPU_SCALAR) level = NX_CPU_SCALAR;
     atomic_store(&g_level, (int)level);
     return level;
@@ -67,11 +98,12 @@ nx_cpu_level nx_cpu_set_level(nx_cpu_level level) {
 nx_cpu_level nx_cpu_level_get(void) {
     int l = atomic_load(&g_level);
     if (l >= 0) return (nx_cpu_level)l;
-    nx_cpu_level want = NX_CPU_AVX512;
+    nx_cpu_level want = nx_cpu_level_detected();
     const char *env = getenv("NEXTN_CPU");
     if (env) {
         if (!strcmp(env, "scalar")) want = NX_CPU_SCALAR;
         else if (!strcmp(env, "avx2")) want = NX_CPU_AVX2;
+        else if (!strcmp(env, "neon")) want = NX_CPU_NEON;
     }
     return nx_cpu_set_level(want);
 }
@@ -81,6 +113,8 @@ const char *nx_cpu_level_name(nx_cpu_level level) {
     case NX_CPU_SCALAR: return "scalar";
     case NX_CPU_AVX2: return "avx2";
     case NX_CPU_AVX512: return "avx512";
+    case NX_CPU_NEON: return "neon";
+    case NX_CPU_NEON_DOT: return "neon_dot";
     }
     return "?";
 }

@@ -1,9 +1,14 @@
 /*
  * cpu.h — run-time CPU feature detection and the SIMD level the kernels use.
  *
- * The level is detected once (CPUID via __builtin_cpu_supports) and capped by the env var
- * NEXTN_CPU=scalar|avx2|avx512. Tests force each level with nx_cpu_set_level() to cover
+ * The level is detected once (x86: CPUID; aarch64: the kernel's HWCAP bits) and capped by the
+ * env var NEXTN_CPU=scalar|avx2|avx512 (x86) or scalar|neon|neon_dot (aarch64; a name of the
+ * other architecture is ignored). Tests force each level with nx_cpu_set_level() to cover
  * every path. This table is the one global besides the logger.
+ *
+ * The levels of one architecture are ordered (each includes the one below); the levels of the
+ * other architecture never take effect: asking for one gives the best level the machine has,
+ * so `nx_cpu_set_level(l) == l` tells whether level l runs here.
  */
 #ifndef NX_KERNELS_CPU_H
 #define NX_KERNELS_CPU_H
@@ -12,13 +17,20 @@ typedef enum nx_cpu_level {
     NX_CPU_SCALAR = 0,
     NX_CPU_AVX2   = 1,   /* AVX2 + FMA + F16C */
     NX_CPU_AVX512 = 2,   /* AVX-512 F/BW/VL/DQ + VNNI (+ BF16 where present) */
+    NX_CPU_NEON   = 3,   /* aarch64 Advanced SIMD (every aarch64 CPU) */
+    NX_CPU_NEON_DOT = 4, /* + the int8 dot product (SDOT/UDOT, FEAT_DotProd; armv8.2-a and later) */
 } nx_cpu_level;
+
+#define NX_CPU_MAX_LEVELS 3   /* levels of one architecture, scalar included */
 
 nx_cpu_level nx_cpu_level_get(void);          /* current level (detected, capped by NEXTN_CPU) */
 nx_cpu_level nx_cpu_level_detected(void);     /* best the hardware supports */
 /* Force a level (clamped to what the hardware supports); returns the level now in effect. */
 nx_cpu_level nx_cpu_set_level(nx_cpu_level level);
 const char  *nx_cpu_level_name(nx_cpu_level level);
+/* The levels this machine runs, ascending from NX_CPU_SCALAR (at most NX_CPU_MAX_LEVELS);
+ * returns how many. */
+int          nx_cpu_levels(nx_cpu_level *out);
 int          nx_cpu_has_avx512bf16(void);
 
 #endif

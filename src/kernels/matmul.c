@@ -70,7 +70,7 @@ static act_plan plan_act(act_kind kind, int64_t n_in, int64_t n_rows) {
 }
 
 /* The AVX-512 Q4_K kernel wants its activations permuted: one more copy of q in the scratch. */
-static bool q4k_permuted(nx_type type) { return type == NX_TYPE_Q4_K && nx_cpu_level_get() == NX_CPU_AVX512; }
+static bool q4k_permuted(nx_type type) { return NX_MM_X86 && type == NX_TYPE_Q4_K && nx_cpu_level_get() == NX_CPU_AVX512; }
 
 size_t nx_matmul_scratch_size(nx_type type, int64_t n_in, int64_t n_rows) {
     act_kind kind;
@@ -124,8 +124,10 @@ void nx_mm_quantize_scalar(const float *x, int64_t n, int B, int bias, uint8_t *
 
 static nx_mm_quant_fn pick_quant(void) {
     switch (nx_cpu_level_get()) {
+#if NX_MM_X86
     case NX_CPU_AVX512: return nx_mm_quantize_avx512;
     case NX_CPU_AVX2: return nx_mm_quantize_avx2;
+#endif
     default: return nx_mm_quantize_scalar;
     }
 }
@@ -188,9 +190,15 @@ static nx_mm_kernel pick_kernel(nx_type type, int *tile, int *bias) {
     *tile = NX_MM_TILE;
     *bias = nx_mm_act_bias(type);
     switch (nx_cpu_level_get()) {
+#if NX_MM_X86
     case NX_CPU_AVX512: k = nx_mm_kernel_avx512(type); if (k) { *tile = nx_mm_tile_avx512(type); break; } /* fall through */
-    case NX_CPU_AVX2:   k = nx_mm_kernel_avx2(type); if (k) { *bias = nx_mm_act_bias_avx2(type); break; }   /* fall through */
-    case NX_CPU_SCALAR: k = nx_mm_kernel_scalar(type); break;
+    case NX_CPU_AVX2:   k = nx_mm_kernel_avx2(type); if (k) { *bias = nx_mm_act_bias_avx2(type); break; } __attribute__((fallthrough));
+#endif
+#if NX_MM_NEON
+    case NX_CPU_NEON_DOT: k = nx_mm_kernel_neon_dot(type); if (k) { *bias = 0; break; } __attribute__((fallthrough));
+    case NX_CPU_NEON:     k = nx_mm_kernel_neon(type); if (k) { *bias = 0; break; } __attribute__((fallthrough));
+#endif
+    default: k = nx_mm_kernel_scalar(type); break;
     }
     return k;
 }
@@ -355,12 +363,14 @@ static nx_status mm_dispatch(nx_threadpool *tp, nx_matmul_scratch *scratch, nx_t
         quantize_rows(kind, bias, x, job->n_rows, ldx, job->n_in, &p, s->buf, &job->act);
         if (job->pkern && type == NX_TYPE_Q8_0)
             fill_cs(&job->act, (int32_t *)((uint8_t *)s->buf + p.total - p.cs_row * (size_t)job->n_rows), job->n_rows, job->n_in);
+#if NX_MM_X86
         if (perm && !job->pkern) {
             uint8_t *qp = (uint8_t *)s->buf + p.total;
             for (int64_t r = 0; r < job->n_rows; r++)
                 nx_mm_q4k_perm_avx512(job->act.q + r * job->act.q_stride, qp + (size_t)r * p.q_row, job->n_in);
             job->act.q = qp;
         }
+#endif
     }
     nx_threadpool_run(tp, mm_task, job);
     nx_matmul_scratch_free(&own);
@@ -416,8 +426,10 @@ nx_status nx_matmul_multi(nx_threadpool *tp, nx_matmul_scratch *scratch, const n
 
 uint64_t nx_matmul_stream_read(const void *p, size_t n) {
     switch (nx_cpu_level_get()) {
+#if NX_MM_X86
     case NX_CPU_AVX512: return nx_mm_stream_read_avx512(p, n);
     case NX_CPU_AVX2: return nx_mm_stream_read_avx2(p, n);
+#endif
     default: break;
     }
     uint64_t s = 0;

@@ -31,6 +31,18 @@
 #include <stdint.h>
 #include "tensor.h"
 
+/* The SIMD kernels built for the target (CMakeLists.txt leaves the other architecture's out). */
+#if defined(__x86_64__) || defined(__i386__)
+#define NX_MM_X86 1
+#else
+#define NX_MM_X86 0
+#endif
+#if defined(__aarch64__)
+#define NX_MM_NEON 1
+#else
+#define NX_MM_NEON 0
+#endif
+
 #define NX_MM_TILE 16   /* activation rows per pass over a weight row */
 #define NX_MM_TILE_MAX 64   /* the most any kernel takes (see nx_mm_tile_avx512) */
 
@@ -121,6 +133,11 @@ typedef void (*nx_mm_kernel)(int64_t n_in, const uint8_t *w, size_t w_stride, in
 nx_mm_kernel nx_mm_kernel_scalar(nx_type type);
 nx_mm_kernel nx_mm_kernel_avx2(nx_type type);
 nx_mm_kernel nx_mm_kernel_avx512(nx_type type);
+/* aarch64 (matmul_neon.c, matmul_neon_dot.c): signed activation codes (bias 0) for every type,
+ * NX_MM_TILE rows per call, and the scalar kernels' float operations in the same order per
+ * (weight row, activation row), so their results equal the scalar level's bit for bit. */
+nx_mm_kernel nx_mm_kernel_neon(nx_type type);
+nx_mm_kernel nx_mm_kernel_neon_dot(nx_type type);
 /* Activation rows the AVX-512 kernel of a type takes per call (NX_MM_TILE .. NX_MM_TILE_MAX):
  * kernels that decode a weight panel once per call amortize it over more rows. */
 int nx_mm_tile_avx512(nx_type type);

@@ -36,6 +36,10 @@ bool nx_mm_pack_format(nx_type type, int *block_values, size_t *block_bytes) {
 }
 
 nx_mm_pkernel nx_mm_pick_pkernel(nx_type type) {
+#if !NX_MM_X86
+    (void)type;
+    return NULL;   /* no NEON packed kernels yet: the unpacked NEON kernels serve */
+#else
     const nx_cpu_level l = nx_cpu_level_get();
     switch (type) {
     case NX_TYPE_Q8_0: return l == NX_CPU_AVX512 ? nx_mm_pk_q8_0_avx512 : l == NX_CPU_AVX2 ? nx_mm_pk_q8_0_avx2 : NULL;
@@ -44,6 +48,7 @@ nx_mm_pkernel nx_mm_pick_pkernel(nx_type type) {
     case NX_TYPE_Q6_K: return l == NX_CPU_AVX512 ? nx_mm_pk_q6_K_avx512 : l == NX_CPU_AVX2 ? nx_mm_pk_q6_K_avx2 : NULL;
     default: return NULL;
     }
+#endif
 }
 
 size_t nx_matmul_pack_size(const nx_tensor *w) {

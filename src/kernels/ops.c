@@ -167,9 +167,11 @@ const nx_ops_impl nx_ops_scalar = {
 
 const nx_ops_impl *nx_ops_get(void) {
     switch (nx_cpu_level_get()) {
+#if defined(__x86_64__) || defined(__i386__)
     case NX_CPU_AVX512: if (nx_ops_avx512.dot) return &nx_ops_avx512; /* fall through */
-    case NX_CPU_AVX2:   if (nx_ops_avx2.dot) return &nx_ops_avx2;     /* fall through */
-    case NX_CPU_SCALAR: break;
+    case NX_CPU_AVX2:   if (nx_ops_avx2.dot) return &nx_ops_avx2;     __attribute__((fallthrough));
+#endif
+    default: break;   /* aarch64: the scalar ops for now */
     }
     return &nx_ops_scalar;
 }
