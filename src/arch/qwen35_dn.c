@@ -31,8 +31,10 @@ void qw_dn_run_scalar(const float *S, float *const *Sd, int T, int dv, int dk, c
 
 qw_dn_run_fn qw_dn_run_pick(void) {
     switch (nx_cpu_level_get()) {
+#if defined(__x86_64__) || defined(__i386__)
     case NX_CPU_AVX512: return qw_dn_run_avx512;
     case NX_CPU_AVX2: return qw_dn_run_avx2;
+#endif
     default: return qw_dn_run_scalar;
     }
 }
