@@ -250,7 +250,8 @@ static void test_policy_shadow_depth(void) {
 }
 
 /* The wall-clock guard: speculation measured slower than plain rounds -> k = 0 (switch reported
- * once), re-tries every guard_probe_every rounds, back on when a re-try is faster. */
+ * once), re-tries every guard_probe_every rounds, back on when a re-try is faster; a passing slow
+ * start does not switch it off. */
 static void test_policy_guard(void) {
     nx_spec_policy pol;
     nx_spec_costs c;
@@ -285,6 +286,18 @@ static void test_policy_guard(void) {
     CHECK_EQ_INT(retries, 1);
     CHECK(on_again && !pol.off);
     CHECK_EQ_INT((int)pol.n_switches, 2);
+    /* a slow start (one-time costs) that passes does not turn speculation off: the guard waits
+     * for guard_confirm speculative rounds in a row found slower */
+    CHECK(nx_spec_policy_init(&pol, NULL, NULL) == NX_OK);
+    for (int r = 0; r < 2; r++) CHECK_EQ_INT(nx_spec_policy_observe_round(&pol, 0, 1, 1e-3), 0);
+    for (int r = 0; r < 12; r++) CHECK_EQ_INT(nx_spec_policy_observe_round(&pol, 2, 3, 3 * 2e-3), 0);
+    for (int r = 0; r < 60; r++) CHECK_EQ_INT(nx_spec_policy_observe_round(&pol, 2, 3, 3 * 0.3e-3), 0);
+    CHECK(!pol.off);
+    /* ... but slowness that lasts does */
+    int at = -1;
+    for (int r = 0; r < 80 && at < 0; r++)
+        if (nx_spec_policy_observe_round(&pol, 2, 3, 3 * 3e-3) == 1) at = r;
+    CHECK(pol.off && at >= pol.p.guard_confirm - 1);
     /* fixed k: no guard */
     nx_spec_policy_params p = nx_spec_policy_default_params();
     p.adaptive = false;

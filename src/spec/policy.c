@@ -155,7 +155,7 @@ nx_spec_policy_params nx_spec_policy_default_params(void) {
     return (nx_spec_policy_params){
         .draft_max = 8, .draft_min = 0, .adaptive = true, .p_min = 0.0f, .ema_alpha = 0.1,
         .accept_prior = 0.6, .draft_cost_prior = 0.05, .probe_every = 8, .shadow_every = 4, .guard = true,
-        .guard_margin = 0.03, .guard_probe_every = 32, .plain_every = 64, .explore_every = 16,
+        .guard_margin = 0.03, .guard_probe_every = 32, .guard_confirm = 16, .plain_every = 64, .explore_every = 16,
     };
 }
 
@@ -176,7 +176,7 @@ nx_status nx_spec_policy_init(nx_spec_policy *pol, const nx_spec_policy_params *
         return nx_fail(err, NX_ERR_INVALID_ARG, "draft policy: draft_cost_prior %g < 0", p.draft_cost_prior);
     if (p.probe_every < 1)
         return nx_fail(err, NX_ERR_INVALID_ARG, "draft policy: probe_every %d < 1", p.probe_every);
-    if (p.shadow_every < 0 || p.guard_probe_every < 1 || p.plain_every < 1 || !(p.guard_margin >= 0.0) ||
+    if (p.shadow_every < 0 || p.guard_probe_every < 1 || p.guard_confirm < 0 || p.plain_every < 1 || !(p.guard_margin >= 0.0) ||
         p.explore_every < 0)
         return nx_fail(err, NX_ERR_INVALID_ARG, "draft policy: shadow_every %d (>= 0), guard_probe_every %d, plain_every "
                        "%d (>= 1), guard_margin %g (>= 0)", p.shadow_every, p.guard_probe_every, p.plain_every,
@@ -307,11 +307,15 @@ int nx_spec_policy_observe_round(nx_spec_policy *pol, int k, int committed, doub
     if (!pol->p.guard || !pol->p.adaptive) return 0;
     const double m = 1.0 + pol->p.guard_margin;
     if (!pol->off && pol->n_spec >= 8 && pol->n_plain >= 2 && pol->t_spec > pol->t_plain * m) {
+        if (k > 0 && ++pol->off_votes < pol->p.guard_confirm) return 0;
+        if (k == 0 && pol->off_votes < pol->p.guard_confirm) return 0;
         pol->off = true;
+        pol->off_votes = 0;
         pol->since_retry = 0;
         pol->n_switches++;
         return 1;
     }
+    if (!pol->off && k > 0) pol->off_votes = 0;   /* found no slower: the count starts again */
     if (pol->off && pol->retry && pol->t_spec * m < pol->t_plain) {
         pol->off = false;
         pol->n_switches++;

@@ -98,6 +98,9 @@ typedef struct nx_spec_policy_params {
     bool   guard;                /* true: the wall-clock guard (adaptive mode only) */
     double guard_margin;         /* 0.03: speculation must not be slower than plain by more */
     int    guard_probe_every;    /* 32: rounds between re-tries while the guard holds k at 0 */
+    int    guard_confirm;        /* 16: speculative rounds in a row that must find speculation
+                                    slower before the guard turns it off (a request's first rounds
+                                    pay one-time costs: cold caches, first-touch pages) */
     int    plain_every;          /* 64: a plain round among speculative ones (measures plain speed) */
     int    explore_every;        /* 16: a verified round at k* + 1 (its verify cost is measured too:
                                     an entry of the cost table is only refreshed when used; 0: none) */
@@ -119,6 +122,7 @@ typedef struct nx_spec_policy {
     bool     off;                      /* the guard holds k at 0 */
     bool     retry;                    /* this round is a re-try while off */
     int      since_plain, since_retry, since_explore;
+    int      off_votes;                /* speculative rounds in a row found slower */
     uint64_t n_switches;               /* times the guard turned speculation off or back on */
 } nx_spec_policy;
 
