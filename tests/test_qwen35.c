@@ -484,7 +484,8 @@ static void test_dn_run(void) {
         for (int d = 0; d < 3; d++) {
             const int dk = dims[d][0], dv = dims[d][1];
             const size_t n = (size_t)dk * dv;
-            float *S = aligned_alloc(64, n * 4), *A = aligned_alloc(64, T * n * 4), *B = aligned_alloc(64, T * n * 4);
+            const size_t bytes = (T * n * 4 + 63) / 64 * 64;   /* aligned_alloc: a multiple of the alignment */
+            float *S = aligned_alloc(64, bytes), *A = aligned_alloc(64, bytes), *B = aligned_alloc(64, bytes);
             float *kq = malloc(3 * T * 128 * 4), *oa = calloc(T * 128, 4), *ob = calloc(T * 128, 4), bt[T], dc[T];
             for (size_t i = 0; i < n; i++) {
                 rng = rng * 6364136223846793005ull + 1442695040888963407ull;
