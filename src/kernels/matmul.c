@@ -357,14 +357,14 @@ static nx_status mm_dispatch(nx_threadpool *tp, nx_matmul_scratch *scratch, nx_t
     } else {
         act_plan p = plan_act(kind, job->n_in, job->n_rows);
         nx_matmul_scratch *s = scratch ? scratch : &own;
-        const bool perm = q4k_permuted(type);
+        const bool perm = q4k_permuted(type) && !job->pkern;   /* packed kernels read the codes in order */
         nx_status st = scratch_reserve(s, p.total + (perm ? p.q_row * (size_t)job->n_rows : 0), err);
         if (st != NX_OK) return st;
         quantize_rows(kind, bias, x, job->n_rows, ldx, job->n_in, &p, s->buf, &job->act);
         if (job->pkern && type == NX_TYPE_Q8_0)
             fill_cs(&job->act, (int32_t *)((uint8_t *)s->buf + p.total - p.cs_row * (size_t)job->n_rows), job->n_rows, job->n_in);
 #if NX_MM_X86
-        if (perm && !job->pkern) {
+        if (perm) {
             uint8_t *qp = (uint8_t *)s->buf + p.total;
             for (int64_t r = 0; r < job->n_rows; r++)
                 nx_mm_q4k_perm_avx512(job->act.q + r * job->act.q_stride, qp + (size_t)r * p.q_row, job->n_in);

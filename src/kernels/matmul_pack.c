@@ -64,13 +64,12 @@ size_t nx_matmul_pack_size(const nx_tensor *w) {
 }
 
 /* Q8_0 x16: per block, the 16 fp16 scales, then for k = 0..7 the codes 4k..4k+3 of rows 0..15. */
-static void pack_q8_0(const uint8_t *src, size_t rb, int64_t nb, uint8_t *bp, int64_t b) {
+static void pack_q8_0(const uint8_t *src, size_t rb, uint8_t *bp, int64_t b) {
     for (int l = 0; l < NX_MM_PACK_ROWS; l++) {
         const uint8_t *blk = src + (size_t)l * rb + (size_t)b * sizeof(nx_block_q8_0);
         memcpy(bp + 2 * l, blk, 2);   /* the fp16 scale */
         for (int k = 0; k < 8; k++) memcpy(bp + 32 + 64 * k + 4 * l, blk + 2 + 4 * k, 4);
     }
-    (void)nb;
 }
 
 /* Q4_K / Q5_K x16 (matmul_impl.h): d, dmin, the unpacked 6-bit scales and mins, then per
@@ -112,8 +111,7 @@ static int q6k_code(const nx_block_q6_K *b, int v) {
 
 /* Q6_K x16 (matmul_impl.h): d, the int8 scales in (g, g+1) pairs per row, then per group of
  * 16 values the low nibbles (two vectors) and the high bit pairs (one vector) of 16 rows. */
-static void pack_q6_K(const uint8_t *src, size_t rb, int64_t nb, uint8_t *bp, int64_t b) {
-    (void)nb;
+static void pack_q6_K(const uint8_t *src, size_t rb, uint8_t *bp, int64_t b) {
     memset(bp, 0, NX_MM_Q6KX16_BLOCK);
     for (int l = 0; l < NX_MM_PACK_ROWS; l++) {
         const nx_block_q6_K *blk = (const void *)(src + (size_t)l * rb + (size_t)b * sizeof(nx_block_q6_K));
@@ -138,9 +136,9 @@ void nx_matmul_pack(const nx_tensor *w, void *dst) {
         const uint8_t *src = (const uint8_t *)w->data + (size_t)(g * NX_MM_PACK_ROWS) * w->nb[1];
         for (int64_t b = 0; b < nb; b++) {
             uint8_t *bp = out + (size_t)(g * nb + b) * bb;
-            if (w->type == NX_TYPE_Q8_0) pack_q8_0(src, w->nb[1], nb, bp, b);
+            if (w->type == NX_TYPE_Q8_0) pack_q8_0(src, w->nb[1], bp, b);
             else if (w->type == NX_TYPE_Q4_K || w->type == NX_TYPE_Q5_K) pack_k4(w->type == NX_TYPE_Q5_K, src, w->nb[1], bp, b);
-            else pack_q6_K(src, w->nb[1], nb, bp, b);
+            else pack_q6_K(src, w->nb[1], bp, b);
         }
     }
 }
