@@ -16,7 +16,7 @@
 /* ===== Architecture registry ===== */
 
 static const nx_arch *const g_archs[] = {&nx_arch_qwen35, &nx_arch_qwen35moe, &nx_arch_gemma4,
-                                          &nx_arch_gemma4_assistant, &nx_arch_gemma4_mtp};
+                                          &nx_arch_gemma4_assistant, &nx_arch_gemma4_mtp, &nx_arch_llama};
 
 const nx_arch *nx_arch_find(const char *name) {
     for (size_t i = 0; i < sizeof g_archs / sizeof g_archs[0]; i++)
@@ -24,7 +24,7 @@ const nx_arch *nx_arch_find(const char *name) {
     return NULL;
 }
 
-const char *nx_arch_names(void) { return "qwen35, qwen35moe, gemma4"; }
+const char *nx_arch_names(void) { return "qwen35, qwen35moe, gemma4, llama"; }
 
 nx_model_params nx_model_default_params(void) {
     nx_model_params p = {.n_threads = 0, .use_mmap = true};

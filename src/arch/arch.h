@@ -1,6 +1,6 @@
 /*
- * arch.h — the interface every architecture with a forward pass implements (qwen35 and
- * qwen35moe now; gemma4 later).
+ * arch.h — the interface every architecture with a forward pass implements (qwen35,
+ * qwen35moe, gemma4 and its assistant, llama).
  *
  * load:     read hyper-parameters and the weight table of an opened model (m->gguf), validate
  *           every tensor (name + expected shape in the error), set m->n_vocab / n_embd /
@@ -49,6 +49,7 @@ typedef struct nx_arch {
 extern const nx_arch nx_arch_qwen35;
 extern const nx_arch nx_arch_qwen35moe;
 extern const nx_arch nx_arch_gemma4, nx_arch_gemma4_assistant, nx_arch_gemma4_mtp;  /* gemma4.c */
+extern const nx_arch nx_arch_llama;                                                  /* llama.c */
 
 /* The implementation for general.architecture, or NULL. */
 const nx_arch *nx_arch_find(const char *name);
