@@ -231,7 +231,10 @@ static void gm_tokenizer_bytes(gm_builder *b, int64_t n_vocab) {
 
 /* ===== Architectures ===== */
 
-/* Generic dense transformer in llama.cpp's `llama` layout (RMSNorm, GQA attention, SwiGLU). */
+/* Generic dense transformer in llama.cpp's `llama` layout (RMSNorm, GQA attention, SwiGLU). Config keys
+ * (defaults): n_embd 256, n_layer 2, n_head 4, n_head_kv 2, head_dim n_embd/n_head, n_ff 4 n_embd,
+ * n_vocab 512, n_ctx 4096, n_rot head_dim, rope_freq_base 1e4, rms_eps 1e-6, tied_embeddings false,
+ * emb_std 1.0. */
 static void gm_arch_llama(gm_builder *b) {
     int64_t n_embd = gm_int(b, "n_embd", 256), n_layer = gm_int(b, "n_layer", 2);
     int64_t n_head = gm_int(b, "n_head", 4), n_head_kv = gm_int(b, "n_head_kv", 2);
@@ -264,7 +267,8 @@ static void gm_arch_llama(gm_builder *b) {
     gm_tokenizer_bytes(b, n_vocab);
 
     float s_in = 1.0f / sqrtf((float)n_embd);
-    gm_tensor(b, "token_embd.weight", GM_NORMAL, 1.0f, 2, n_embd, n_vocab, 1, 1);
+    /* emb_std: a tied model with std 1 mostly repeats its input (logits = h . e), smaller is flatter */
+    gm_tensor(b, "token_embd.weight", GM_NORMAL, (float)gm_float(b, "emb_std", 1.0), 2, n_embd, n_vocab, 1, 1);
     char name[128];
     for (int64_t l = 0; l < n_layer; l++) {
 #define GM_T(suffix, init, scale, nd, a, c) \

@@ -5,6 +5,9 @@
  *                  gemma4 targets, each drafted by itself (acceptance must be 100%: the draft
  *                  context follows the committed stream exactly), by a different random model of
  *                  its architecture (rejections), by a qwen35moe and by the other architecture;
+ *                  llama (the tests' generic dense model) as target and as draft: llama / llama
+ *                  (itself and another), llama drafted by qwen35 and gemma4, qwen35 and gemma4
+ *                  drafted by llama;
  *                  chained behind ngram; prefix reuse (submit with reuse_prefix);
  *   state          after a rejection (accept of fewer than drafted) the drafter's next proposals
  *                  equal a fresh drafter's over the committed tokens, bit for bit (recurrent
@@ -154,7 +157,7 @@ static void check_pair(const char *target, const char *draft, bool self, bool fu
     nx_model_free(m);
 }
 
-static const char *g_q, *g_q2, *g_moe, *g_g, *g_g2;
+static const char *g_q, *g_q2, *g_moe, *g_g, *g_g2, *g_l, *g_l2;
 
 static void test_lossless_qwen35(void) {
     check_pair(g_q, g_q, true, true);
@@ -170,6 +173,15 @@ static void test_lossless_gemma4(void) {
 static void test_lossless_cross(void) {
     check_pair(g_q, g_g2, false, false);
     check_pair(g_g, g_q2, false, false);
+}
+
+static void test_lossless_llama(void) {
+    check_pair(g_l, g_l, true, true);
+    check_pair(g_l, g_l2, false, true);
+    check_pair(g_l, g_q2, false, false);   /* llama target, other drafts */
+    check_pair(g_l, g_g2, false, false);
+    check_pair(g_q, g_l2, false, false);   /* llama drafting the other targets */
+    check_pair(g_g, g_l2, false, false);
 }
 
 /* ===== drafter state after rejections ===== */
@@ -237,6 +249,7 @@ static void check_rollback(const char *target, const char *draft) {
 static void test_rollback(void) {
     check_rollback(g_q, g_q2);   /* recurrent draft: restore + re-decode */
     check_rollback(g_q, g_g2);   /* sliding-window rings: trim */
+    check_rollback(g_q, g_l2);   /* plain KV: trim */
 }
 
 /* ===== prefix reuse ===== */
@@ -455,12 +468,15 @@ int main(void) {
     g_moe = gen("qwen35moe", "{\"n_expert\":4,\"n_expert_used\":2}", NX_TYPE_F32, "moe.gguf", 12);
     g_g = gen("gemma4", "{}", NX_TYPE_F32, "g.gguf", 7);
     g_g2 = gen("gemma4", "{}", NX_TYPE_F32, "g2.gguf", 13);
+    g_l = gen("llama", "{\"n_embd\":64,\"n_layer\":2,\"n_head\":4,\"n_head_kv\":2,\"n_ff\":128,\"tied_embeddings\":true}", NX_TYPE_Q8_0, "l.gguf", 7);
+    g_l2 = gen("llama", "{\"n_embd\":32,\"n_layer\":1,\"n_head\":2,\"n_head_kv\":1,\"n_ff\":64,\"tied_embeddings\":true,\"emb_std\":0.5}", NX_TYPE_F32, "l2.gguf", 17);
     TRUN(test_flags);
     TRUN(test_vocab);
     TRUN(test_rollback);
     TRUN(test_lossless_qwen35);
     TRUN(test_lossless_gemma4);
     TRUN(test_lossless_cross);
+    TRUN(test_lossless_llama);
     TRUN(test_prefix_reuse);
     TRUN(test_sampled_distribution);
     char cmd[600];
