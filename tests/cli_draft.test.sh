@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # cli_draft.test.sh — `nextn run` / `bench` with a draft model (--spec-type draft) on generated
-# qwen35 / gemma4 pairs, and the llama.cpp-compatible environment:
-#   greedy text identical with --spec-type draft on and off (1 pair per architecture, self and random
-#   drafts), auto picking draft for a full model, a mismatched vocabulary refused naming the token,
+# qwen35 / gemma4 / llama pairs, and the llama.cpp-compatible environment:
+#   greedy text identical with --spec-type draft on and off (every target / draft pair of the three
+#   architectures, self and random drafts), auto picking draft for a full model, a mismatched vocabulary refused naming the token,
 #   bench's draft row (cost per draft step, measured / predicted), eval --spec N -md F (tokens = greedy);
 #   LLAMA_ARG_* (applied; the command line wins), LLAMA_MTP_ACC_TRACE written and parsed (every
 #   line JSON, mtp_draft / mtp_accept paired, the shape of the seed patch), --spec-trace - on stderr
@@ -23,17 +23,20 @@ gen qwen35 q2.gguf 11 '{"n_layer":2}'
 gen gemma4 g.gguf 7
 gen gemma4 g2.gguf 13
 gen qwen35 v520.gguf 3 '{"n_vocab":520}'
+gen llama l.gguf 7 '{"n_embd":64,"n_layer":2,"n_head":4,"n_head_kv":2,"n_ff":128,"tied_embeddings":true}'
+gen llama l2.gguf 17 '{"n_embd":32,"n_layer":1,"n_head":2,"n_head_kv":1,"n_ff":64,"tied_embeddings":true,"emb_std":0.5}'
 
 P="hello world, hello world"
-for t in q g; do
+for t in q g l; do
     "$NEXTN" run -m "$work/$t.gguf" -p "$P" -n 40 --temp 0 --spec-type none >"$work/$t.off" 2>/dev/null
-    for d in q.gguf q2.gguf g.gguf g2.gguf; do
+    for d in q.gguf q2.gguf g.gguf g2.gguf l.gguf l2.gguf; do
         "$NEXTN" run -m "$work/$t.gguf" -p "$P" -n 40 --temp 0 --spec-type draft -md "$work/$d" --draft-max 4 \
             --draft-adaptive off >"$work/$t.$d" 2>"$work/$t.$d.err"
         check "$t.gguf drafted by $d: identical" "cmp -s '$work/$t.off' '$work/$t.$d'" "$(tail -3 "$work/$t.$d.err")"
     done
 done
 check "self draft accepts everything" "grep -q 'acceptance 1.000' '$work/q.q.gguf.err'" "$(head -2 "$work/q.q.gguf.err")"
+check "llama drafting itself accepts everything" "grep -q 'acceptance 1.000' '$work/l.l.gguf.err'" "$(head -2 "$work/l.l.gguf.err")"
 "$NEXTN" run -m "$work/g.gguf" -p "$P" -n 8 --temp 0 --model-draft "$work/q2.gguf" >/dev/null 2>"$work/auto.err"
 check "auto with a full draft model: draft" "grep -q 'speculation draft' '$work/auto.err'" "$(cat "$work/auto.err")"
 "$NEXTN" run -m "$work/q.gguf" -p "$P" -n 8 --temp 0 --spec-type draft -md "$work/v520.gguf" >"$work/v.out" 2>"$work/v.err"
@@ -48,7 +51,7 @@ check "bench: draft row, cost per draft step, measured / predicted" \
 
 # eval --spec N with a draft model (-md, no --spec-type: draft for a full model): the golden trace layout,
 # tokens = the greedy continuation; drafted by itself every draft is accepted
-for pair in "q q2.gguf" "q q.gguf" "g q2.gguf"; do
+for pair in "q q2.gguf" "q q.gguf" "g q2.gguf" "l l2.gguf" "q l2.gguf"; do
     set -- $pair
     "$NEXTN" eval -m "$work/$1.gguf" --prompt-ids 5,9,13,200,7,7,31 --greedy 24 -t 1 >"$work/eg.$1.json" 2>/dev/null
     "$NEXTN" eval -m "$work/$1.gguf" --prompt-ids 5,9,13,200,7,7,31 --spec 24 -md "$work/$2" -t 1 >"$work/es.$1.$2.json" 2>"$work/es.err"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # server_draft.test.sh — `nextn serve` with a draft model (--spec-type draft -md F, issue #16) on
 # generated pairs (a qwen35 target drafted by a smaller random qwen35, by itself, and a gemma4 target
-# drafted by that qwen35): greedy /completion (llama.cpp's native endpoint, return_tokens) from 3
+# drafted by that qwen35; a llama target drafted by a smaller llama, and the qwen35 drafted by it): greedy /completion (llama.cpp's native endpoint, return_tokens) from 3
 # concurrent clients on -np 2 gives the same tokens and text as the same server without a draft
 # model; the timings and /v1/models name the draft drafter; drafted by itself, every draft is
 # accepted. Needs curl and jq (skipped without them). Bounded: every request has a timeout.
@@ -14,6 +14,8 @@ gen() { "$NEXTN" gen-model --arch "$1" --out "$work/$2" --seed "$3" ${4:+--confi
 gen qwen35 q.gguf 7
 gen qwen35 q2.gguf 11 '{"n_layer":2}'
 gen gemma4 g.gguf 7
+gen llama l.gguf 7 '{"n_embd":64,"n_layer":2,"n_head":4,"n_head_kv":2,"n_ff":128,"tied_embeddings":true}'
+gen llama l2.gguf 17 '{"n_embd":32,"n_layer":1,"n_head":2,"n_head_kv":1,"n_ff":64,"tied_embeddings":true,"emb_std":0.5}'
 
 prompts=("hello world, hello world" "def fib(n):" "the quick brown fox")
 
@@ -28,7 +30,7 @@ ask() {
 
 stop() { kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null; }
 
-for pair in "q q2" "q q" "g q2"; do
+for pair in "q q2" "q q" "g q2" "l l2" "q l2"; do
     set -- $pair
     t=$1 d=$2
     nx_serve_start "$work" 200 -m "$work/$t.gguf" -np 2 -c 512 -t 1 --spec-type none
