@@ -4,7 +4,7 @@
  * K and V), the centroid-masked head (masked_head ids, masked_draft_* arrays), the dense head
  * forced by option, the drafter protocol (begin / process / draft / accept) in a greedy
  * speculative loop that must reproduce plain greedy decoding, increment positions, and load
- * errors (backbone width, vocab, head dims, requires_target_arch, a target given as assistant). */
+ * errors (backbone width, vocab size and token text, head dims, requires_target_arch, a target given as assistant). */
 #include <cjson/cJSON.h>
 #include <stdint.h>
 #include <unistd.h>
@@ -600,7 +600,7 @@ static void test_mtp_dialect(void) {
 
 /* ===== bad input ===== */
 
-typedef enum { MUT_BB, MUT_VOCAB, MUT_HD, MUT_REQ, MUT_HEADS } mutation;
+typedef enum { MUT_BB, MUT_VOCAB, MUT_HD, MUT_REQ, MUT_HEADS, MUT_TOKEN } mutation;
 
 /* Copy of the tiny assistant with one mutation; returns the path. */
 static bool write_mutant(mutation mu, char *out, size_t cap) {
@@ -615,6 +615,17 @@ static bool write_mutant(mutation mu, char *out, size_t cap) {
     if (mu == MUT_HEADS) {
         int32_t hc[2] = {3, 3};
         nx_gguf_set_arr(w, "gemma4-assistant.attention.head_count", NX_GGUF_I32, hc, 2);
+    }
+    if (mu == MUT_TOKEN) {   /* same size, token 300's text changed: llama.cpp's rule refuses it */
+        const int64_t k = nx_gguf_find_key(g, "tokenizer.ggml.tokens");
+        const uint64_t n = k >= 0 ? nx_gguf_arr_n(g, k) : 0;
+        const char **strs = calloc(n ? n : 1, sizeof *strs);
+        uint64_t *lens = calloc(n ? n : 1, sizeof *lens);
+        for (uint64_t j = 0; j < n; j++) strs[j] = nx_gguf_arr_str(g, k, j, &lens[j]);
+        if (n > 300) { strs[300] = "<changed>"; lens[300] = 9; }
+        nx_gguf_set_arr_str(w, "tokenizer.ggml.tokens", strs, lens, n);
+        free(strs);
+        free(lens);
     }
     for (int64_t i = 0; i < nx_gguf_n_tensors(g); i++) {
         const nx_tensor *t = nx_gguf_tensor(g, i);
@@ -655,6 +666,7 @@ static void test_bad_input(void) {
         if (write_mutant(MUT_HD, p, sizeof p)) expect_refused(ctx, p, "32", "64");
         if (write_mutant(MUT_REQ, p, sizeof p)) expect_refused(ctx, p, "requires_target_arch", "llama");
         if (write_mutant(MUT_HEADS, p, sizeof p)) expect_refused(ctx, p, "3 heads", "kv heads");
+        if (write_mutant(MUT_TOKEN, p, sizeof p)) expect_refused(ctx, p, "token 300", "<changed>");
         snprintf(p, sizeof p, "%s/model.gguf", c.dir);
         expect_refused(ctx, p, "gemma4", "not an assistant drafter");
         expect_refused(ctx, "/nonexistent/assistant.gguf", "assistant", "nonexistent");

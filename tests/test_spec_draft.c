@@ -4,7 +4,8 @@
  *                  draft lengths 1..8 and adaptive, on generated target / draft pairs: qwen35 and
  *                  gemma4 targets, each drafted by itself (acceptance must be 100%: the draft
  *                  context follows the committed stream exactly), by a different random model of
- *                  its architecture (rejections), by a qwen35moe and by the other architecture;
+ *                  its architecture (rejections), by a qwen35moe and by the other architecture; a
+ *                  qwen35moe target;
  *                  llama (the tests' generic dense model) as target and as draft: llama / llama
  *                  (itself and another), llama drafted by qwen35 and gemma4, qwen35 and gemma4
  *                  drafted by llama;
@@ -163,6 +164,7 @@ static void test_lossless_qwen35(void) {
     check_pair(g_q, g_q, true, true);
     check_pair(g_q, g_q2, false, true);
     check_pair(g_q, g_moe, false, false);
+    check_pair(g_moe, g_q2, false, false);   /* qwen35moe as the target */
 }
 
 static void test_lossless_gemma4(void) {
