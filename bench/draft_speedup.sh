@@ -10,8 +10,11 @@
 #   random    target = random qwen35, n_embd 512, 12 trunk layers (every 2nd attention), n_ff 4096,
 #             vocab 4096, Q8_0; draft = random qwen35, n_embd 128, 2 layers, n_ff 256, same vocab:
 #             acceptance ~0, so the figures show the cost side
+#   llama     target = random llama, n_embd 512, 12 layers, 8 heads / 2 KV heads, n_ff 2048, vocab
+#             4096, tied, Q8_0; draft = random llama, n_embd 128, 2 layers, n_ff 256, same vocab
+#             (tied embeddings with emb_std 0.5: both lean to repeating, some agreement)
 #
-# Usage: bench/draft_speedup.sh [--pair inflated|random|all] [--tokens N] [--prompt P] [--reps R]
+# Usage: bench/draft_speedup.sh [--pair inflated|random|llama|all] [--tokens N] [--prompt P] [--reps R]
 #                               [--threads T] [--kmax K]
 # NEXTN_CPU=avx2 forces the AVX2 kernels. Speed is measured, never asserted.
 set -u
@@ -62,5 +65,12 @@ if [ "$pair" = random ] || [ "$pair" = all ]; then
     make_once "$out/rand-draft-128x2-q8_0.gguf" --arch qwen35 --type q8_0 --seed 2 --config-json \
         '{"n_embd":128,"n_layer":2,"n_ff":256,"n_vocab":4096}' || exit 1
     run_pair random "$out/rand-target-512x12-q8_0.gguf" "$out/rand-draft-128x2-q8_0.gguf" || rc=1
+fi
+if [ "$pair" = llama ] || [ "$pair" = all ]; then
+    make_once "$out/llama-target-512x12-q8_0.gguf" --arch llama --type q8_0 --seed 1 --config-json \
+        '{"n_embd":512,"n_layer":12,"n_head":8,"n_head_kv":2,"n_ff":2048,"n_vocab":4096,"tied_embeddings":true,"emb_std":0.5}' || exit 1
+    make_once "$out/llama-draft-128x2-q8_0.gguf" --arch llama --type q8_0 --seed 2 --config-json \
+        '{"n_embd":128,"n_layer":2,"n_head":4,"n_head_kv":2,"n_ff":256,"n_vocab":4096,"tied_embeddings":true,"emb_std":0.5}' || exit 1
+    run_pair llama "$out/llama-target-512x12-q8_0.gguf" "$out/llama-draft-128x2-q8_0.gguf" || rc=1
 fi
 exit $rc
