@@ -1,0 +1,171 @@
+/*
+ * attn.c — nx_attn's driver (tiles, runs of queries with equal ranges, the running max / sum)
+ * and the scalar reference of every per-tier piece, which defines the float contract of
+ * attn.h. The driver's own arithmetic (max, the sums of l, o*c, o/l) is plain float code the
+ * tiers share, so only the pieces in nx_attn_tier differ by level.
+ */
+#include "kernels/attn.h"
+
+#include <math.h>
+#include <string.h>
+#include "core/fp16.h"
+#include "kernels/attn_impl.h"
+#include "kernels/cpu.h"
+#include "quant/quant.h"
+
+/* ===== the contract, scalar ===== */
+
+float nx_attn_exp(float x) {
+    if (!(x >= NX_ATTN_EXP_MIN)) return 0.0f;   /* also -inf and NaN */
+    const float n = rintf(x * NX_ATTN_LOG2E);
+    float r = fmaf(n, -NX_ATTN_LN2_HI, x);
+    r = fmaf(n, -NX_ATTN_LN2_LO, r);
+    float p = NX_ATTN_P7;
+    p = fmaf(p, r, NX_ATTN_P6);
+    p = fmaf(p, r, NX_ATTN_P5);
+    p = fmaf(p, r, NX_ATTN_P4);
+    p = fmaf(p, r, NX_ATTN_P3);
+    p = fmaf(p, r, NX_ATTN_P2);
+    p = fmaf(p, r, 1.0f);
+    p = fmaf(p, r, 1.0f);
+    const uint32_t bits = (uint32_t)((int32_t)n + 127) << 23;
+    float s;
+    memcpy(&s, &bits, sizeof s);
+    return p * s;
+}
+
+static float dot16(const float *q, const float *k, int D) {
+    float acc[16] = {0};
+    for (int d = 0; d < D; d++) acc[d & 15] = fmaf(q[d], k[d], acc[d & 15]);
+    for (int w = 8; w >= 1; w >>= 1)
+        for (int i = 0; i < w; i++) acc[i] += acc[i + w];
+    return acc[0];
+}
+
+static void scores_scalar(const float *const *q, int nq, const float *const *k, int nk, int D, float scale, float *S,
+                          int ldS) {
+    for (int i = 0; i < nq; i++)
+        for (int j = 0; j < nk; j++) S[(size_t)i * ldS + j] = dot16(q[i], k[j], D) * scale;
+}
+
+static void exp_row_scalar(float *s, int n, float m) {
+    for (int j = 0; j < n; j++) s[j] = nx_attn_exp(s[j] - m);
+}
+
+static void pv_scalar(const float *E, int ldE, int nq, const float *const *v, int nk, float *const *o, int Dv) {
+    for (int i = 0; i < nq; i++)
+        for (int p = 0; p < nk; p++) {
+            const float e = E[(size_t)i * ldE + p];
+            for (int d = 0; d < Dv; d++) o[i][d] = fmaf(e, v[p][d], o[i][d]);
+        }
+}
+
+static bool row_f32_scalar(nx_type t, const void *row, float *dst, int n) {
+    return nx_dequantize_row(t, row, dst, n);
+}
+
+const nx_attn_tier nx_attn_tier_scalar = {scores_scalar, exp_row_scalar, pv_scalar, row_f32_scalar};
+
+static const nx_attn_tier *tier(void) {
+#if defined(__x86_64__)
+    switch (nx_cpu_level_get()) {
+    case NX_CPU_AVX512: return &nx_attn_tier_avx512;
+    case NX_CPU_AVX2: return &nx_attn_tier_avx2;
+    default: break;
+    }
+#endif
+    return &nx_attn_tier_scalar;
+}
+
+/* ===== driver ===== */
+
+size_t nx_attn_work_floats(int nq, int D, int Dv) {
+    return 2 * (size_t)nq + (size_t)nq * NX_ATTN_TILE + (size_t)NX_ATTN_TILE * ((size_t)D + (size_t)Dv);
+}
+
+/* Rows of positions [pa, pb) (inside one tile) as float pointers: into the cache for F32,
+ * else converted into buf. */
+static void tile_rows(const nx_attn_tier *t, const uint8_t *base, size_t stride, nx_type ty, int cells, int pa,
+                      int pb, int n, float *buf, const float **rows) {
+    for (int p = pa; p < pb; p++) {
+        const int slot = p < cells ? p : p % cells;
+        const uint8_t *row = base + (size_t)slot * stride;
+        if (ty == NX_TYPE_F32) {
+            rows[p - pa] = (const float *)row;
+        } else {
+            float *dst = buf + (size_t)(p - pa) * (size_t)n;
+            t->row_f32(ty, row, dst, n);
+            rows[p - pa] = dst;
+        }
+    }
+}
+
+void nx_attn(const nx_attn_kv *kv, const nx_attn_q *q, int nq, int D, int Dv, float scale, float *work) {
+    enum { T = NX_ATTN_TILE };
+    const nx_attn_tier *t = tier();
+    if (nq > NX_ATTN_MAX_Q) nq = NX_ATTN_MAX_Q;
+    float *m = work, *l = m + nq, *S = l + nq, *kt = S + (size_t)nq * T, *vt = kt + (size_t)T * D;
+    const float *qp[NX_ATTN_MAX_Q];
+    float *op[NX_ATTN_MAX_Q];
+    int lo[NX_ATTN_MAX_Q], hi[NX_ATTN_MAX_Q];
+    const float *kr[T], *vr[T];
+    int glo = 0, ghi = -1;
+    for (int i = 0; i < nq; i++) {
+        qp[i] = q[i].q;
+        op[i] = q[i].out;
+        lo[i] = q[i].lo < 0 ? 0 : q[i].lo;
+        hi[i] = q[i].hi;
+        m[i] = -INFINITY;
+        l[i] = 0.0f;
+        memset(op[i], 0, (size_t)Dv * sizeof(float));
+        if (hi[i] < lo[i]) continue;
+        if (ghi < glo || lo[i] < glo) glo = lo[i];
+        if (hi[i] > ghi) ghi = hi[i];
+    }
+    for (int t0 = glo - glo % T; t0 <= ghi; t0 += T) {
+        const int t1 = t0 + T;
+        /* the part of the tile any query sees */
+        int pa = t1, pb = t0;
+        for (int i = 0; i < nq; i++) {
+            const int a = lo[i] > t0 ? lo[i] : t0, b = hi[i] + 1 < t1 ? hi[i] + 1 : t1;
+            if (a >= b) continue;
+            if (a < pa) pa = a;
+            if (b > pb) pb = b;
+        }
+        if (pa >= pb) continue;
+        tile_rows(t, kv->k, kv->k_stride, kv->tk, kv->cells, pa, pb, D, kt, kr);
+        tile_rows(t, kv->v, kv->v_stride, kv->tv, kv->cells, pa, pb, Dv, vt, vr);
+        for (int i = 0; i < nq;) {
+            const int a = lo[i] > t0 ? lo[i] : t0, b = hi[i] + 1 < t1 ? hi[i] + 1 : t1;
+            if (a >= b) { i++; continue; }
+            int j = i + 1;
+            while (j < nq && (lo[j] > t0 ? lo[j] : t0) == a && (hi[j] + 1 < t1 ? hi[j] + 1 : t1) == b) j++;
+            const int nk = b - a, nr = j - i;
+            t->scores(qp + i, nr, kr + (a - pa), nk, D, scale, S, T);
+            for (int r = 0; r < nr; r++) {
+                float *s = S + (size_t)r * T;
+                float mt = s[0];
+                for (int p = 1; p < nk; p++) mt = s[p] > mt ? s[p] : mt;
+                const float mo = m[i + r], mn = mo > mt ? mo : mt;
+                const float c = mo == -INFINITY ? 0.0f : nx_attn_exp(mo - mn);
+                t->exp_row(s, nk, mn);
+                float ls = 0.0f;
+                for (int p = 0; p < nk; p++) ls += s[p];
+                l[i + r] = l[i + r] * c + ls;
+                if (mo != -INFINITY && c != 1.0f) {
+                    float *o = op[i + r];
+                    for (int d = 0; d < Dv; d++) o[d] *= c;
+                }
+                m[i + r] = mn;
+            }
+            t->pv(S, T, nr, vr + (a - pa), nk, op + i, Dv);
+            i = j;
+        }
+    }
+    for (int i = 0; i < nq; i++) {
+        if (!(l[i] > 0.0f)) continue;
+        float *o = op[i];
+        const float li = l[i];
+        for (int d = 0; d < Dv; d++) o[d] = o[d] / li;
+    }
+}

@@ -1,0 +1,183 @@
+/*
+ * attn_avx2.c — nx_attn's tier pieces with AVX2 + FMA + F16C: the 16 lanes of dot16 are two
+ * ymm halves (lanes 0-7, 8-15), so the contract's first reduction step is their sum; four
+ * queries share each key load. Bit-identical to the scalar reference in attn.c; heads whose
+ * sizes are not multiples of 16 take the scalar path.
+ */
+#include <immintrin.h>
+#include <string.h>
+#include "core/fp16.h"
+#include "kernels/attn.h"
+#include "kernels/attn_impl.h"
+#include "quant/blocks.h"
+
+/* lanes i + i+8, then i + i+4 of a 16-lane sum held as (lo, hi) */
+static inline __m128 reduce_to4(__m256 lo, __m256 hi) {
+    const __m256 v8 = _mm256_add_ps(lo, hi);
+    return _mm_add_ps(_mm256_castps256_ps128(v8), _mm256_extractf128_ps(v8, 1));
+}
+
+/* the last two steps (i + i+2, i + i+1) of four sums at once: lane i of the result is x_i's */
+static inline __m128 reduce4x4(__m128 x0, __m128 x1, __m128 x2, __m128 x3) {
+    const __m128d a = _mm_castps_pd(x0), b = _mm_castps_pd(x1), c = _mm_castps_pd(x2), d = _mm_castps_pd(x3);
+    const __m128 u = _mm_add_ps(_mm_castpd_ps(_mm_unpacklo_pd(a, b)), _mm_castpd_ps(_mm_unpackhi_pd(a, b)));
+    const __m128 w = _mm_add_ps(_mm_castpd_ps(_mm_unpacklo_pd(c, d)), _mm_castpd_ps(_mm_unpackhi_pd(c, d)));
+    return _mm_add_ps(_mm_shuffle_ps(u, w, 0x88), _mm_shuffle_ps(u, w, 0xDD));
+}
+
+static inline float reduce1(__m256 lo, __m256 hi) {
+    const __m128 v4 = reduce_to4(lo, hi);
+    const __m128 v2 = _mm_add_ps(v4, _mm_movehl_ps(v4, v4));
+    return _mm_cvtss_f32(_mm_add_ss(v2, _mm_shuffle_ps(v2, v2, 1)));
+}
+
+static void scores(const float *const *q, int nq, const float *const *k, int nk, int D, float scale, float *S,
+                   int ldS) {
+    if (D & 15) {
+        nx_attn_tier_scalar.scores(q, nq, k, nk, D, scale, S, ldS);
+        return;
+    }
+    const __m128 vs = _mm_set1_ps(scale);
+    int i = 0;
+    for (; i + 4 <= nq; i += 4) {
+        const float *q0 = q[i], *q1 = q[i + 1], *q2 = q[i + 2], *q3 = q[i + 3];
+        for (int j = 0; j < nk; j++) {
+            const float *kj = k[j];
+            __m256 a0l = _mm256_setzero_ps(), a0h = a0l, a1l = a0l, a1h = a0l, a2l = a0l, a2h = a0l, a3l = a0l,
+                   a3h = a0l;
+            for (int d = 0; d < D; d += 16) {
+                const __m256 xl = _mm256_loadu_ps(kj + d), xh = _mm256_loadu_ps(kj + d + 8);
+                a0l = _mm256_fmadd_ps(_mm256_loadu_ps(q0 + d), xl, a0l);
+                a0h = _mm256_fmadd_ps(_mm256_loadu_ps(q0 + d + 8), xh, a0h);
+                a1l = _mm256_fmadd_ps(_mm256_loadu_ps(q1 + d), xl, a1l);
+                a1h = _mm256_fmadd_ps(_mm256_loadu_ps(q1 + d + 8), xh, a1h);
+                a2l = _mm256_fmadd_ps(_mm256_loadu_ps(q2 + d), xl, a2l);
+                a2h = _mm256_fmadd_ps(_mm256_loadu_ps(q2 + d + 8), xh, a2h);
+                a3l = _mm256_fmadd_ps(_mm256_loadu_ps(q3 + d), xl, a3l);
+                a3h = _mm256_fmadd_ps(_mm256_loadu_ps(q3 + d + 8), xh, a3h);
+            }
+            float r[4];
+            _mm_storeu_ps(r, _mm_mul_ps(reduce4x4(reduce_to4(a0l, a0h), reduce_to4(a1l, a1h), reduce_to4(a2l, a2h),
+                                                  reduce_to4(a3l, a3h)),
+                                        vs));
+            for (int ii = 0; ii < 4; ii++) S[(size_t)(i + ii) * ldS + j] = r[ii];
+        }
+    }
+    for (; i < nq; i++)
+        for (int j = 0; j < nk; j++) {
+            __m256 lo = _mm256_setzero_ps(), hi = lo;
+            for (int d = 0; d < D; d += 16) {
+                lo = _mm256_fmadd_ps(_mm256_loadu_ps(q[i] + d), _mm256_loadu_ps(k[j] + d), lo);
+                hi = _mm256_fmadd_ps(_mm256_loadu_ps(q[i] + d + 8), _mm256_loadu_ps(k[j] + d + 8), hi);
+            }
+            S[(size_t)i * ldS + j] = reduce1(lo, hi) * scale;
+        }
+}
+
+static inline __m256 exp8(__m256 x) {
+    const __m256 ok = _mm256_cmp_ps(x, _mm256_set1_ps(NX_ATTN_EXP_MIN), _CMP_GE_OQ);
+    const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(NX_ATTN_LOG2E)),
+                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fmadd_ps(n, _mm256_set1_ps(-NX_ATTN_LN2_HI), x);
+    r = _mm256_fmadd_ps(n, _mm256_set1_ps(-NX_ATTN_LN2_LO), r);
+    __m256 p = _mm256_set1_ps(NX_ATTN_P7);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(NX_ATTN_P6));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(NX_ATTN_P5));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(NX_ATTN_P4));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(NX_ATTN_P3));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(NX_ATTN_P2));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_and_ps(_mm256_mul_ps(p, _mm256_castsi256_ps(e)), ok);
+}
+
+static void exp_row(float *s, int n, float m) {
+    const __m256 vm = _mm256_set1_ps(m);
+    int j = 0;
+    for (; j + 8 <= n; j += 8) _mm256_storeu_ps(s + j, exp8(_mm256_sub_ps(_mm256_loadu_ps(s + j), vm)));
+    for (; j < n; j++) s[j] = nx_attn_exp(s[j] - m);
+}
+
+static void pv(const float *E, int ldE, int nq, const float *const *v, int nk, float *const *o, int Dv) {
+    if (Dv & 15) {
+        nx_attn_tier_scalar.pv(E, ldE, nq, v, nk, o, Dv);
+        return;
+    }
+    int i = 0;
+    for (; i + 4 <= nq; i += 4) {
+        const float *e0 = E + (size_t)i * ldE, *e1 = e0 + ldE, *e2 = e1 + ldE, *e3 = e2 + ldE;
+        float *o0 = o[i], *o1 = o[i + 1], *o2 = o[i + 2], *o3 = o[i + 3];
+        for (int d = 0; d < Dv; d += 16) {
+            __m256 a0l = _mm256_loadu_ps(o0 + d), a0h = _mm256_loadu_ps(o0 + d + 8);
+            __m256 a1l = _mm256_loadu_ps(o1 + d), a1h = _mm256_loadu_ps(o1 + d + 8);
+            __m256 a2l = _mm256_loadu_ps(o2 + d), a2h = _mm256_loadu_ps(o2 + d + 8);
+            __m256 a3l = _mm256_loadu_ps(o3 + d), a3h = _mm256_loadu_ps(o3 + d + 8);
+            for (int p = 0; p < nk; p++) {
+                const __m256 xl = _mm256_loadu_ps(v[p] + d), xh = _mm256_loadu_ps(v[p] + d + 8);
+                __m256 w = _mm256_broadcast_ss(e0 + p);
+                a0l = _mm256_fmadd_ps(w, xl, a0l); a0h = _mm256_fmadd_ps(w, xh, a0h);
+                w = _mm256_broadcast_ss(e1 + p);
+                a1l = _mm256_fmadd_ps(w, xl, a1l); a1h = _mm256_fmadd_ps(w, xh, a1h);
+                w = _mm256_broadcast_ss(e2 + p);
+                a2l = _mm256_fmadd_ps(w, xl, a2l); a2h = _mm256_fmadd_ps(w, xh, a2h);
+                w = _mm256_broadcast_ss(e3 + p);
+                a3l = _mm256_fmadd_ps(w, xl, a3l); a3h = _mm256_fmadd_ps(w, xh, a3h);
+            }
+            _mm256_storeu_ps(o0 + d, a0l); _mm256_storeu_ps(o0 + d + 8, a0h);
+            _mm256_storeu_ps(o1 + d, a1l); _mm256_storeu_ps(o1 + d + 8, a1h);
+            _mm256_storeu_ps(o2 + d, a2l); _mm256_storeu_ps(o2 + d + 8, a2h);
+            _mm256_storeu_ps(o3 + d, a3l); _mm256_storeu_ps(o3 + d + 8, a3h);
+        }
+    }
+    for (; i < nq; i++) {
+        const float *e = E + (size_t)i * ldE;
+        for (int d = 0; d < Dv; d += 16) {
+            __m256 lo = _mm256_loadu_ps(o[i] + d), hi = _mm256_loadu_ps(o[i] + d + 8);
+            for (int p = 0; p < nk; p++) {
+                const __m256 w = _mm256_broadcast_ss(e + p);
+                lo = _mm256_fmadd_ps(w, _mm256_loadu_ps(v[p] + d), lo);
+                hi = _mm256_fmadd_ps(w, _mm256_loadu_ps(v[p] + d + 8), hi);
+            }
+            _mm256_storeu_ps(o[i] + d, lo);
+            _mm256_storeu_ps(o[i] + d + 8, hi);
+        }
+    }
+}
+
+static bool row_f32(nx_type t, const void *row, float *dst, int n) {
+    if (t == NX_TYPE_F16 && (n & 7) == 0) {
+        const nx_half *x = row;
+        for (int i = 0; i < n; i += 8)
+            _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + i))));
+        return true;
+    }
+    if (t == NX_TYPE_Q8_0 && (n & 31) == 0) {
+        const nx_block_q8_0 *b = row;
+        for (int i = 0; i < n / 32; i++) {
+            const __m256 d = _mm256_set1_ps(nx_half_to_f32(b[i].d));
+            for (int c = 0; c < 4; c++) {
+                const __m256i q = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(b[i].qs + 8 * c)));
+                _mm256_storeu_ps(dst + 32 * i + 8 * c, _mm256_mul_ps(_mm256_cvtepi32_ps(q), d));
+            }
+        }
+        return true;
+    }
+    if (t == NX_TYPE_Q4_0 && (n & 31) == 0) {
+        const nx_block_q4_0 *b = row;
+        const __m128i lo4 = _mm_set1_epi8(0x0F), eight = _mm_set1_epi8(8);
+        for (int i = 0; i < n / 32; i++) {
+            const __m256 d = _mm256_set1_ps(nx_half_to_f32(b[i].d));
+            const __m128i x = _mm_loadu_si128((const __m128i *)b[i].qs);
+            const __m128i l = _mm_sub_epi8(_mm_and_si128(x, lo4), eight);
+            const __m128i h = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(x, 4), lo4), eight);
+            const __m128i parts[4] = {l, _mm_srli_si128(l, 8), h, _mm_srli_si128(h, 8)};
+            for (int c = 0; c < 4; c++)
+                _mm256_storeu_ps(dst + 32 * i + 8 * c, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(parts[c])), d));
+        }
+        return true;
+    }
+    return nx_attn_tier_scalar.row_f32(t, row, dst, n);
+}
+
+const nx_attn_tier nx_attn_tier_avx2 = {scores, exp_row, pv, row_f32};

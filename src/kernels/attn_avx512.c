@@ -1,0 +1,199 @@
+/*
+ * attn_avx512.c — nx_attn's tier pieces with AVX-512: one zmm holds the 16 lanes of dot16, a
+ * 4 x 4 block of (query, key) dot products shares its loads, and the 16 sums reduce together
+ * in the contract's order (lanes i + i+8, i + i+4, i + i+2, i + i+1). Bit-identical to the
+ * scalar reference in attn.c; heads whose sizes are not multiples of 16 take the scalar path.
+ */
+#include <immintrin.h>
+#include <string.h>
+#include "core/fp16.h"
+#include "kernels/attn.h"
+#include "kernels/attn_impl.h"
+#include "quant/blocks.h"
+
+/* Reduce 16 accumulators a[m] in the contract's order; lane 4j + i of the result is a[4i + j]. */
+static inline __m512 reduce16(const __m512 *a) {
+    __m512 s1[8], s2[4], s3[2];
+    for (int t = 0; t < 8; t++)
+        s1[t] = _mm512_add_ps(_mm512_shuffle_f32x4(a[2 * t], a[2 * t + 1], 0x44),
+                              _mm512_shuffle_f32x4(a[2 * t], a[2 * t + 1], 0xEE));
+    for (int u = 0; u < 4; u++)
+        s2[u] = _mm512_add_ps(_mm512_shuffle_f32x4(s1[2 * u], s1[2 * u + 1], 0x88),
+                              _mm512_shuffle_f32x4(s1[2 * u], s1[2 * u + 1], 0xDD));
+    for (int w = 0; w < 2; w++) {
+        const __m512d x = _mm512_castps_pd(s2[2 * w]), y = _mm512_castps_pd(s2[2 * w + 1]);
+        s3[w] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(x, y)), _mm512_castpd_ps(_mm512_unpackhi_pd(x, y)));
+    }
+    return _mm512_add_ps(_mm512_shuffle_ps(s3[0], s3[1], 0x88), _mm512_shuffle_ps(s3[0], s3[1], 0xDD));
+}
+
+static inline float reduce1(__m512 a) {
+    const __m256 v8 = _mm256_add_ps(_mm512_castps512_ps256(a), _mm512_extractf32x8_ps(a, 1));
+    const __m128 v4 = _mm_add_ps(_mm256_castps256_ps128(v8), _mm256_extractf128_ps(v8, 1));
+    const __m128 v2 = _mm_add_ps(v4, _mm_movehl_ps(v4, v4));
+    return _mm_cvtss_f32(_mm_add_ss(v2, _mm_shuffle_ps(v2, v2, 1)));
+}
+
+static void scores(const float *const *q, int nq, const float *const *k, int nk, int D, float scale, float *S,
+                   int ldS) {
+    if (D & 15) {
+        nx_attn_tier_scalar.scores(q, nq, k, nk, D, scale, S, ldS);
+        return;
+    }
+    const __m512 vs = _mm512_set1_ps(scale);
+    int i = 0;
+    for (; i + 4 <= nq; i += 4) {
+        const float *q0 = q[i], *q1 = q[i + 1], *q2 = q[i + 2], *q3 = q[i + 3];
+        for (int j = 0; j < nk; j += 4) {
+            const int kb = nk - j < 4 ? nk - j : 4;
+            const float *k0 = k[j], *k1 = k[j + (kb > 1)], *k2 = k[j + (kb > 2 ? 2 : 0)], *k3 = k[j + (kb > 3 ? 3 : 0)];
+            __m512 a[16];
+            for (int m = 0; m < 16; m++) a[m] = _mm512_setzero_ps();
+            for (int d = 0; d < D; d += 16) {
+                const __m512 x0 = _mm512_loadu_ps(k0 + d), x1 = _mm512_loadu_ps(k1 + d);
+                const __m512 x2 = _mm512_loadu_ps(k2 + d), x3 = _mm512_loadu_ps(k3 + d);
+                __m512 y = _mm512_loadu_ps(q0 + d);
+                a[0] = _mm512_fmadd_ps(y, x0, a[0]); a[1] = _mm512_fmadd_ps(y, x1, a[1]);
+                a[2] = _mm512_fmadd_ps(y, x2, a[2]); a[3] = _mm512_fmadd_ps(y, x3, a[3]);
+                y = _mm512_loadu_ps(q1 + d);
+                a[4] = _mm512_fmadd_ps(y, x0, a[4]); a[5] = _mm512_fmadd_ps(y, x1, a[5]);
+                a[6] = _mm512_fmadd_ps(y, x2, a[6]); a[7] = _mm512_fmadd_ps(y, x3, a[7]);
+                y = _mm512_loadu_ps(q2 + d);
+                a[8] = _mm512_fmadd_ps(y, x0, a[8]); a[9] = _mm512_fmadd_ps(y, x1, a[9]);
+                a[10] = _mm512_fmadd_ps(y, x2, a[10]); a[11] = _mm512_fmadd_ps(y, x3, a[11]);
+                y = _mm512_loadu_ps(q3 + d);
+                a[12] = _mm512_fmadd_ps(y, x0, a[12]); a[13] = _mm512_fmadd_ps(y, x1, a[13]);
+                a[14] = _mm512_fmadd_ps(y, x2, a[14]); a[15] = _mm512_fmadd_ps(y, x3, a[15]);
+            }
+            float r[16];
+            _mm512_storeu_ps(r, _mm512_mul_ps(reduce16(a), vs));   /* lane 4j' + i' = (q i', k j') */
+            for (int jj = 0; jj < kb; jj++)
+                for (int ii = 0; ii < 4; ii++) S[(size_t)(i + ii) * ldS + j + jj] = r[4 * jj + ii];
+        }
+    }
+    for (; i < nq; i++)
+        for (int j = 0; j < nk; j++) {
+            __m512 a = _mm512_setzero_ps();
+            for (int d = 0; d < D; d += 16) a = _mm512_fmadd_ps(_mm512_loadu_ps(q[i] + d), _mm512_loadu_ps(k[j] + d), a);
+            S[(size_t)i * ldS + j] = reduce1(a) * scale;
+        }
+}
+
+static inline __m512 exp16(__m512 x) {
+    const __mmask16 ok = _mm512_cmp_ps_mask(x, _mm512_set1_ps(NX_ATTN_EXP_MIN), _CMP_GE_OQ);
+    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(NX_ATTN_LOG2E)),
+                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fmadd_ps(n, _mm512_set1_ps(-NX_ATTN_LN2_HI), x);
+    r = _mm512_fmadd_ps(n, _mm512_set1_ps(-NX_ATTN_LN2_LO), r);
+    __m512 p = _mm512_set1_ps(NX_ATTN_P7);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(NX_ATTN_P6));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(NX_ATTN_P5));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(NX_ATTN_P4));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(NX_ATTN_P3));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(NX_ATTN_P2));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    const __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
+    return _mm512_maskz_mul_ps(ok, p, _mm512_castsi512_ps(e));
+}
+
+static void exp_row(float *s, int n, float m) {
+    const __m512 vm = _mm512_set1_ps(m);
+    int j = 0;
+    for (; j + 16 <= n; j += 16) _mm512_storeu_ps(s + j, exp16(_mm512_sub_ps(_mm512_loadu_ps(s + j), vm)));
+    if (j < n) {
+        const __mmask16 mk = (__mmask16)((1u << (n - j)) - 1);
+        _mm512_mask_storeu_ps(s + j, mk, exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(mk, s + j), vm)));
+    }
+}
+
+static void pv(const float *E, int ldE, int nq, const float *const *v, int nk, float *const *o, int Dv) {
+    if (Dv & 15) {
+        nx_attn_tier_scalar.pv(E, ldE, nq, v, nk, o, Dv);
+        return;
+    }
+    int i = 0;
+    for (; i + 4 <= nq; i += 4) {
+        const float *e0 = E + (size_t)i * ldE, *e1 = e0 + ldE, *e2 = e1 + ldE, *e3 = e2 + ldE;
+        int d = 0;
+        for (; d + 64 <= Dv; d += 64) {
+            __m512 a[4][4];
+            for (int r = 0; r < 4; r++)
+                for (int c = 0; c < 4; c++) a[r][c] = _mm512_loadu_ps(o[i + r] + d + 16 * c);
+            for (int p = 0; p < nk; p++) {
+                const float *vp = v[p] + d;
+                const __m512 x0 = _mm512_loadu_ps(vp), x1 = _mm512_loadu_ps(vp + 16);
+                const __m512 x2 = _mm512_loadu_ps(vp + 32), x3 = _mm512_loadu_ps(vp + 48);
+                const __m512 w0 = _mm512_set1_ps(e0[p]), w1 = _mm512_set1_ps(e1[p]);
+                const __m512 w2 = _mm512_set1_ps(e2[p]), w3 = _mm512_set1_ps(e3[p]);
+                a[0][0] = _mm512_fmadd_ps(w0, x0, a[0][0]); a[0][1] = _mm512_fmadd_ps(w0, x1, a[0][1]);
+                a[0][2] = _mm512_fmadd_ps(w0, x2, a[0][2]); a[0][3] = _mm512_fmadd_ps(w0, x3, a[0][3]);
+                a[1][0] = _mm512_fmadd_ps(w1, x0, a[1][0]); a[1][1] = _mm512_fmadd_ps(w1, x1, a[1][1]);
+                a[1][2] = _mm512_fmadd_ps(w1, x2, a[1][2]); a[1][3] = _mm512_fmadd_ps(w1, x3, a[1][3]);
+                a[2][0] = _mm512_fmadd_ps(w2, x0, a[2][0]); a[2][1] = _mm512_fmadd_ps(w2, x1, a[2][1]);
+                a[2][2] = _mm512_fmadd_ps(w2, x2, a[2][2]); a[2][3] = _mm512_fmadd_ps(w2, x3, a[2][3]);
+                a[3][0] = _mm512_fmadd_ps(w3, x0, a[3][0]); a[3][1] = _mm512_fmadd_ps(w3, x1, a[3][1]);
+                a[3][2] = _mm512_fmadd_ps(w3, x2, a[3][2]); a[3][3] = _mm512_fmadd_ps(w3, x3, a[3][3]);
+            }
+            for (int r = 0; r < 4; r++)
+                for (int c = 0; c < 4; c++) _mm512_storeu_ps(o[i + r] + d + 16 * c, a[r][c]);
+        }
+        for (; d < Dv; d += 16) {
+            __m512 a0 = _mm512_loadu_ps(o[i] + d), a1 = _mm512_loadu_ps(o[i + 1] + d);
+            __m512 a2 = _mm512_loadu_ps(o[i + 2] + d), a3 = _mm512_loadu_ps(o[i + 3] + d);
+            for (int p = 0; p < nk; p++) {
+                const __m512 x = _mm512_loadu_ps(v[p] + d);
+                a0 = _mm512_fmadd_ps(_mm512_set1_ps(e0[p]), x, a0);
+                a1 = _mm512_fmadd_ps(_mm512_set1_ps(e1[p]), x, a1);
+                a2 = _mm512_fmadd_ps(_mm512_set1_ps(e2[p]), x, a2);
+                a3 = _mm512_fmadd_ps(_mm512_set1_ps(e3[p]), x, a3);
+            }
+            _mm512_storeu_ps(o[i] + d, a0); _mm512_storeu_ps(o[i + 1] + d, a1);
+            _mm512_storeu_ps(o[i + 2] + d, a2); _mm512_storeu_ps(o[i + 3] + d, a3);
+        }
+    }
+    for (; i < nq; i++) {
+        const float *e = E + (size_t)i * ldE;
+        for (int d = 0; d < Dv; d += 16) {
+            __m512 a = _mm512_loadu_ps(o[i] + d);
+            for (int p = 0; p < nk; p++) a = _mm512_fmadd_ps(_mm512_set1_ps(e[p]), _mm512_loadu_ps(v[p] + d), a);
+            _mm512_storeu_ps(o[i] + d, a);
+        }
+    }
+}
+
+static bool row_f32(nx_type t, const void *row, float *dst, int n) {
+    if (t == NX_TYPE_F16 && (n & 15) == 0) {
+        const nx_half *x = row;
+        for (int i = 0; i < n; i += 16)
+            _mm512_storeu_ps(dst + i, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(x + i))));
+        return true;
+    }
+    if (t == NX_TYPE_Q8_0 && (n & 31) == 0) {
+        const nx_block_q8_0 *b = row;
+        for (int i = 0; i < n / 32; i++) {
+            const __m512 d = _mm512_set1_ps(nx_half_to_f32(b[i].d));
+            const __m512i q0 = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)b[i].qs));
+            const __m512i q1 = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(b[i].qs + 16)));
+            _mm512_storeu_ps(dst + 32 * i, _mm512_mul_ps(_mm512_cvtepi32_ps(q0), d));
+            _mm512_storeu_ps(dst + 32 * i + 16, _mm512_mul_ps(_mm512_cvtepi32_ps(q1), d));
+        }
+        return true;
+    }
+    if (t == NX_TYPE_Q4_0 && (n & 31) == 0) {
+        const nx_block_q4_0 *b = row;
+        const __m128i lo4 = _mm_set1_epi8(0x0F), eight = _mm_set1_epi8(8);
+        for (int i = 0; i < n / 32; i++) {
+            const __m512 d = _mm512_set1_ps(nx_half_to_f32(b[i].d));
+            const __m128i x = _mm_loadu_si128((const __m128i *)b[i].qs);
+            const __m128i l = _mm_sub_epi8(_mm_and_si128(x, lo4), eight);
+            const __m128i h = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(x, 4), lo4), eight);
+            _mm512_storeu_ps(dst + 32 * i, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(l)), d));
+            _mm512_storeu_ps(dst + 32 * i + 16, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(h)), d));
+        }
+        return true;
+    }
+    return nx_attn_tier_scalar.row_f32(t, row, dst, n);
+}
+
+const nx_attn_tier nx_attn_tier_avx512 = {scores, exp_row, pv, row_f32};

@@ -1,0 +1,41 @@
+/*
+ * attn_impl.h — the per-tier pieces of nx_attn (attn.c drives them). Each tier computes the
+ * float contract of attn.h exactly; the scalar versions (attn.c) define it.
+ */
+#ifndef NX_KERNELS_ATTN_IMPL_H
+#define NX_KERNELS_ATTN_IMPL_H
+
+#include <stdint.h>
+#include "tensor.h"
+
+typedef struct nx_attn_tier {
+    /* S[i*ldS + j] = dot16(q[i], k[j]) * scale, i < nq, j < nk */
+    void (*scores)(const float *const *q, int nq, const float *const *k, int nk, int D, float scale, float *S,
+                   int ldS);
+    /* s[j] = nx_attn_exp(s[j] - m), j < n */
+    void (*exp_row)(float *s, int n, float m);
+    /* o[i][d] = fmaf(E[i*ldE + p], v[p][d], o[i][d]) for p = 0..nk-1 in order, i < nq, d < Dv */
+    void (*pv)(const float *E, int ldE, int nq, const float *const *v, int nk, float *const *o, int Dv);
+    /* n values of a cache row of type t (F16 / Q8_0 / Q4_0 / BF16) as floats; false: type unknown */
+    bool (*row_f32)(nx_type t, const void *row, float *dst, int n);
+} nx_attn_tier;
+
+extern const nx_attn_tier nx_attn_tier_scalar;
+#if defined(__x86_64__)
+extern const nx_attn_tier nx_attn_tier_avx2;
+extern const nx_attn_tier nx_attn_tier_avx512;
+#endif
+
+/* The contract's constants, shared by every tier. */
+#define NX_ATTN_EXP_MIN   (-87.0f)
+#define NX_ATTN_LOG2E     1.44269504088896341f
+#define NX_ATTN_LN2_HI    0.693145751953125f
+#define NX_ATTN_LN2_LO    1.42860682030941723212e-6f
+#define NX_ATTN_P7 (1.0f / 5040.0f)
+#define NX_ATTN_P6 (1.0f / 720.0f)
+#define NX_ATTN_P5 (1.0f / 120.0f)
+#define NX_ATTN_P4 (1.0f / 24.0f)
+#define NX_ATTN_P3 (1.0f / 6.0f)
+#define NX_ATTN_P2 0.5f
+
+#endif
