@@ -12,8 +12,8 @@
   export GGUF DIR                 a GGUF qwen35 model back to an HF checkpoint (inverse transforms
                                   coded here independently: w - 1, log(-a), tiled -> grouped V heads),
                                   tokenizer.json rebuilt from the GGUF vocabulary.
-  compare A.gguf B.gguf           every tensor and tokenizer key of B equals A's (bytes; dequantized
-                                  values are compared too) — prints "N passed, N failed".
+  compare A.gguf B.gguf [--values] every tensor and tokenizer / model key of B equals A's (bytes, or
+                                  with --values the dequantized values) — prints "N passed, N failed".
 
 The safetensors files are written by hand: 8-byte LE header length, JSON header, data.
 """
@@ -440,7 +440,9 @@ def export(gpath, d):
             else:
                 hf = ("model.layers.%d." % il if il < nmain else "mtp.layers.%d." % (il - nmain)) + inv[rest]
         # inverse value transforms (F64 keeps them exact: the converter's f32(w + 1) returns the GGUF value)
-        if hf.endswith("norm.weight") and not hf.endswith("linear_attn.norm.weight"):
+        # every GGUF *norm.weight but ssm_norm holds 1 + w (the MTP enorm / hnorm included)
+        plus1 = name.endswith("norm.weight") and not name.endswith("ssm_norm.weight")
+        if plus1:
             a = a - 1.0
         if hf.endswith("A_log"):
             a = np.log(-a)
@@ -459,7 +461,7 @@ def export(gpath, d):
             a = a[:, None, :]
         # F64 where a transform was applied (exact inverse), else the values as F32 (exact for
         # dequantized Q8_0 / F32 values)
-        transformed = hf.endswith(("norm.weight", "A_log")) and not hf.endswith("linear_attn.norm.weight")
+        transformed = plus1 or hf.endswith("A_log")
         T[hf] = a if transformed else a.astype(np.float32)
     write_checkpoint(d, T)
     secs = kv[A + ".rope.dimension_sections"]
@@ -489,7 +491,8 @@ def export(gpath, d):
         json.dump(tc, f, ensure_ascii=False)
 
 
-def compare(apath, bpath):
+def compare(apath, bpath, values=False):
+    """values: B was converted to another type (f32): compare the dequantized values exactly."""
     a, b = gguf_np.GGUF(apath), gguf_np.GGUF(bpath)
     passed = failed = 0
 
@@ -506,16 +509,25 @@ def compare(apath, bpath):
     n_same = 0
     for name in sorted(set(a.tensors) & set(b.tensors)):
         ta, tb = a.tensors[name], b.tensors[name]
-        same = ta.ne == tb.ne and ta.type == tb.type and np.array_equal(a.raw(name), b.raw(name))
+        if values:
+            same = ta.ne == tb.ne and np.array_equal(a.tensor(name), b.tensor(name))
+        else:
+            same = ta.ne == tb.ne and ta.type == tb.type and np.array_equal(a.raw(name), b.raw(name))
         if not same:
             va, vb = a.tensor(name), b.tensor(name)
             print("  %s: shipped %s type %d, converted %s type %d, max |d| %s" % (
                 name, ta.ne, ta.type, tb.ne, tb.type, np.abs(va - vb).max() if va.shape == vb.shape else "shape"))
         n_same += same
         check(same, "tensor %s differs" % name)
-    print("%d/%d tensors bit-identical (name, shape, type, bytes)" % (n_same, len(a.tensors)))
+    print("%d/%d tensors %s" % (n_same, len(a.tensors), "with identical values (dequantized)" if values
+                                else "bit-identical (name, shape, type, bytes)"))
     A = a.kv["general.architecture"]
+    # {arch}.vocab_size: the shipped file's exporter wrote it, llama.cpp's qwen35 converter does not
+    # (the loader takes the vocabulary from token_embd)
+    skip = {A + ".vocab_size"}
     for k, v in a.kv.items():
+        if k in skip:
+            continue
         if k.startswith(("tokenizer.", A + ".")) or k == "general.architecture":
             check(b.kv.get(k) == v, "key %s: shipped %s, converted %s" % (k, str(v)[:80], str(b.kv.get(k))[:80]))
     print("%d passed, %d failed" % (passed, failed))
@@ -532,7 +544,7 @@ def main(argv):
     elif cmd == "export":
         export(argv[2], argv[3])
     elif cmd == "compare":
-        return 0 if compare(argv[2], argv[3]) else 1
+        return 0 if compare(argv[2], argv[3], values="--values" in argv) else 1
     else:
         raise SystemExit(__doc__)
     return 0
