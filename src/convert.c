@@ -75,6 +75,7 @@ static nx_status read_json_file(const char *path, char **text, cJSON **root, nx_
 }
 
 #define CV_MAX_DIM (1 << 20)
+#define CV_CHUNK ((int64_t)1 << 20)   /* values per streamed read */
 
 static nx_status read_hparams(const cv_config *c, cv_hparams *hp, nx_error *err) {
     nx_status s;
@@ -301,42 +302,52 @@ static nx_status cv_fill(void *user, const char *name, void *dst, size_t nbytes,
     const nx_st_tensor *src = nx_st_tensor_at(cx->st, t->src);
     if (cx->o->progress)
         cx->o->progress(cx->o->user, cx->done++, cx->n, name, nx_st_dtype_name(src->dtype), t->type, t->n_dims, t->ne);
-    int64_t n = src->numel;
-    float *f = malloc((size_t)n * sizeof *f);
-    if (!f) return nx_fail(err, NX_ERR_NOMEM, "out of memory converting %s (%lld values)", name, (long long)n);
-    nx_status s;
-    if (t->plus1 || t->negexp) {
-        /* small 1-D tensors: the arithmetic in double, one rounding */
-        double *d = malloc((size_t)n * sizeof *d);
-        if (!d) { free(f); return nx_fail(err, NX_ERR_NOMEM, "out of memory converting %s", name); }
-        s = nx_st_read_f64(cx->st, t->src, d, err);
-        for (int64_t i = 0; i < n && !s; i++) f[i] = (float)(t->plus1 ? d[i] + 1.0 : -exp(d[i]));
-        free(d);
-    } else {
-        s = nx_st_read_f32(cx->st, t->src, f, err);
-    }
-    if (s) { free(f); return nx_error_prefix(err, "converting %s", name); }
-    if (t->vmode != V_NONE) {
-        const cv_hparams *hp = &cx->hp;
-        int64_t nk = hp->nk, r = hp->nv / hp->nk, hd = t->v_hd;
-        int64_t rows = src->n_dims ? src->shape[0] : 1, cols = rows ? n / rows : 0;
-        float *tmp = malloc((size_t)(t->vmode == V_ROWS ? nk * r * hd * cols : nk * r * hd) * sizeof *tmp);
-        if (!tmp) { free(f); return nx_fail(err, NX_ERR_NOMEM, "out of memory converting %s", name); }
-        if (t->vmode == V_ROWS) reorder_blocks(f + t->v_off * cols, tmp, nk, r, hd, cols);
-        else for (int64_t i = 0; i < rows; i++) reorder_blocks(f + i * cols, tmp, nk, r, hd, 1);
-        free(tmp);
-    }
-    int64_t ne0 = t->ne[0], nrows = ne0 ? n / ne0 : 0;
+    int64_t n = src->numel, ne0 = t->ne[0], nrows = ne0 ? n / ne0 : 0;
     size_t rs = nx_row_size(t->type, ne0);
-    if ((size_t)nrows * rs != nbytes) { free(f); return nx_fail(err, NX_ERR_INTERNAL, "%s: size mismatch", name); }
-    for (int64_t i = 0; i < nrows; i++)
-        if (nx_quantize_row(t->type, f + i * ne0, (char *)dst + (size_t)i * rs, ne0) != rs) {
-            free(f);
-            return nx_fail(err, NX_ERR_FORMAT, "%s: row %lld cannot be stored as %s (a NaN or infinity?)", name,
-                           (long long)i, nx_type_name(t->type));
+    if ((size_t)nrows * rs != nbytes) return nx_fail(err, NX_ERR_INTERNAL, "%s: size mismatch", name);
+    /* Plain tensors stream by row chunks (about CV_CHUNK values); transformed ones are read whole
+     * (they are the small 1-D tensors and the DeltaNet matrices). */
+    bool whole = t->plus1 || t->negexp || t->vmode != V_NONE;
+    int64_t chunk_rows = whole ? nrows : (CV_CHUNK / (ne0 ? ne0 : 1) > 0 ? CV_CHUNK / ne0 : 1);
+    if (chunk_rows > nrows) chunk_rows = nrows;
+    float *f = malloc((size_t)(chunk_rows > 0 ? chunk_rows * ne0 : 1) * sizeof *f);
+    if (!f) return nx_fail(err, NX_ERR_NOMEM, "out of memory converting %s (%lld values)", name, (long long)n);
+    nx_status s = NX_OK;
+    if (whole) {
+        if (t->plus1 || t->negexp) {
+            /* small 1-D tensors: the arithmetic in double, one rounding */
+            double *d = malloc((size_t)n * sizeof *d);
+            if (!d) { free(f); return nx_fail(err, NX_ERR_NOMEM, "out of memory converting %s", name); }
+            s = nx_st_read_f64(cx->st, t->src, d, err);
+            for (int64_t i = 0; i < n && !s; i++) f[i] = (float)(t->plus1 ? d[i] + 1.0 : -exp(d[i]));
+            free(d);
+        } else {
+            s = nx_st_read_f32(cx->st, t->src, f, err);
         }
+        if (!s && t->vmode != V_NONE) {
+            const cv_hparams *hp = &cx->hp;
+            int64_t nk = hp->nk, r = hp->nv / hp->nk, hd = t->v_hd;
+            int64_t rows = src->n_dims ? src->shape[0] : 1, cols = rows ? n / rows : 0;
+            float *tmp = malloc((size_t)(t->vmode == V_ROWS ? nk * r * hd * cols : nk * r * hd) * sizeof *tmp);
+            if (!tmp) { free(f); return nx_fail(err, NX_ERR_NOMEM, "out of memory converting %s", name); }
+            if (t->vmode == V_ROWS) reorder_blocks(f + t->v_off * cols, tmp, nk, r, hd, cols);
+            else for (int64_t i = 0; i < rows; i++) reorder_blocks(f + i * cols, tmp, nk, r, hd, 1);
+            free(tmp);
+        }
+    }
+    for (int64_t r0 = 0; r0 < nrows && !s; r0 += chunk_rows) {
+        int64_t nr = nrows - r0 < chunk_rows ? nrows - r0 : chunk_rows;
+        const float *rowp = f;
+        if (whole) rowp = f + r0 * ne0;
+        else s = nx_st_read_f32_range(cx->st, t->src, r0 * ne0, nr * ne0, f, err);
+        for (int64_t i = 0; i < nr && !s; i++)
+            if (nx_quantize_row(t->type, rowp + i * ne0, (char *)dst + (size_t)(r0 + i) * rs, ne0) != rs)
+                s = nx_fail(err, NX_ERR_FORMAT, "%s: row %lld cannot be stored as %s (a NaN or infinity?)", name,
+                            (long long)(r0 + i), nx_type_name(t->type));
+    }
     free(f);
-    return NX_OK;
+    if (s && s != NX_ERR_FORMAT) return nx_error_prefix(err, "converting %s", name);
+    return s;
 }
 
 /* ===== Plan ===== */

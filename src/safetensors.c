@@ -328,20 +328,24 @@ static double elem(nx_st_dtype t, const unsigned char *p) {
     }
 }
 
-static nx_status read_conv(const nx_safetensors *st, int64_t i, void *dst, bool dbl, nx_error *err) {
+static nx_status read_conv(const nx_safetensors *st, int64_t i, int64_t first, int64_t count, void *dst, bool dbl,
+                           nx_error *err) {
     const nx_st_tensor *t = nx_st_tensor_at(st, i);
     if (!t) return nx_fail(err, NX_ERR_INVALID_ARG, "no tensor %lld", (long long)i);
     if (!nx_st_dtype_is_float(t->dtype))
         return nx_fail(err, NX_ERR_UNSUPPORTED, "tensor '%s' has dtype %s, which does not convert to float", t->name,
                        nx_st_dtype_name(t->dtype));
+    if (first < 0 || count < 0 || first > t->numel || count > t->numel - first)
+        return nx_fail(err, NX_ERR_INVALID_ARG, "tensor '%s': range [%lld, +%lld) outside its %lld values", t->name,
+                       (long long)first, (long long)count, (long long)t->numel);
     size_t es = DTYPES[t->dtype].size;
     size_t per = ST_BOUNCE / es;
     unsigned char *buf = malloc(ST_BOUNCE);
     if (!buf) return nx_fail(err, NX_ERR_NOMEM, "out of memory reading '%s'", t->name);
     nx_status s = NX_OK;
-    for (int64_t j = 0; j < t->numel && !s; j += (int64_t)per) {
-        size_t n = (size_t)(t->numel - j) < per ? (size_t)(t->numel - j) : per;
-        s = file_read(&st->files[t->file], t->offset + (uint64_t)j * es, buf, n * es, err);
+    for (int64_t j = 0; j < count && !s; j += (int64_t)per) {
+        size_t n = (size_t)(count - j) < per ? (size_t)(count - j) : per;
+        s = file_read(&st->files[t->file], t->offset + (uint64_t)(first + j) * es, buf, n * es, err);
         if (s) break;
         if (dbl) {
             double *d = (double *)dst + j;
@@ -358,9 +362,16 @@ static nx_status read_conv(const nx_safetensors *st, int64_t i, void *dst, bool 
 }
 
 nx_status nx_st_read_f32(const nx_safetensors *st, int64_t i, float *dst, nx_error *err) {
-    return read_conv(st, i, dst, false, err);
+    const nx_st_tensor *t = nx_st_tensor_at(st, i);
+    return read_conv(st, i, 0, t ? t->numel : 0, dst, false, err);
+}
+
+nx_status nx_st_read_f32_range(const nx_safetensors *st, int64_t i, int64_t first, int64_t count, float *dst,
+                               nx_error *err) {
+    return read_conv(st, i, first, count, dst, false, err);
 }
 
 nx_status nx_st_read_f64(const nx_safetensors *st, int64_t i, double *dst, nx_error *err) {
-    return read_conv(st, i, dst, true, err);
+    const nx_st_tensor *t = nx_st_tensor_at(st, i);
+    return read_conv(st, i, 0, t ? t->numel : 0, dst, true, err);
 }

@@ -75,5 +75,8 @@ uint64_t            nx_st_total_bytes(const nx_safetensors *st);
  * Errors: not a float dtype (NX_ERR_UNSUPPORTED), a short read (NX_ERR_IO). */
 nx_status nx_st_read_f32(const nx_safetensors *st, int64_t i, float *dst, nx_error *err);
 nx_status nx_st_read_f64(const nx_safetensors *st, int64_t i, double *dst, nx_error *err);
+/* Values [first, first + count) of tensor i (row-major order) as float32: streaming by rows. */
+nx_status nx_st_read_f32_range(const nx_safetensors *st, int64_t i, int64_t first, int64_t count, float *dst,
+                               nx_error *err);
 
 #endif
