@@ -27,6 +27,8 @@ typedef struct cv_hparams {
     int n_embd, n_ff, n_head, n_head_kv, head_dim, n_vocab, n_ctx;
     int interval, d_conv, dk, dv, nk, nv, n_rot;
     int sections[4];
+    bool moe;
+    int n_expert, n_expert_used, n_ff_exp, n_ff_shexp;
     double eps, rope_theta, rope_factor;
     const char *rope_type;
 } cv_hparams;
@@ -83,7 +85,13 @@ static nx_status read_hparams(const cv_config *c, cv_hparams *hp, nx_error *err)
     I("num_hidden_layers", true, 0, 1, 4096, &hp->n_layer);
     I("mtp_num_hidden_layers", false, 0, 0, 64, &hp->n_mtp);
     I("hidden_size", true, 0, 1, CV_MAX_DIM, &hp->n_embd);
-    I("intermediate_size", true, 0, 1, CV_MAX_DIM, &hp->n_ff);
+    I("intermediate_size", !hp->moe, 0, 0, CV_MAX_DIM, &hp->n_ff);
+    if (hp->moe) {
+        I("num_experts", true, 0, 1, 512, &hp->n_expert);
+        I("num_experts_per_tok", true, 0, 1, hp->n_expert, &hp->n_expert_used);
+        I("moe_intermediate_size", true, 0, 1, CV_MAX_DIM, &hp->n_ff_exp);
+        I("shared_expert_intermediate_size", false, 0, 0, CV_MAX_DIM, &hp->n_ff_shexp);
+    }
     I("num_attention_heads", true, 0, 1, CV_MAX_DIM, &hp->n_head);
     I("num_key_value_heads", false, hp->n_head, 1, CV_MAX_DIM, &hp->n_head_kv);
     I("head_dim", false, hp->n_embd / hp->n_head, 1, CV_MAX_DIM, &hp->head_dim);
@@ -137,9 +145,16 @@ static nx_status read_hparams(const cv_config *c, cv_hparams *hp, nx_error *err)
 
 enum { V_NONE, V_ROWS, V_COLS };
 
+/* A run of source values: an output tensor is one or more (stacked experts, split gate_up). */
+typedef struct cv_seg {
+    int64_t src, first, count;   /* safetensors index, value range */
+} cv_seg;
+
 typedef struct cv_tensor {
     char     name[128];
-    int64_t  src;            /* safetensors index */
+    int64_t  src;            /* safetensors index (of the first segment) */
+    cv_seg  *segs;           /* NULL: the whole of src; else n_segs runs (owned) */
+    int      n_segs;
     nx_type  type;
     int      n_dims;
     int64_t  ne[4];
@@ -148,6 +163,7 @@ typedef struct cv_tensor {
     int      vmode;          /* V-head reorder: rows from v_off, or columns */
     int64_t  v_off, v_hd;
     int      order;          /* sort key: -1 token_embd, layer, INT32_MAX the rest */
+    int      expert;         /* planning only: expert id of a per-expert tensor (-1 fused) */
     struct cv_ctx *cx;
 } cv_tensor;
 
@@ -189,6 +205,13 @@ static const struct { const char *hf, *gguf; int vmode; int v_at; int hd1; } LAY
     {"mlp.gate_proj.weight", "ffn_gate.weight", V_NONE, 0, 0},
     {"mlp.up_proj.weight", "ffn_up.weight", V_NONE, 0, 0},
     {"mlp.down_proj.weight", "ffn_down.weight", V_NONE, 0, 0},
+    {"mlp.gate.weight", "ffn_gate_inp.weight", V_NONE, 0, 0},
+    {"mlp.shared_expert.gate_proj.weight", "ffn_gate_shexp.weight", V_NONE, 0, 0},
+    {"mlp.shared_expert.up_proj.weight", "ffn_up_shexp.weight", V_NONE, 0, 0},
+    {"mlp.shared_expert.down_proj.weight", "ffn_down_shexp.weight", V_NONE, 0, 0},
+    {"mlp.shared_expert_gate.weight", "ffn_gate_inp_shexp.weight", V_NONE, 0, 0},
+    {"mlp.experts.down_proj", "ffn_down_exps.weight", V_NONE, 0, 0},
+    {"mlp.experts.down_proj.weight", "ffn_down_exps.weight", V_NONE, 0, 0},
     /* the MTP block's own tensors, after the mtp.* -> model.layers.{n} remap */
     {"eh_proj.weight", "nextn.eh_proj.weight", V_NONE, 0, 0},
     {"enorm.weight", "nextn.enorm.weight", V_NONE, 0, 0},
@@ -252,8 +275,17 @@ static int map_name(const cv_hparams *hp, const char *in, char *hf, size_t hf_ca
         for (; i < sizeof LAYER_MAP / sizeof LAYER_MAP[0]; i++)
             if (!strcmp(rest, LAYER_MAP[i].hf)) break;
         if (i == sizeof LAYER_MAP / sizeof LAYER_MAP[0]) {
-            snprintf(why, why_cap, strstr(rest, "experts") || strstr(rest, "mlp.gate.") ? "MoE tensors are not supported yet"
-                                                                                      : "no GGUF name for it");
+            /* experts: one per tensor (stacked later) or gate_up fused (split later) */
+            int x = -1;
+            char proj[16] = "";
+            if (hp->moe && (sscanf(rest, "mlp.experts.%d.%15[a-z_].weight", &x, proj) == 2 ||
+                            !strcmp(rest, "mlp.experts.gate_up_proj") || !strcmp(rest, "mlp.experts.gate_up_proj.weight"))) {
+                t->order = (int)il;
+                t->expert = x;
+                snprintf(t->name, sizeof t->name, "blk.%ld.%s", il, x < 0 ? "gate_up" : proj);
+                return 2;
+            }
+            snprintf(why, why_cap, "no GGUF name for it%s", hp->moe ? "" : " (a MoE tensor in a dense model?)");
             return -1;
         }
         if (!strncmp(LAYER_MAP[i].gguf, "nextn.", 6) && il < hp->n_layer) {
@@ -302,12 +334,17 @@ static nx_status cv_fill(void *user, const char *name, void *dst, size_t nbytes,
     const nx_st_tensor *src = nx_st_tensor_at(cx->st, t->src);
     if (cx->o->progress)
         cx->o->progress(cx->o->user, cx->done++, cx->n, name, nx_st_dtype_name(src->dtype), t->type, t->n_dims, t->ne);
-    int64_t n = src->numel, ne0 = t->ne[0], nrows = ne0 ? n / ne0 : 0;
+    int64_t n = src->numel, ne0 = t->ne[0];
+    if (t->segs) {
+        n = 0;
+        for (int k = 0; k < t->n_segs; k++) n += t->segs[k].count;
+    }
+    int64_t nrows = ne0 ? n / ne0 : 0;
     size_t rs = nx_row_size(t->type, ne0);
     if ((size_t)nrows * rs != nbytes) return nx_fail(err, NX_ERR_INTERNAL, "%s: size mismatch", name);
     /* Plain tensors stream by row chunks (about CV_CHUNK values); transformed ones are read whole
      * (they are the small 1-D tensors and the DeltaNet matrices). */
-    bool whole = t->plus1 || t->negexp || t->vmode != V_NONE;
+    bool whole = !t->segs && (t->plus1 || t->negexp || t->vmode != V_NONE);
     int64_t chunk_rows = whole ? nrows : (CV_CHUNK / (ne0 ? ne0 : 1) > 0 ? CV_CHUNK / ne0 : 1);
     if (chunk_rows > nrows) chunk_rows = nrows;
     float *f = malloc((size_t)(chunk_rows > 0 ? chunk_rows * ne0 : 1) * sizeof *f);
@@ -335,15 +372,23 @@ static nx_status cv_fill(void *user, const char *name, void *dst, size_t nbytes,
             free(tmp);
         }
     }
-    for (int64_t r0 = 0; r0 < nrows && !s; r0 += chunk_rows) {
-        int64_t nr = nrows - r0 < chunk_rows ? nrows - r0 : chunk_rows;
-        const float *rowp = f;
-        if (whole) rowp = f + r0 * ne0;
-        else s = nx_st_read_f32_range(cx->st, t->src, r0 * ne0, nr * ne0, f, err);
-        for (int64_t i = 0; i < nr && !s; i++)
-            if (nx_quantize_row(t->type, rowp + i * ne0, (char *)dst + (size_t)(r0 + i) * rs, ne0) != rs)
-                s = nx_fail(err, NX_ERR_FORMAT, "%s: row %lld cannot be stored as %s (a NaN or infinity?)", name,
-                            (long long)(r0 + i), nx_type_name(t->type));
+    cv_seg one = {t->src, 0, whole ? 0 : n};
+    int n_segs = t->segs ? t->n_segs : 1;
+    int64_t row = 0;
+    if (whole) chunk_rows = nrows;   /* one pass over the buffer read above */
+    for (int k = 0; k < (whole ? 1 : n_segs) && !s; k++) {
+        cv_seg sg = t->segs ? t->segs[k] : one;
+        int64_t left = whole ? n : sg.count;
+        for (int64_t off = 0; off < left && !s;) {
+            int64_t nv = left - off < chunk_rows * ne0 ? left - off : chunk_rows * ne0;
+            int64_t nr = nv / ne0;
+            if (!whole) s = nx_st_read_f32_range(cx->st, sg.src, sg.first + off, nv, f, err);
+            for (int64_t i = 0; i < nr && !s; i++, row++)
+                if (nx_quantize_row(t->type, f + i * ne0, (char *)dst + (size_t)row * rs, ne0) != rs)
+                    s = nx_fail(err, NX_ERR_FORMAT, "%s: row %lld cannot be stored as %s (a NaN or infinity?)", name,
+                                (long long)row, nx_type_name(t->type));
+            off += nv;
+        }
     }
     free(f);
     if (s && s != NX_ERR_FORMAT) return nx_error_prefix(err, "converting %s", name);
@@ -373,9 +418,66 @@ static nx_status check_shape(const cv_ctx *cx, const cv_tensor *t, const nx_st_t
     return NX_OK;
 }
 
+/* A new output tensor of segments (3-D experts), or the one already named. */
+static cv_tensor *seg_tensor(cv_ctx *cx, const char *name, int order, int64_t ne0, int64_t ne1, nx_error *err) {
+    for (int64_t j = 0; j < cx->n; j++)
+        if (!strcmp(cx->t[j].name, name)) {
+            if (!cx->t[j].segs || cx->t[j].ne[0] != ne0 || cx->t[j].ne[1] != ne1) {
+                nx_fail(err, NX_ERR_FORMAT, "%s: expert tensors of different shapes, or mixed with a fused one", name);
+                return NULL;
+            }
+            return &cx->t[j];
+        }
+    int X = cx->hp.n_expert;
+    cv_tensor *t = &cx->t[cx->n];
+    *t = (cv_tensor){.src = -1, .cx = cx, .order = order, .n_dims = 3, .ne = {ne0, ne1, X, 1}, .n_segs = X};
+    snprintf(t->name, sizeof t->name, "%s", name);
+    t->segs = calloc((size_t)X, sizeof *t->segs);
+    if (!t->segs) { nx_fail(err, NX_ERR_NOMEM, "out of memory"); return NULL; }
+    t->type = pick_type(t, cx->outtype);
+    cx->n++;
+    return t;
+}
+
+/* Per-expert projections (mlp.experts.X.{gate,up,down}_proj.weight, stacked into
+ * ffn_{gate,up,down}_exps {in, out, n_expert}) and the fused mlp.experts.gate_up_proj
+ * (n_expert, 2F, E), split into ffn_gate_exps and ffn_up_exps (llama.cpp's Qwen2MoeModel). */
+static nx_status plan_experts(cv_ctx *cx, int64_t i, const nx_st_tensor *s, const char *tag, int x, int order,
+                              nx_error *err) {
+    int X = cx->hp.n_expert;
+    const char *blk_end = strchr(tag + 4, '.');
+    int il = order;
+    char name[128];
+    if (x < 0) {
+        if (s->n_dims != 3 || s->shape[0] != X || s->shape[1] % 2)
+            return nx_fail(err, NX_ERR_FORMAT, "tensor '%s' should be (%d experts, 2 x n_ff, n_embd)", s->name, X);
+        int64_t F = s->shape[1] / 2, E = s->shape[2];
+        for (int half = 0; half < 2; half++) {
+            snprintf(name, sizeof name, "blk.%d.%s", il, half ? "ffn_up_exps.weight" : "ffn_gate_exps.weight");
+            cv_tensor *t = seg_tensor(cx, name, order, E, F, err);
+            if (!t) return err->code;
+            for (int k = 0; k < X; k++) t->segs[k] = (cv_seg){i, (2 * k + half) * F * E, F * E};
+            t->src = i;
+        }
+        return NX_OK;
+    }
+    const char *proj = blk_end ? blk_end + 1 : "";
+    const char *which = !strcmp(proj, "gate_proj") ? "ffn_gate_exps" : !strcmp(proj, "up_proj") ? "ffn_up_exps"
+                      : !strcmp(proj, "down_proj") ? "ffn_down_exps" : NULL;
+    if (!which || x >= X || s->n_dims != 2)
+        return nx_fail(err, NX_ERR_UNSUPPORTED, "tensor '%s': not an expert projection of %d experts", s->name, X);
+    snprintf(name, sizeof name, "blk.%d.%s.weight", il, which);
+    cv_tensor *t = seg_tensor(cx, name, order, s->shape[1], s->shape[0], err);
+    if (!t) return err->code;
+    if (t->segs[x].count) return nx_fail(err, NX_ERR_FORMAT, "%s: expert %d appears twice", name, x);
+    t->segs[x] = (cv_seg){i, 0, s->numel};
+    if (t->src < 0 || i < t->src) t->src = i;
+    return NX_OK;
+}
+
 static nx_status build_plan(cv_ctx *cx, nx_error *err) {
     int64_t n = nx_st_n_tensors(cx->st);
-    cx->t = calloc((size_t)(n ? n : 1), sizeof *cx->t);
+    cx->t = calloc((size_t)(2 * n + 1), sizeof *cx->t);   /* a fused gate_up gives two */
     if (!cx->t) return nx_fail(err, NX_ERR_NOMEM, "out of memory");
     for (int64_t i = 0; i < n; i++) {
         const nx_st_tensor *s = nx_st_tensor_at(cx->st, i);
@@ -389,6 +491,13 @@ static nx_status build_plan(cv_ctx *cx, nx_error *err) {
         if (!nx_st_dtype_is_float(s->dtype))
             return nx_fail(err, NX_ERR_UNSUPPORTED, "tensor '%s' has dtype %s (quantized checkpoints are not supported)",
                            s->name, nx_st_dtype_name(s->dtype));
+        for (int d = 0; d < s->n_dims; d++)
+            if (s->shape[d] == 0) return nx_fail(err, NX_ERR_FORMAT, "tensor '%s' is empty", s->name);
+        if (r == 2) {
+            nx_status st = plan_experts(cx, i, s, t->name, t->expert, t->order, err);
+            if (st) return st;
+            continue;
+        }
         /* GGUF ne = the HF shape reversed; conv1d (C, 1, K) squeezed to (C, K) */
         int64_t shp[NX_ST_MAX_DIMS];
         int nd = 0;
@@ -405,6 +514,10 @@ static nx_status build_plan(cv_ctx *cx, nx_error *err) {
                 return nx_fail(err, NX_ERR_FORMAT, "two checkpoint tensors map to %s", t->name);
         cx->n++;
     }
+    for (int64_t i = 0; i < cx->n; i++)
+        for (int k = 0; k < cx->t[i].n_segs; k++)
+            if (!cx->t[i].segs[k].count)
+                return nx_fail(err, NX_ERR_FORMAT, "%s: expert %d is missing from the checkpoint", cx->t[i].name, k);
     qsort(cx->t, (size_t)cx->n, sizeof *cx->t, cmp_tensor);
     for (int64_t i = 0; i < cx->n; i++) cx->t[i].cx = cx;
     if (!cx->n) return nx_fail(err, NX_ERR_FORMAT, "the checkpoint holds no text-model tensors");
@@ -489,32 +602,57 @@ static nx_status set_chat_template(nx_gguf_writer *w, const char *dir, const cha
     return s;
 }
 
+static nx_status kv_u32(nx_gguf_writer *w, const char *arch, const char *suffix, int64_t v) {
+    char key[160];
+    snprintf(key, sizeof key, "%s.%s", arch, suffix);
+    return nx_gguf_set_u32(w, key, (uint32_t)v);
+}
+
+static nx_status kv_f32(nx_gguf_writer *w, const char *arch, const char *suffix, double v) {
+    char key[160];
+    snprintf(key, sizeof key, "%s.%s", arch, suffix);
+    return nx_gguf_set_f32(w, key, (float)v);
+}
+
+/* The keys and their order as llama.cpp's TextModel / Qwen2MoeModel / Qwen3NextModel /
+ * _Qwen35MRopeMixin / _Qwen35MtpMixin set_gguf_parameters write them. */
 static nx_status set_model_kv(nx_gguf_writer *w, const cv_hparams *hp, const char *name, nx_type outtype) {
-    nx_status s = NX_OK;
-#define U(k, v) if (!s) s = nx_gguf_set_u32(w, "qwen35." k, (uint32_t)(v))
-#define F(k, v) if (!s) s = nx_gguf_set_f32(w, "qwen35." k, (float)(v))
-    s = nx_gguf_set_str(w, "general.architecture", "qwen35");
+    const char *A = hp->moe ? "qwen35moe" : "qwen35";
+    char key[160];
+    nx_status s = nx_gguf_set_str(w, "general.architecture", A);
+#define U(k, v) if (!s) s = kv_u32(w, A, k, v)
+#define F(k, v) if (!s) s = kv_f32(w, A, k, v)
     if (!s) s = nx_gguf_set_str(w, "general.type", "model");
     if (!s) s = nx_gguf_set_str(w, "general.name", name);
     U("block_count", hp->n_layer + hp->n_mtp);
     if (hp->n_ctx > 0) U("context_length", hp->n_ctx);
     U("embedding_length", hp->n_embd);
-    U("feed_forward_length", hp->n_ff);
+    if (hp->n_ff > 0) U("feed_forward_length", hp->n_ff);
     U("attention.head_count", hp->n_head);
     U("attention.head_count_kv", hp->n_head_kv);
     if (hp->rope_type && !strcmp(hp->rope_type, "linear") && hp->rope_factor > 0) {
-        if (!s) s = nx_gguf_set_str(w, "qwen35.rope.scaling.type", "linear");
+        snprintf(key, sizeof key, "%s.rope.scaling.type", A);
+        if (!s) s = nx_gguf_set_str(w, key, "linear");
         F("rope.scaling.factor", hp->rope_factor);
     }
     if (!s) {
         int32_t sec[4] = {hp->sections[0], hp->sections[1], hp->sections[2], hp->sections[3]};
-        s = nx_gguf_set_arr(w, "qwen35.rope.dimension_sections", NX_GGUF_I32, sec, 4);
+        snprintf(key, sizeof key, "%s.rope.dimension_sections", A);
+        s = nx_gguf_set_arr(w, key, NX_GGUF_I32, sec, 4);
     }
     if (hp->rope_theta > 0) F("rope.freq_base", hp->rope_theta);
     F("attention.layer_norm_rms_epsilon", hp->eps);
+    if (hp->moe) {
+        U("expert_count", hp->n_expert);
+        U("expert_used_count", hp->n_expert_used);
+    }
     U("attention.key_length", hp->head_dim);
     U("attention.value_length", hp->head_dim);
     if (!s) s = nx_gguf_set_u32(w, "general.file_type", (uint32_t)ftype_of(outtype));
+    if (hp->moe) {
+        U("expert_feed_forward_length", hp->n_ff_exp);
+        if (hp->n_ff_shexp > 0) U("expert_shared_feed_forward_length", hp->n_ff_shexp);
+    }
     U("ssm.conv_kernel", hp->d_conv);
     U("ssm.state_size", hp->dk);
     U("ssm.group_count", hp->nk);
@@ -531,7 +669,8 @@ static nx_status set_model_kv(nx_gguf_writer *w, const cv_hparams *hp, const cha
 
 /* ===== Entry ===== */
 
-static const char *const SUPPORTED = "Qwen3_5ForCausalLM, Qwen3_5ForConditionalGeneration";
+static const char *const SUPPORTED = "Qwen3_5ForCausalLM, Qwen3_5ForConditionalGeneration, Qwen3_5MoeForCausalLM, "
+                                     "Qwen3_5MoeForConditionalGeneration";
 
 nx_status nx_convert_hf(const nx_convert_opts *o, nx_error *err) {
     if (!o || !o->hf_dir || !o->out_path) return nx_fail(err, NX_ERR_INVALID_ARG, "convert: a checkpoint directory and --out are required");
@@ -557,7 +696,8 @@ nx_status nx_convert_hf(const nx_convert_opts *o, nx_error *err) {
     const cJSON *archs = cJSON_GetObjectItemCaseSensitive(c.root, "architectures");
     const char *arch = cJSON_GetStringValue(cJSON_GetArrayItem(archs, 0));
     if (!arch) { s = nx_fail(err, NX_ERR_FORMAT, "%s: no 'architectures' list", cfg_path); goto done; }
-    if (strcmp(arch, "Qwen3_5ForCausalLM") && strcmp(arch, "Qwen3_5ForConditionalGeneration")) {
+    cx.hp.moe = !strcmp(arch, "Qwen3_5MoeForCausalLM") || !strcmp(arch, "Qwen3_5MoeForConditionalGeneration");
+    if (strcmp(arch, "Qwen3_5ForCausalLM") && strcmp(arch, "Qwen3_5ForConditionalGeneration") && !cx.hp.moe) {
         s = nx_fail(err, NX_ERR_UNSUPPORTED, "architecture %s is not supported (supported: %s)", arch, SUPPORTED);
         goto done;
     }
@@ -590,6 +730,7 @@ nx_status nx_convert_hf(const nx_convert_opts *o, nx_error *err) {
 done:
     nx_gguf_writer_free(w);
     nx_st_close(cx.st);
+    for (int64_t i = 0; i < cx.n; i++) free(cx.t[i].segs);
     free(cx.t);
     cJSON_Delete(c.root);
     free(c.text);

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # convert_qwen35.test.sh — `nextn convert` (HF checkpoint -> qwen35 GGUF) against an independent
 # float64 numpy forward of the HF weights in HF layout (tests/ref/hf_qwen35.py):
-#   (a) a synthetic Qwen3_5ForCausalLM checkpoint with an MTP layer (random weights, F32 + F16 +
+#   (a) a synthetic Qwen3_5ForCausalLM checkpoint (and a Qwen3_5MoeForCausalLM one) with an MTP layer (random weights, F32 + F16 +
 #       BF16 tensors, 2 shards + index, tokenizer padded to vocab_size, K != V heads so the V-head
 #       reorder runs) -> --outtype f32 -> `nextn eval` (f32 KV) logits, hidden, MTP prompt logits and
 #       3 chained draft logits within 1e-3 of the reference (golden README bound), same draft ids;
@@ -39,31 +39,46 @@ for k in 'qwen35.block_count = 5' 'qwen35.nextn_predict_layers = 1' 'qwen35.rope
   check "metadata / tensor: $k" "grep -Eq '$k' '$work/info.txt'"
 done
 IDS=5,17,260,100,33,7,261,80,200,42,1,255,64,99
-"$NEXTN" eval -m "$work/s32.gguf" --prompt-ids $IDS -ctk f32 -ctv f32 --logits-out "$work/lg.f32" \
-  --hidden-out "$work/hd.f32" --drafts 3 --mtp-logits-out "$work/ml.f32" --draft-logits-out "$work/dl.f32" \
-  >"$work/drafts.json" 2>"$work/eval.err"
-check "eval of the converted model" "[ $? -eq 0 ]" "$(tail -3 "$work/eval.err")"
-"$py" "$REF" ref "$work/hf" "$work/ref" --prompt-ids $IDS --drafts 3
-check "reference forward" "[ -f '$work/ref/draft_logits.f64' ]"
-"$py" - "$work" <<'PYEOF'
+# eval the converted model and the reference over IDS; compare within 1e-3, same drafts
+vs_reference() {   # label, gguf, hf dir, tag
+  "$NEXTN" eval -m "$2" --prompt-ids $IDS -ctk f32 -ctv f32 --logits-out "$work/$4_lg.f32" \
+    --hidden-out "$work/$4_hd.f32" --drafts 3 --mtp-logits-out "$work/$4_ml.f32" --draft-logits-out "$work/$4_dl.f32" \
+    >"$work/$4_drafts.json" 2>"$work/$4_eval.err"
+  check "$1: eval of the converted model" "[ $? -eq 0 ]" "$(tail -3 "$work/$4_eval.err")"
+  "$py" "$REF" ref "$3" "$work/$4_ref" --prompt-ids $IDS --drafts 3
+  check "$1: reference forward" "[ -f '$work/$4_ref/draft_logits.f64' ]"
+  "$py" - "$work" "$4" <<'PYEOF'
 import json, sys
 import numpy as np
-w = sys.argv[1]
+w, tag = sys.argv[1], sys.argv[2]
 bad = 0
 for a, b in (("lg.f32", "logits.f64"), ("hd.f32", "hidden.f64"), ("ml.f32", "mtp_prompt_logits.f64"),
              ("dl.f32", "draft_logits.f64")):
-    x = np.fromfile("%s/%s" % (w, a), np.float32).astype(np.float64)
-    y = np.fromfile("%s/ref/%s" % (w, b), np.float64)
+    x = np.fromfile("%s/%s_%s" % (w, tag, a), np.float32).astype(np.float64)
+    y = np.fromfile("%s/%s_ref/%s" % (w, tag, b), np.float64)
     err = np.abs(x - y).max() if x.shape == y.shape else float("inf")
     print("     %-22s max |d| %.2e (max |ref| %.2f)" % (b, err, np.abs(y).max()))
     bad += not err < 1e-3
-e = json.load(open("%s/drafts.json" % w))
-r = json.load(open("%s/ref/drafts.json" % w))
+e = json.load(open("%s/%s_drafts.json" % (w, tag)))
+r = json.load(open("%s/%s_ref/drafts.json" % (w, tag)))
 same = e["id_last"] == r["id_last"] and e["draft_tokens"] == r["draft_tokens"]
 print("     drafts: engine %s, reference %s" % (e["draft_tokens"], r["draft_tokens"]))
 sys.exit(1 if bad or not same else 0)
 PYEOF
-check "logits, hidden, MTP prompt and draft logits within 1e-3 of the HF reference; same drafts" "[ $? -eq 0 ]"
+  check "$1: logits, hidden, MTP prompt and draft logits within 1e-3 of the HF reference; same drafts" "[ $? -eq 0 ]"
+}
+vs_reference dense "$work/s32.gguf" "$work/hf" dense
+"$py" "$REF" synth "$work/hfm" --seed 8 --moe
+"$NEXTN" convert "$work/hfm" --out "$work/m32.gguf" --outtype f32 >"$work/convm.out" 2>&1
+check "moe: convert --outtype f32 (per-expert and fused gate_up experts)" "[ $? -eq 0 ]" "$(tail -3 "$work/convm.out")"
+"$NEXTN" gguf-info "$work/m32.gguf" --tensors >"$work/infom.txt" 2>&1
+for k in 'general.architecture = "qwen35moe"' 'qwen35moe.expert_count = 4' 'qwen35moe.expert_used_count = 2' \
+         'qwen35moe.expert_feed_forward_length = 32' 'qwen35moe.expert_shared_feed_forward_length = 48' \
+         '\[64, 32, 4\] .* blk.1.ffn_up_exps.weight' '\[32, 64, 4\] .* blk.4.ffn_down_exps.weight' \
+         '\[64, 1\] .* blk.0.ffn_gate_inp_shexp.weight'; do
+  check "moe metadata / tensor: $k" "grep -Eq '$k' '$work/infom.txt'"
+done
+vs_reference moe "$work/m32.gguf" "$work/hfm" moe
 for t in f16 bf16 q8_0; do
   "$NEXTN" convert "$work/hf" --out "$work/s_$t.gguf" --outtype $t -q >"$work/conv_$t.out" 2>&1 &&
     "$NEXTN" eval -m "$work/s_$t.gguf" --prompt-ids $IDS --drafts 2 >"$work/d_$t.json" 2>"$work/e_$t.err"

@@ -1,10 +1,12 @@
 #!/usr/bin/python3
 """hf_qwen35.py — Hugging Face side of the `nextn convert` test (Debian numpy only, no torch).
 
-  synth DIR [--seed S] [--big]    write a synthetic Qwen3_5ForCausalLM checkpoint with an MTP layer:
+  synth DIR [--seed S] [--big] [--moe]
+                                  write a synthetic Qwen3_5ForCausalLM checkpoint with an MTP layer:
                                   random weights in HF layout, sharded into 2 safetensors files +
                                   model.safetensors.index.json, config / tokenizer / generation config /
-                                  chat_template.jinja. --big: a few hundred MB (BF16) for memory figures.
+                                  chat_template.jinja. --big: a few hundred MB (BF16) for memory figures;
+                                  --moe: Qwen3_5MoeForCausalLM (per-expert and fused gate_up expert tensors).
   ref DIR OUTDIR --prompt-ids ... --drafts K
                                   float64 forward of the HF weights in HF layout (1 + w norms, A_log,
                                   grouped V heads, (C, 1, K) conv), written as logits / hidden /
@@ -125,7 +127,7 @@ def tokenizer_json(tokens, merges, specials):
 # synthetic checkpoint
 # ---------------------------------------------------------------------------
 
-def synth(d, seed=1, big=False):
+def synth(d, seed=1, big=False, moe=False):
     rng = np.random.default_rng(seed)
     if big:
         cfg = dict(hidden_size=1024, num_hidden_layers=8, intermediate_size=3072, num_attention_heads=8,
@@ -135,13 +137,17 @@ def synth(d, seed=1, big=False):
         cfg = dict(hidden_size=64, num_hidden_layers=4, intermediate_size=96, num_attention_heads=4,
                    num_key_value_heads=2, head_dim=32, vocab_size=300, linear_key_head_dim=16,
                    linear_value_head_dim=16, linear_num_key_heads=2, linear_num_value_heads=4)
-    cfg.update(architectures=["Qwen3_5ForCausalLM"], model_type="qwen3_5_text", mtp_num_hidden_layers=1,
+    if moe:
+        cfg.update(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32, shared_expert_intermediate_size=48)
+        del cfg["intermediate_size"]
+    cfg.update(architectures=["Qwen3_5MoeForCausalLM" if moe else "Qwen3_5ForCausalLM"],
+               model_type="qwen3_5_moe_text" if moe else "qwen3_5_text", mtp_num_hidden_layers=1,
                full_attention_interval=2, linear_conv_kernel_dim=4, rms_norm_eps=1e-6, max_position_embeddings=4096,
                tie_word_embeddings=False, hidden_act="silu", partial_rotary_factor=0.25,
                rope_parameters={"rope_type": "default", "rope_theta": 10000000.0,
                                 "mrope_section": [2, 1, 1] if not big else [11, 11, 10], "mrope_interleaved": True},
                layer_types=["linear_attention" if (i + 1) % 2 else "full_attention" for i in range(cfg["num_hidden_layers"])])
-    E, V, F = cfg["hidden_size"], cfg["vocab_size"], cfg["intermediate_size"]
+    E, V, F = cfg["hidden_size"], cfg["vocab_size"], cfg.get("intermediate_size", 0)
     Hq, Hkv, D = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"]
     nk, nv, dk, dv = (cfg[k] for k in ("linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim",
                                        "linear_value_head_dim"))
@@ -166,16 +172,32 @@ def synth(d, seed=1, big=False):
         T[p + "self_attn.q_norm.weight"] = norm(D)
         T[p + "self_attn.k_norm.weight"] = norm(D)
 
-    def common(p):
+    def common(p, fused=False):
         T[p + "input_layernorm.weight"] = norm(E)
         T[p + "post_attention_layernorm.weight"] = norm(E)
+        if moe:   # router, experts (one tensor each, or llama.cpp's fused gate_up / down form), shared expert
+            X, Fe, Fs = cfg["num_experts"], cfg["moe_intermediate_size"], cfg["shared_expert_intermediate_size"]
+            T[p + "mlp.gate.weight"] = mat(X, E, 1.0)
+            if fused:
+                T[p + "mlp.experts.gate_up_proj"] = np.stack([mat(2 * Fe, E) for _ in range(X)])
+                T[p + "mlp.experts.down_proj"] = np.stack([mat(E, Fe) for _ in range(X)])
+            else:
+                for x in range(X):
+                    T[p + "mlp.experts.%d.gate_proj.weight" % x] = mat(Fe, E)
+                    T[p + "mlp.experts.%d.up_proj.weight" % x] = mat(Fe, E)
+                    T[p + "mlp.experts.%d.down_proj.weight" % x] = mat(E, Fe)
+            T[p + "mlp.shared_expert.gate_proj.weight"] = mat(Fs, E)
+            T[p + "mlp.shared_expert.up_proj.weight"] = mat(Fs, E)
+            T[p + "mlp.shared_expert.down_proj.weight"] = mat(E, Fs)
+            T[p + "mlp.shared_expert_gate.weight"] = mat(1, E)
+            return
         T[p + "mlp.gate_proj.weight"] = mat(F, E)
         T[p + "mlp.up_proj.weight"] = mat(F, E)
         T[p + "mlp.down_proj.weight"] = mat(E, F)
 
     for il in range(cfg["num_hidden_layers"]):
         p = "model.layers.%d." % il
-        common(p)
+        common(p, fused=il == 1)
         if cfg["layer_types"][il] == "full_attention":
             attn(p)
         else:
@@ -189,13 +211,13 @@ def synth(d, seed=1, big=False):
             T[p + "linear_attn.norm.weight"] = (1.0 + rng.standard_normal(dv) * 0.2).astype(f32)
             T[p + "linear_attn.out_proj.weight"] = mat(E, nv * dv)
     p = "mtp.layers.0."
-    common(p)
+    common(p, fused=True)
     attn(p)
     T["mtp.fc.weight"] = mat(E, 2 * E)
     T["mtp.pre_fc_norm_embedding.weight"] = norm(E)
     T["mtp.pre_fc_norm_hidden.weight"] = norm(E)
     T["mtp.norm.weight"] = norm(E)
-    if not big:   # exercise the F16 reader too
+    if not big and not moe:   # exercise the F16 reader too
         T["model.layers.0.mlp.up_proj.weight"] = T["model.layers.0.mlp.up_proj.weight"].astype(np.float16)
         T["model.layers.1.mlp.gate_proj.weight"] = BF16(T["model.layers.1.mlp.gate_proj.weight"])
     write_checkpoint(d, T)
@@ -329,6 +351,29 @@ class HF:
     def ffn(self, p, x):
         W = self.W
         n = self.rms(x, W[p + "post_attention_layernorm.weight"])
+        if p + "mlp.gate.weight" in W:   # MoE: softmax router, top-k renormalised, sigmoid-gated shared expert
+            X, k = self.c["num_experts"], self.c["num_experts_per_tok"]
+            silu = lambda v: v / (1.0 + np.exp(-v))  # noqa: E731
+            lg = n @ W[p + "mlp.gate.weight"].T
+            pr = np.exp(lg - lg.max(-1, keepdims=True))
+            pr /= pr.sum(-1, keepdims=True)
+            out = np.zeros_like(x)
+            for t in range(x.shape[0]):
+                top = np.argsort(-pr[t])[:k]
+                wt = pr[t, top] / pr[t, top].sum()
+                for e, we in zip(top, wt):
+                    if p + "mlp.experts.gate_up_proj" in W:
+                        gu = W[p + "mlp.experts.gate_up_proj"][e]
+                        Fe = gu.shape[0] // 2
+                        g, u, dn = gu[:Fe], gu[Fe:], W[p + "mlp.experts.down_proj"][e]
+                    else:
+                        q = p + "mlp.experts.%d." % e
+                        g, u, dn = W[q + "gate_proj.weight"], W[q + "up_proj.weight"], W[q + "down_proj.weight"]
+                    out[t] += we * (dn @ (silu(g @ n[t]) * (u @ n[t])))
+            q = p + "mlp.shared_expert."
+            sh = (silu(n @ W[q + "gate_proj.weight"].T) * (n @ W[q + "up_proj.weight"].T)) @ W[q + "down_proj.weight"].T
+            sg = 1.0 / (1.0 + np.exp(-(n @ W[p + "mlp.shared_expert_gate.weight"].T)))
+            return x + out + sg * sh
         gt = n @ W[p + "mlp.gate_proj.weight"].T
         return x + ((gt / (1.0 + np.exp(-gt))) * (n @ W[p + "mlp.up_proj.weight"].T)) @ W[p + "mlp.down_proj.weight"].T
 
@@ -537,7 +582,8 @@ def compare(apath, bpath, values=False):
 def main(argv):
     cmd = argv[1]
     if cmd == "synth":
-        synth(argv[2], seed=int(argv[argv.index("--seed") + 1]) if "--seed" in argv else 1, big="--big" in argv)
+        synth(argv[2], seed=int(argv[argv.index("--seed") + 1]) if "--seed" in argv else 1, big="--big" in argv,
+              moe="--moe" in argv)
     elif cmd == "ref":
         ids = [int(x) for x in argv[argv.index("--prompt-ids") + 1].split(",")]
         ref(argv[2], argv[3], ids, int(argv[argv.index("--drafts") + 1]))
