@@ -79,6 +79,11 @@ for k in 'general.architecture = "qwen35moe"' 'qwen35moe.expert_count = 4' 'qwen
   check "moe metadata / tensor: $k" "grep -Eq '$k' '$work/infom.txt'"
 done
 vs_reference moe "$work/m32.gguf" "$work/hfm" moe
+"$py" "$REF" synth "$work/hfv" --seed 7 --vl
+"$NEXTN" convert "$work/hfv" --out "$work/v32.gguf" --outtype f32 -q >"$work/convv.out" 2>&1 &&
+  "$py" "$REF" compare "$work/s32.gguf" "$work/v32.gguf" >"$work/cmpv.out" 2>&1
+check "Qwen3_5ForConditionalGeneration layout (text_config, model.language_model.*, vision skipped) gives the same GGUF" \
+  "[ $? -eq 0 ]" "$(cat "$work/convv.out"; grep -E 'FAIL|passed' "$work/cmpv.out" | head -5)"
 for t in f16 bf16 q8_0; do
   "$NEXTN" convert "$work/hf" --out "$work/s_$t.gguf" --outtype $t -q >"$work/conv_$t.out" 2>&1 &&
     "$NEXTN" eval -m "$work/s_$t.gguf" --prompt-ids $IDS --drafts 2 >"$work/d_$t.json" 2>"$work/e_$t.err"

@@ -6,7 +6,9 @@
                                   random weights in HF layout, sharded into 2 safetensors files +
                                   model.safetensors.index.json, config / tokenizer / generation config /
                                   chat_template.jinja. --big: a few hundred MB (BF16) for memory figures;
-                                  --moe: Qwen3_5MoeForCausalLM (per-expert and fused gate_up expert tensors).
+                                  --moe: Qwen3_5MoeForCausalLM (per-expert and fused gate_up expert tensors);
+                                  --vl: the same weights as Qwen3_5ForConditionalGeneration (text_config,
+                                  model.language_model.*, vision tensors to skip).
   ref DIR OUTDIR --prompt-ids ... --drafts K
                                   float64 forward of the HF weights in HF layout (1 + w norms, A_log,
                                   grouped V heads, (C, 1, K) conv), written as logits / hidden /
@@ -127,7 +129,7 @@ def tokenizer_json(tokens, merges, specials):
 # synthetic checkpoint
 # ---------------------------------------------------------------------------
 
-def synth(d, seed=1, big=False, moe=False):
+def synth(d, seed=1, big=False, moe=False, vl=False):
     rng = np.random.default_rng(seed)
     if big:
         cfg = dict(hidden_size=1024, num_hidden_layers=8, intermediate_size=3072, num_attention_heads=8,
@@ -220,6 +222,13 @@ def synth(d, seed=1, big=False, moe=False):
     if not big and not moe:   # exercise the F16 reader too
         T["model.layers.0.mlp.up_proj.weight"] = T["model.layers.0.mlp.up_proj.weight"].astype(np.float16)
         T["model.layers.1.mlp.gate_proj.weight"] = BF16(T["model.layers.1.mlp.gate_proj.weight"])
+    if vl:   # the Qwen3_5ForConditionalGeneration layout: text model nested, a vision tower beside it
+        T = {("model.language_model." + n[6:] if n.startswith("model.") else n): a for n, a in T.items()}
+        T["model.visual.patch_embed.proj.weight"] = np.ones((8, 3, 2, 2), np.float32)
+        T["model.visual.merger.linear_fc1.bias"] = np.zeros(8, np.float32)
+        arch = cfg.pop("architectures")[0].replace("ForCausalLM", "ForConditionalGeneration")
+        cfg = {"architectures": [arch], "model_type": "qwen3_5", "text_config": cfg,
+               "vision_config": {"depth": 1, "hidden_size": 8}, "tie_word_embeddings": False}
     write_checkpoint(d, T)
     with open(os.path.join(d, "config.json"), "w") as f:
         json.dump(cfg, f, indent=1)
@@ -583,7 +592,7 @@ def main(argv):
     cmd = argv[1]
     if cmd == "synth":
         synth(argv[2], seed=int(argv[argv.index("--seed") + 1]) if "--seed" in argv else 1, big="--big" in argv,
-              moe="--moe" in argv)
+              moe="--moe" in argv, vl="--vl" in argv)
     elif cmd == "ref":
         ids = [int(x) for x in argv[argv.index("--prompt-ids") + 1].split(",")]
         ref(argv[2], argv[3], ids, int(argv[argv.index("--drafts") + 1]))
