@@ -397,6 +397,10 @@ static nx_status cv_fill(void *user, const char *name, void *dst, size_t nbytes,
 
 /* ===== Plan ===== */
 
+static int cmp_name(const void *a, const void *b) {
+    return strcmp(((const cv_tensor *)a)->name, ((const cv_tensor *)b)->name);
+}
+
 static int cmp_tensor(const void *a, const void *b) {
     const cv_tensor *x = a, *y = b;
     if (x->order != y->order) return x->order < y->order ? -1 : 1;
@@ -420,7 +424,8 @@ static nx_status check_shape(const cv_ctx *cx, const cv_tensor *t, const nx_st_t
 
 /* A new output tensor of segments (3-D experts), or the one already named. */
 static cv_tensor *seg_tensor(cv_ctx *cx, const char *name, int order, int64_t ne0, int64_t ne1, nx_error *err) {
-    for (int64_t j = 0; j < cx->n; j++)
+    /* backwards: a layer's tensors are adjacent in the (sorted) checkpoint, so the match is near the end */
+    for (int64_t j = cx->n - 1; j >= 0; j--)
         if (!strcmp(cx->t[j].name, name)) {
             if (!cx->t[j].segs || cx->t[j].ne[0] != ne0 || cx->t[j].ne[1] != ne1) {
                 nx_fail(err, NX_ERR_FORMAT, "%s: expert tensors of different shapes, or mixed with a fused one", name);
@@ -509,15 +514,17 @@ static nx_status build_plan(cv_ctx *cx, nx_error *err) {
         nx_status st = check_shape(cx, t, s, err);
         if (st) return st;
         t->type = pick_type(t, cx->outtype);
-        for (int64_t j = 0; j < cx->n; j++)
-            if (!strcmp(cx->t[j].name, t->name))
-                return nx_fail(err, NX_ERR_FORMAT, "two checkpoint tensors map to %s", t->name);
         cx->n++;
     }
     for (int64_t i = 0; i < cx->n; i++)
         for (int k = 0; k < cx->t[i].n_segs; k++)
             if (!cx->t[i].segs[k].count)
                 return nx_fail(err, NX_ERR_FORMAT, "%s: expert %d is missing from the checkpoint", cx->t[i].name, k);
+    /* two checkpoint tensors mapping to one GGUF name (e.g. model.mtp.* beside mtp.*): sorted by name */
+    qsort(cx->t, (size_t)cx->n, sizeof *cx->t, cmp_name);
+    for (int64_t i = 1; i < cx->n; i++)
+        if (!strcmp(cx->t[i - 1].name, cx->t[i].name))
+            return nx_fail(err, NX_ERR_FORMAT, "two checkpoint tensors map to %s", cx->t[i].name);
     qsort(cx->t, (size_t)cx->n, sizeof *cx->t, cmp_tensor);
     for (int64_t i = 0; i < cx->n; i++) cx->t[i].cx = cx;
     if (!cx->n) return nx_fail(err, NX_ERR_FORMAT, "the checkpoint holds no text-model tensors");

@@ -33,7 +33,37 @@ struct nx_safetensors {
     int           n_files;
     nx_st_tensor *t;
     int64_t       n, cap;
+    int64_t      *slots;      /* open-addressing name index: tensor index + 1, 0 = empty */
+    uint64_t      n_slots;    /* power of two, > 2 n */
 };
+
+static uint64_t name_hash(const char *s) {
+    uint64_t h = 1469598103934665603ull;   /* FNV-1a */
+    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    return h;
+}
+
+/* Insert tensor i (its name not yet present); grows the table to keep it under half full. */
+static bool index_put(nx_safetensors *st, int64_t i) {
+    if ((uint64_t)(st->n + 1) * 2 > st->n_slots) {
+        uint64_t ns = st->n_slots ? st->n_slots * 2 : 256;
+        int64_t *nt = calloc(ns, sizeof *nt);
+        if (!nt) return false;
+        for (uint64_t k = 0; k < st->n_slots; k++)
+            if (st->slots[k]) {
+                uint64_t h = name_hash(st->t[st->slots[k] - 1].name) & (ns - 1);
+                while (nt[h]) h = (h + 1) & (ns - 1);
+                nt[h] = st->slots[k];
+            }
+        free(st->slots);
+        st->slots = nt;
+        st->n_slots = ns;
+    }
+    uint64_t h = name_hash(st->t[i].name) & (st->n_slots - 1);
+    while (st->slots[h]) h = (h + 1) & (st->n_slots - 1);
+    st->slots[h] = i + 1;
+    return true;
+}
 
 static const struct { const char *name; size_t size; } DTYPES[NX_ST_DTYPE_COUNT] = {
     [NX_ST_F64] = {"F64", 8}, [NX_ST_F32] = {"F32", 4}, [NX_ST_F16] = {"F16", 2}, [NX_ST_BF16] = {"BF16", 2},
@@ -133,7 +163,12 @@ static nx_status add_tensor(nx_safetensors *st, int file, const cJSON *e, nx_err
     }
     t.name = strdup(name);
     if (!t.name) return nx_fail(err, NX_ERR_NOMEM, "out of memory reading %s", f->path);
-    st->t[st->n++] = t;
+    st->t[st->n] = t;
+    if (!index_put(st, st->n)) {
+        free(t.name);
+        return nx_fail(err, NX_ERR_NOMEM, "out of memory reading %s", f->path);
+    }
+    st->n++;
     return NX_OK;
 }
 
@@ -202,6 +237,7 @@ void nx_st_close(nx_safetensors *st) {
     for (int64_t i = 0; i < st->n; i++) free(st->t[i].name);
     free(st->files);
     free(st->t);
+    free(st->slots);
     free(st);
 }
 
@@ -305,9 +341,9 @@ const char *nx_st_file_path(const nx_safetensors *st, int file) {
 }
 
 int64_t nx_st_find(const nx_safetensors *st, const char *name) {
-    /* Linear: checkpoints hold at most a few thousand tensors and lookups are few per tensor. */
-    for (int64_t i = 0; i < st->n; i++)
-        if (!strcmp(st->t[i].name, name)) return i;
+    if (!st->n_slots) return -1;
+    for (uint64_t h = name_hash(name) & (st->n_slots - 1); st->slots[h]; h = (h + 1) & (st->n_slots - 1))
+        if (!strcmp(st->t[st->slots[h] - 1].name, name)) return st->slots[h] - 1;
     return -1;
 }
 
