@@ -28,6 +28,7 @@ typedef struct cv_hparams {
     int interval, d_conv, dk, dv, nk, nv, n_rot;
     int sections[4];
     bool moe;
+    bool head_dim_given;   /* llama.cpp writes key_length / value_length only then */
     int n_expert, n_expert_used, n_ff_exp, n_ff_shexp;
     double eps, rope_theta, rope_factor;
     const char *rope_type;
@@ -94,6 +95,7 @@ static nx_status read_hparams(const cv_config *c, cv_hparams *hp, nx_error *err)
     }
     I("num_attention_heads", true, 0, 1, CV_MAX_DIM, &hp->n_head);
     I("num_key_value_heads", false, hp->n_head, 1, CV_MAX_DIM, &hp->n_head_kv);
+    hp->head_dim_given = cfg_get(c, "head_dim") != NULL;
     I("head_dim", false, hp->n_embd / hp->n_head, 1, CV_MAX_DIM, &hp->head_dim);
     I("vocab_size", true, 0, 1, 1 << 24, &hp->n_vocab);
     I("max_position_embeddings", false, 0, 0, INT32_MAX, &hp->n_ctx);
@@ -653,8 +655,10 @@ static nx_status set_model_kv(nx_gguf_writer *w, const cv_hparams *hp, const cha
         U("expert_count", hp->n_expert);
         U("expert_used_count", hp->n_expert_used);
     }
-    U("attention.key_length", hp->head_dim);
-    U("attention.value_length", hp->head_dim);
+    if (hp->head_dim_given) {
+        U("attention.key_length", hp->head_dim);
+        U("attention.value_length", hp->head_dim);
+    }
     if (!s) s = nx_gguf_set_u32(w, "general.file_type", (uint32_t)ftype_of(outtype));
     if (hp->moe) {
         U("expert_feed_forward_length", hp->n_ff_exp);
