@@ -346,12 +346,17 @@ static nx_status cv_fill(void *user, const char *name, void *dst, size_t nbytes,
     if ((size_t)nrows * rs != nbytes) return nx_fail(err, NX_ERR_INTERNAL, "%s: size mismatch", name);
     /* Plain tensors stream by row chunks (about CV_CHUNK values); transformed ones are read whole
      * (they are the small 1-D tensors and the DeltaNet matrices). */
-    bool whole = !t->segs && (t->plus1 || t->negexp || t->vmode != V_NONE);
+    bool whole = !t->segs && (t->plus1 || t->negexp || t->vmode == V_ROWS);
     int64_t chunk_rows = whole ? nrows : (CV_CHUNK / (ne0 ? ne0 : 1) > 0 ? CV_CHUNK / ne0 : 1);
     if (chunk_rows > nrows) chunk_rows = nrows;
     float *f = malloc((size_t)(chunk_rows > 0 ? chunk_rows * ne0 : 1) * sizeof *f);
     if (!f) return nx_fail(err, NX_ERR_NOMEM, "out of memory converting %s (%lld values)", name, (long long)n);
     nx_status s = NX_OK;
+    float *ctmp = NULL;   /* one row, for the column reorder of ssm_out */
+    if (!whole && t->vmode == V_COLS && !(ctmp = malloc((size_t)ne0 * sizeof *ctmp))) {
+        free(f);
+        return nx_fail(err, NX_ERR_NOMEM, "out of memory converting %s", name);
+    }
     if (whole) {
         if (t->plus1 || t->negexp) {
             /* small 1-D tensors: the arithmetic in double, one rounding */
@@ -385,6 +390,9 @@ static nx_status cv_fill(void *user, const char *name, void *dst, size_t nbytes,
             int64_t nv = left - off < chunk_rows * ne0 ? left - off : chunk_rows * ne0;
             int64_t nr = nv / ne0;
             if (!whole) s = nx_st_read_f32_range(cx->st, sg.src, sg.first + off, nv, f, err);
+            if (ctmp)
+                for (int64_t i = 0; i < nr && !s; i++)
+                    reorder_blocks(f + i * ne0, ctmp, cx->hp.nk, cx->hp.nv / cx->hp.nk, t->v_hd, 1);
             for (int64_t i = 0; i < nr && !s; i++, row++)
                 if (nx_quantize_row(t->type, f + i * ne0, (char *)dst + (size_t)row * rs, ne0) != rs)
                     s = nx_fail(err, NX_ERR_FORMAT, "%s: row %lld cannot be stored as %s (a NaN or infinity?)", name,
@@ -393,6 +401,7 @@ static nx_status cv_fill(void *user, const char *name, void *dst, size_t nbytes,
         }
     }
     free(f);
+    free(ctmp);
     if (s && s != NX_ERR_FORMAT) return nx_error_prefix(err, "converting %s", name);
     return s;
 }
@@ -421,6 +430,22 @@ static nx_status check_shape(const cv_ctx *cx, const cv_tensor *t, const nx_st_t
         if (s->n_dims != 2 || s->shape[1] != (int64_t)hp->nv * hp->dv)
             return nx_fail(err, NX_ERR_FORMAT, "tensor '%s' should have %lld columns", s->name, (long long)hp->nv * hp->dv);
     }
+    return NX_OK;
+}
+
+/* The V-head row reorder as segments: rows [0, v_off) as they are, then the V blocks of hd rows in
+ * tiled order (block j * nk + k from grouped block k * r + j), so it streams like any tensor. */
+static nx_status vrows_segments(cv_ctx *cx, cv_tensor *t, const nx_st_tensor *s, nx_error *err) {
+    int64_t nk = cx->hp.nk, r = cx->hp.nv / cx->hp.nk, hd = t->v_hd, cols = s->numel / s->shape[0];
+    t->segs = calloc((size_t)(nk * r + 1), sizeof *t->segs);
+    if (!t->segs) return nx_fail(err, NX_ERR_NOMEM, "out of memory");
+    int k0 = 0;
+    if (t->v_off) t->segs[k0++] = (cv_seg){t->src, 0, t->v_off * cols};
+    for (int64_t j = 0; j < r; j++)
+        for (int64_t k = 0; k < nk; k++)
+            t->segs[k0++] = (cv_seg){t->src, (t->v_off + (k * r + j) * hd) * cols, hd * cols};
+    t->n_segs = k0;
+    t->vmode = V_NONE;
     return NX_OK;
 }
 
@@ -515,6 +540,8 @@ static nx_status build_plan(cv_ctx *cx, nx_error *err) {
         for (int d = 0; d < 4; d++) t->ne[d] = d < nd ? shp[nd - 1 - d] : 1;
         nx_status st = check_shape(cx, t, s, err);
         if (st) return st;
+        if (t->vmode == V_ROWS && !t->plus1 && !t->negexp && t->n_dims >= 2 && (st = vrows_segments(cx, t, s, err)))
+            return st;
         t->type = pick_type(t, cx->outtype);
         cx->n++;
     }
