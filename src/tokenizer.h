@@ -163,9 +163,12 @@ typedef struct nx_tok_convert_opts {
     const char *model;            /* "gpt2" | "gemma4" | "llama"; NULL = gpt2 for byte-level, gemma4 for byte-fallback */
     const char *arch;             /* general.architecture to write, NULL = none */
     const char *name;             /* general.name to write, NULL = none */
+    int32_t     n_vocab;          /* > 0: pad the token list to this size with [PADi] (the model's vocab_size) */
 } nx_tok_convert_opts;
 
 nx_status nx_tokenizer_convert(const nx_tok_convert_opts *o, nx_error *err);
+/* The same keys, added to an open writer (`nextn convert` writes them beside the weights). */
+nx_status nx_tokenizer_convert_kv(const nx_tok_convert_opts *o, nx_gguf_writer *w, nx_error *err);
 
 /* ===== JSON helpers for token I/O (CLI, server) ===== */
 

@@ -131,6 +131,16 @@ static nx_status read_json(const char *path, char **text, cJSON **root, nx_error
 }
 
 nx_status nx_tokenizer_convert(const nx_tok_convert_opts *o, nx_error *err) {
+    if (!o->out_path) return nx_fail(err, NX_ERR_INVALID_ARG, "convert: tokenizer.json and an output path are required");
+    nx_gguf_writer *w = nx_gguf_writer_create();
+    if (!w) return nx_fail(err, NX_ERR_NOMEM, "out of memory");
+    nx_status st = nx_tokenizer_convert_kv(o, w, err);
+    if (!st) st = nx_gguf_writer_write(w, o->out_path, err);
+    nx_gguf_writer_free(w);
+    return st;
+}
+
+nx_status nx_tokenizer_convert_kv(const nx_tok_convert_opts *o, nx_gguf_writer *w, nx_error *err) {
     nx_status st = NX_OK;
     char *tj_text = NULL, *cfg_text = NULL;
     cJSON *tj = NULL, *cfg = NULL;
@@ -141,10 +151,9 @@ nx_status nx_tokenizer_convert(const nx_tok_convert_opts *o, nx_error *err) {
     float *scores = NULL;
     uint8_t *added = NULL;
     nx_strmap map = {0};
-    nx_gguf_writer *w = NULL;
     int32_t n = 0, nm = 0;
 
-    if (!o->tokenizer_json || !o->out_path) return nx_fail(err, NX_ERR_INVALID_ARG, "convert: tokenizer.json and an output path are required");
+    if (!o->tokenizer_json) return nx_fail(err, NX_ERR_INVALID_ARG, "convert: tokenizer.json and an output path are required");
     if ((st = read_json(o->tokenizer_json, &tj_text, &tj, err))) goto done;
     if (o->config_json && (st = read_json(o->config_json, &cfg_text, &cfg, err))) goto done;
 
@@ -195,6 +204,11 @@ nx_status nx_tokenizer_convert(const nx_tok_convert_opts *o, nx_error *err) {
     }
     if (max_id < 0) { st = nx_fail(err, NX_ERR_FORMAT, "%s: empty vocabulary", o->tokenizer_json); goto done; }
     n = (int32_t)max_id + 1;
+    if (o->n_vocab > 0 && o->n_vocab < n) {
+        st = nx_fail(err, NX_ERR_FORMAT, "%s: token id %d is beyond the model's vocab_size %d", o->tokenizer_json, n - 1, o->n_vocab);
+        goto done;
+    }
+    if (o->n_vocab > n) n = o->n_vocab;   /* llama.cpp pads to the config's vocab_size with [PADi] */
     tokens = calloc((size_t)n, sizeof *tokens);
     types = malloc((size_t)n * sizeof *types);
     scores = malloc((size_t)n * sizeof *scores);
@@ -282,8 +296,6 @@ nx_status nx_tokenizer_convert(const nx_tok_convert_opts *o, nx_error *err) {
     }
 
     /* special ids and flags from tokenizer_config.json (what llama.cpp's SpecialVocab reads) */
-    w = nx_gguf_writer_create();
-    if (!w) goto oom;
     if (o->arch) st = nx_gguf_set_str(w, "general.architecture", o->arch);
     if (!st && o->name) st = nx_gguf_set_str(w, "general.name", o->name);
     if (!st) st = nx_gguf_set_str(w, "tokenizer.ggml.model", kind);
@@ -319,7 +331,6 @@ nx_status nx_tokenizer_convert(const nx_tok_convert_opts *o, nx_error *err) {
         if ((st = nx_gguf_set_bool(w, "tokenizer.ggml.add_space_prefix", false))) goto wfail;
         if (!strcmp(kind, "gemma4") && (st = nx_gguf_set_bool(w, "tokenizer.ggml.add_bos_token", true))) goto wfail;
     }
-    st = nx_gguf_writer_write(w, o->out_path, err);
     goto done;
 wfail:
     nx_fail(err, st, "building the GGUF metadata failed");
@@ -327,7 +338,6 @@ wfail:
 oom:
     st = nx_fail(err, NX_ERR_NOMEM, "out of memory converting %s", o->tokenizer_json);
 done:
-    nx_gguf_writer_free(w);
     for (size_t i = 0; i < n_owned; i++) free(owned[i]);
     free(owned);
     free(tokens);

@@ -14,6 +14,7 @@ int nx_cmd_bench_draft(int argc, char **argv);
 int nx_cmd_tokenize(int argc, char **argv);
 int nx_cmd_detokenize(int argc, char **argv);
 int nx_cmd_convert_tokenizer(int argc, char **argv);
+int nx_cmd_convert(int argc, char **argv);
 int nx_cmd_demo(int argc, char **argv);
 int nx_cmd_eval(int argc, char **argv);
 int nx_cmd_run(int argc, char **argv);

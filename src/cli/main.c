@@ -28,6 +28,7 @@ static const nx_command commands[] = {
     {"bench-kernels", nx_cmd_bench_kernels, "matmul throughput per weight type vs memory bandwidth"},
     {"tokenize", nx_cmd_tokenize, "text -> token ids with a model's tokenizer"},
     {"detokenize", nx_cmd_detokenize, "token ids -> text"},
+    {"convert", nx_cmd_convert, "Hugging Face checkpoint (safetensors) -> GGUF (qwen35 with its MTP layer)"},
     {"convert-tokenizer", nx_cmd_convert_tokenizer, "tokenizer.json -> vocab-only GGUF"},
 };
 
