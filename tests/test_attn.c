@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "kernels/attn.h"
+#include "kernels/attn_impl.h"
 #include "kernels/cpu.h"
 #include "quant/quant.h"
 #include "tensor.h"
@@ -185,7 +186,38 @@ static void test_exp(void) {
     CHECK(nx_attn_exp(-100.0f) == 0.0f);
 }
 
+/* Row conversions of every tier: every half value (NaN payloads included) and random Q8_0 /
+ * Q4_0 / BF16 rows, bit for bit against the scalar dequantizers. */
+static void test_rows(void) {
+    const nx_attn_tier *tiers[3] = {&nx_attn_tier_scalar, NULL, NULL};
+    int nt = 1;
+#if defined(__x86_64__)
+    if (nx_cpu_level_detected() >= NX_CPU_AVX2) tiers[nt++] = &nx_attn_tier_avx2;
+    if (nx_cpu_level_detected() >= NX_CPU_AVX512) tiers[nt++] = &nx_attn_tier_avx512;
+#endif
+    uint16_t *h = malloc(65536 * sizeof *h);
+    float *a = malloc(65536 * 4), *b = malloc(65536 * 4);
+    for (int i = 0; i < 65536; i++) h[i] = (uint16_t)i;
+    for (int t = 0; t < nt; t++) {
+        nx_dequantize_row(NX_TYPE_F16, h, a, 65536);
+        CHECK(tiers[t]->row_f32(NX_TYPE_F16, h, b, 65536));
+        CHECK_MSG(!memcmp(a, b, 65536 * 4), "tier %d f16", t);
+        const nx_type qt[3] = {NX_TYPE_Q8_0, NX_TYPE_Q4_0, NX_TYPE_BF16};
+        for (int k = 0; k < 3; k++) {
+            float src[256];
+            uint8_t row[1024];
+            for (int i = 0; i < 256; i++) src[i] = 3.0f * frand();
+            nx_quantize_row(qt[k], src, row, 256);
+            nx_dequantize_row(qt[k], row, a, 256);
+            CHECK(tiers[t]->row_f32(qt[k], row, b, 256));
+            CHECK_MSG(!memcmp(a, b, 256 * 4), "tier %d type %d", t, qt[k]);
+        }
+    }
+    free(h); free(a); free(b);
+}
+
 int main(void) {
+    RUN(test_rows);
     RUN(test_exp);
     RUN(test_levels_exact);
     RUN(test_window_ring);

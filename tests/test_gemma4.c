@@ -396,28 +396,6 @@ static void test_kv_ring_unit(void) {
     CHECK(kv == NULL);
 }
 
-/* The F16C row conversion of the f16 attention path: every half value, bit for bit against the
- * scalar reference (NaN payloads included), odd lengths for the tail. */
-static void test_f16_rows(void) {
-#if !defined(__x86_64__) && !defined(__i386__)
-    SKIP("x86 only: aarch64 converts with the scalar reference");
-#else
-    if (nx_cpu_level_detected() < NX_CPU_AVX2) SKIP("no AVX2 / F16C");
-    nx_half *h = malloc(65536 * sizeof *h);
-    float *a = malloc(65536 * 4), *b = malloc(65536 * 4);
-    for (int i = 0; i < 65536; i++) h[i] = (nx_half)i;
-    nx_dequantize_row_f16(h, a, 65536);
-    g4_f16_row_avx2(h, b, 65536);
-    CHECK(!memcmp(a, b, 65536 * 4));
-    for (int n = 1; n < 20; n++) {
-        memset(b, 0, 64 * 4);
-        g4_f16_row_avx2(h + 15360 + n, b, n);
-        CHECK(!memcmp(a + 15360 + n, b, (size_t)n * 4) && b[n] == 0.0f);
-    }
-    free(h); free(a); free(b);
-#endif
-}
-
 /* ===== the numpy reference ===== */
 
 static void compare_with_numpy(const char *path, const char *what, int n, int ub) {
@@ -619,7 +597,6 @@ int main(void) {
     RUN(test_mixed_sequences);
     RUN(test_ring_seq_rm);
     RUN(test_kv_ring_unit);
-    RUN(test_f16_rows);
     RUN(test_vs_numpy_derived);
     RUN(test_vs_numpy_generated);
     RUN(test_bad_input);

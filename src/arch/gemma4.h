@@ -80,15 +80,4 @@ static inline const nx_rope_params *g4_rope(const g4_model *gm, bool swa) { retu
 /* x[r] = token_embd[tok[r]] * sqrt(n_embd) (dequantized), r < n. */
 void g4_embed(const g4_model *gm, const nx_token *tok, int n, float *x);
 
-/* Attention of one query head over cached positions [lo, hi] of (seq, cache layer kv_layer),
- * scale 1.0: out[hd] = sum_p softmax(q . K_p) V_p with kv head kvh. lo/hi come from the
- * query position: causal (hi = min(qpos, last cached)) and, on SWA layers, lo = qpos - n_swa
- * + 1. sc holds hi-lo+1 floats, tmp hd floats (f16 rows). */
-void g4_attend_head(const nx_kv *kv, int kv_layer, int seq, int lo, int hi, const float *q, int kvh, int nkv, int hd,
-                    float *out, float *sc, float *tmp);
-
-/* F16 row -> F32 with F16C (gemma4_attn_avx2.c; only at NX_CPU_AVX2 or above). Bit-identical to
- * nx_dequantize_row_f16. */
-void g4_f16_row_avx2(const uint16_t *x, float *y, int n);
-
 #endif

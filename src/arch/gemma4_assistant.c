@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "arch/attn_view.h"
 #include "arch/gemma4.h"
 #include "ctx.h"
 #include "kernels/matmul.h"
@@ -56,6 +57,7 @@ struct nx_assistant {
     int cap, max_q, max_ff, max_cells, max_hd;
     float *z, *x, *u, *a, *q, *o, *g, *up, *hf, *lg, *cl, *rc_full, *rc_swa, *thr, *drow, *cval;
     size_t thr_stride;
+    int32_t *alo, *ahi;   /* [cap] visible target positions per row of the current layer */
     as_cand *cand;
     nx_pos *ends;                   /* [cap] visible end of the target cells per row */
     nx_matmul_scratch mm;
@@ -427,10 +429,17 @@ static nx_status alloc_scratch(nx_assistant *a, int cap, nx_error *err) {
     a->drow = malloc(E * sizeof(float));
     a->ends = malloc(N * sizeof *a->ends);
     const int nt = nx_threadpool_size(a->tctx->tp);
-    a->thr_stride = ((size_t)a->max_cells + (size_t)a->max_hd + 15) & ~(size_t)15;
+    size_t aw = 16;
+    for (int il = 0; il < a->n_layer; il++) {
+        const size_t w = nx_attend_work_floats(a->layers[il].nh, a->layers[il].nkv, a->layers[il].hd);
+        if (w > aw) aw = w;
+    }
+    a->thr_stride = (aw + 15) & ~(size_t)15;
+    a->alo = malloc(N * sizeof(int32_t));
+    a->ahi = malloc(N * sizeof(int32_t));
     a->thr = malloc((size_t)nt * a->thr_stride * sizeof(float));
     bool ok = a->z && a->x && a->u && a->a && a->q && a->o && a->g && a->up && a->hf && a->lg && a->rc_full &&
-              a->rc_swa && a->drow && a->ends && a->thr;
+              a->rc_swa && a->drow && a->ends && a->thr && a->alo && a->ahi;
     if (a->masked) {
         a->cl = malloc(N * (size_t)a->n_c * sizeof(float));
         a->cand = malloc((size_t)a->n_c * sizeof *a->cand);
@@ -444,7 +453,7 @@ void nx_assistant_free(nx_assistant *a) {
     if (!a) return;
     free(a->z); free(a->x); free(a->u); free(a->a); free(a->q); free(a->o); free(a->g); free(a->up); free(a->hf);
     free(a->lg); free(a->cl); free(a->rc_full); free(a->rc_swa); free(a->thr); free(a->drow); free(a->cval); free(a->ends);
-    free(a->cand); free(a->rows); free(a->layers);
+    free(a->alo); free(a->ahi); free(a->cand); free(a->rows); free(a->layers);
     nx_matmul_scratch_free(&a->mm);
     nx_model_free(a->m);
     free(a);
@@ -522,18 +531,21 @@ static void attn_task(void *arg, int ith, int nth) {
     const as_attn_job *j = arg;
     nx_assistant *a = j->a;
     const as_layer *l = j->l;
+    nx_attend_rows(a->tctx->kv, l->kv_layer, l->nh, l->nkv, l->hd, j->n, j->seq, a->alo, a->ahi, a->q,
+                   (size_t)l->nh * l->hd, a->o, 1.0f, a->thr + (size_t)ith * a->thr_stride, ith, nth);
+}
+
+/* Visible target positions per row: causal by position (the query's own cell is not there), the
+ * window on SWA layers, and a ring only holds its last cells. */
+static void attn_ranges(nx_assistant *a, const as_layer *l, int n, const nx_pos *pos, const nx_pos *kv_end) {
     const nx_kv *kv = a->tctx->kv;
-    const int H = l->nh, D = l->hd, grp = l->nh / l->nkv;
     const int cells = nx_kv_cells(kv, l->kv_layer), n_ctx = nx_kv_n_ctx(kv);
-    float *sc = a->thr + (size_t)ith * a->thr_stride, *tmp = sc + a->max_cells;
-    for (long w = ith; w < (long)j->n * H; w += nth) {
-        const int r = (int)(w / H), h = (int)(w % H), p = j->pos[r];
-        const int end = j->kv_end[r];
-        const int hi = p < end - 1 ? p : end - 1;   /* causal by position; the query's own cell is not there */
+    for (int r = 0; r < n; r++) {
+        const int p = pos[r], end = kv_end[r];
+        a->ahi[r] = p < end - 1 ? p : end - 1;
         int lo = l->swa ? p - a->n_swa + 1 : 0;
-        if (cells < n_ctx && lo < end - cells) lo = end - cells;   /* a ring only holds its last cells */
-        g4_attend_head(kv, l->kv_layer, j->seq[r], lo, hi, a->q + ((size_t)r * H + h) * D, h / grp, l->nkv, D,
-                       a->o + ((size_t)r * H + h) * D, sc, tmp);
+        if (cells < n_ctx && lo < end - cells) lo = end - cells;
+        a->alo[r] = lo;
     }
 }
 
@@ -619,6 +631,7 @@ static nx_status forward_chunk(nx_assistant *a, int n, const nx_token *tok, cons
             for (int h = 0; h < H; h++) nx_rmsnorm(qr + (size_t)h * D, qr + (size_t)h * D, l->q_norm, D, a->eps);
             nx_rope_apply(qr, H, D, rp, rc + (size_t)r * rp->n_rot);
         }
+        attn_ranges(a, l, n, pos, kv_end);
         as_attn_job job = {.a = a, .l = l, .n = n, .pos = pos, .kv_end = kv_end, .seq = seq};
         nx_threadpool_run(a->tctx->tp, attn_task, &job);
         if ((st = mm(a, l->wo, a->o, n, (int64_t)H * D, a->a, E, err)) != NX_OK) return st;

@@ -17,6 +17,7 @@
 #include <string.h>
 #include "arch/gemma4.h"
 #include "arch/moe.h"
+#include "arch/attn_view.h"
 #include "kernels/cpu.h"
 #include "quant/quant.h"
 
@@ -29,8 +30,9 @@ typedef struct g4_scratch {
     float *pl;                  /* [n][L*P] per-layer inputs */
     float *plt;                 /* [L*P] one token's per-layer embedding */
     float *rc_full, *rc_swa;    /* [n][n_rot] rope cos/sin per row */
-    float *thr;                 /* per thread: thr_stride floats (scores, one converted row) */
+    float *thr;                 /* per thread: thr_stride floats (the attention kernel's work) */
     size_t thr_stride;
+    int32_t *alo, *ahi;         /* [n] visible positions per row of the current attention layer */
     /* MoE */
     int *sel, *e_cnt, *e_off, *e_slot;
     float *selw, *router, *gath, *gu, *hm, *yo, *ys, *mo;
@@ -41,7 +43,7 @@ static size_t maxz(size_t a, size_t b) { return a > b ? a : b; }
 static void scratch_free(g4_scratch *s) {
     if (!s) return;
     free(s->x); free(s->u); free(s->a); free(s->q); free(s->o); free(s->k); free(s->v); free(s->g); free(s->up);
-    free(s->pl); free(s->plt); free(s->rc_full); free(s->rc_swa); free(s->thr);
+    free(s->pl); free(s->plt); free(s->rc_full); free(s->rc_swa); free(s->thr); free(s->alo); free(s->ahi);
     free(s->sel); free(s->e_cnt); free(s->e_off); free(s->e_slot); free(s->selw); free(s->router); free(s->gath);
     free(s->gu); free(s->hm); free(s->yo); free(s->ys); free(s->mo);
     free(s);
@@ -71,10 +73,14 @@ static nx_status scratch_create(const g4_model *gm, int n, int max_cells, int n_
     s->plt = malloc(maxz(PL, 1) * sizeof(float));
     s->rc_full = malloc(N * (size_t)hp->n_rot_full * sizeof(float));
     s->rc_swa = malloc(N * (size_t)hp->n_rot_swa * sizeof(float));
-    s->thr_stride = ((size_t)max_cells + (size_t)hp->max_hd + 15) & ~(size_t)15;
+    size_t aw = 16;
+    for (int il = 0; il < hp->n_layer; il++) aw = maxz(aw, nx_attend_work_floats(gm->layers[il].nh, gm->layers[il].nkv, gm->layers[il].hd));
+    s->thr_stride = (aw + 15) & ~(size_t)15;
+    s->alo = malloc(N * sizeof(int32_t));
+    s->ahi = malloc(N * sizeof(int32_t));
     s->thr = malloc((size_t)n_threads * s->thr_stride * sizeof(float));
     bool ok = s->x && s->u && s->a && s->q && s->o && s->k && s->v && s->g && s->up && s->pl && s->plt && s->rc_full &&
-              s->rc_swa && s->thr;
+              s->rc_swa && s->thr && s->alo && s->ahi;
     if (hp->n_expert > 0) {
         const size_t X = (size_t)hp->n_expert, kx = (size_t)hp->n_expert_used, F = (size_t)hp->n_ff_exp;
         s->sel = malloc(N * kx * sizeof(int));
@@ -107,47 +113,6 @@ static inline nx_status mm(nx_ctx *ctx, const nx_tensor *w, const float *x, int 
 
 /* ===== Attention ===== */
 
-/* A cached row as floats: a pointer into the cache (F32) or converted into tmp (F16, with F16C
- * when the level allows: the same bits, several times faster). */
-static inline const float *kv_row(const uint8_t *p, nx_type t, int n, float *tmp, bool f16c) {
-    if (t == NX_TYPE_F32) return (const float *)p;
-#if defined(__x86_64__) || defined(__i386__)
-    if (f16c) g4_f16_row_avx2((const nx_half *)p, tmp, n);
-    else
-#endif
-    nx_dequantize_row_f16((const nx_half *)p, tmp, n);
-    return tmp;
-}
-
-void g4_attend_head(const nx_kv *kv, int l, int seq, int lo, int hi, const float *q, int kvh, int nkv, int hd,
-                    float *out, float *sc, float *tmp) {
-    memset(out, 0, (size_t)hd * sizeof(float));
-    if (lo < 0) lo = 0;
-    const int n = hi - lo + 1;
-    if (n <= 0) return;
-    const nx_ops_impl *ops = nx_ops_get();
-    const nx_type tk = nx_kv_type_k(kv), tv = nx_kv_type_v(kv);
-    const size_t esk = tk == NX_TYPE_F16 ? 2 : 4, esv = tv == NX_TYPE_F16 ? 2 : 4;
-    const int cells = nx_kv_cells(kv, l);
-#if defined(__x86_64__) || defined(__i386__)
-    const bool f16c = nx_cpu_level_get() >= NX_CPU_AVX2;
-#else
-    const bool f16c = false;
-#endif
-    const uint8_t *kb = (const uint8_t *)nx_kv_k_base(kv, seq, l) + (size_t)kvh * (size_t)hd * esk;
-    const uint8_t *vb = (const uint8_t *)nx_kv_v_base(kv, seq, l) + (size_t)kvh * (size_t)hd * esv;
-    const size_t ks = (size_t)nkv * (size_t)hd * esk, vs = (size_t)nkv * (size_t)hd * esv;
-    for (int i = 0; i < n; i++) {
-        const size_t slot = (size_t)nx_kv_slot_of(cells, lo + i);
-        sc[i] = ops->dot(q, kv_row(kb + slot * ks, tk, hd, tmp, f16c), hd);
-    }
-    nx_softmax(sc, n, 1.0f, NULL);   /* scale 1.0: the q/k norms replace 1/sqrt(d) */
-    for (int i = 0; i < n; i++) {
-        const size_t slot = (size_t)nx_kv_slot_of(cells, lo + i);
-        ops->axpy(out, kv_row(vb + slot * vs, tv, hd, tmp, f16c), sc[i], hd);
-    }
-}
-
 typedef struct attn_job {
     const g4_layer *L;
     const nx_kv *kv;
@@ -160,14 +125,9 @@ typedef struct attn_job {
 static void attn_task(void *arg, int ith, int nth) {
     const attn_job *j = arg;
     const g4_layer *L = j->L;
-    const int H = L->nh, D = L->hd, grp = L->nh / L->nkv;
-    float *sc = j->s->thr + (size_t)ith * j->s->thr_stride, *tmp = sc + j->s->max_cells;
-    for (long w = ith; w < (long)j->n * H; w += nth) {
-        const int r = (int)(w / H), h = (int)(w % H), p = j->pos[r];
-        const int lo = L->swa ? p - j->n_swa + 1 : 0;
-        g4_attend_head(j->kv, L->kv_layer, j->seq[r], lo, p, j->s->q + ((size_t)r * H + h) * D, h / grp, L->nkv, D,
-                       j->s->o + ((size_t)r * H + h) * D, sc, tmp);
-    }
+    /* scale 1.0: the q/k norms replace 1/sqrt(d) */
+    nx_attend_rows(j->kv, L->kv_layer, L->nh, L->nkv, L->hd, j->n, j->seq, j->s->alo, j->s->ahi, j->s->q,
+                   (size_t)L->nh * L->hd, j->s->o, 1.0f, j->s->thr + (size_t)ith * j->s->thr_stride, ith, nth);
 }
 
 static nx_status attn_block(nx_ctx *ctx, g4_scratch *s, const g4_layer *L, const nx_ubatch *ub, float *x,
@@ -200,6 +160,10 @@ static nx_status attn_block(nx_ctx *ctx, g4_scratch *s, const g4_layer *L, const
             nx_kv_put_k(ctx->kv, ub->seq[r], L->kv_layer, ub->pos[r], kr);
             nx_kv_put_v(ctx->kv, ub->seq[r], L->kv_layer, ub->pos[r], vr);
         }
+    }
+    for (int r = 0; r < n; r++) {
+        s->ahi[r] = ub->pos[r];
+        s->alo[r] = L->swa ? ub->pos[r] - hp->n_swa + 1 : 0;
     }
     attn_job job = {.L = L, .kv = ctx->kv, .s = s, .n = n, .n_swa = hp->n_swa, .pos = ub->pos, .seq = ub->seq};
     nx_threadpool_run(ctx->tp, attn_task, &job);

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "arch/llama.h"
+#include "arch/attn_view.h"
 #include "core/fp16.h"
 #include "quant/quant.h"
 
@@ -26,7 +27,7 @@ typedef struct ll_scratch {
     float *k, *v;               /* [n][Hkv*D] */
     float *g, *up;              /* [min(n, LL_FFN_ROWS)][F] */
     float *rope;                /* [n_rot] cos / sin of one position */
-    float *thr;                 /* per thread: thr_stride floats (scores, one converted K/V row) */
+    float *thr;                 /* per thread: thr_stride floats (the attention kernel's work) */
     size_t thr_stride;
 } ll_scratch;
 
@@ -55,7 +56,7 @@ static nx_status scratch_create(const ll_hparams *hp, int n, int n_ctx, int n_th
     s->g = malloc(NF * F * sizeof(float));
     s->up = malloc(NF * F * sizeof(float));
     s->rope = malloc(((size_t)hp->n_rot + 2) * sizeof(float));
-    s->thr_stride = ((size_t)n_ctx + D + 15) & ~(size_t)15;
+    s->thr_stride = (nx_attend_work_floats(hp->n_head, hp->n_head_kv, (int)D) + 15) & ~(size_t)15;
     s->thr = malloc((size_t)n_threads * s->thr_stride * sizeof(float));
     if (!(s->x && s->u && s->q && s->o && s->k && s->v && s->g && s->up && s->rope && s->thr)) {
         scratch_free(s);
@@ -77,34 +78,12 @@ typedef struct attn_job {
     const nx_seq_id *seq;
 } attn_job;
 
-/* Row r, head h: softmax(scale * q·K[0..pos]) · V[0..pos] of the row's own sequence. */
+/* Row r sees positions 0..pos[r] of its own sequence. */
 static void attn_task(void *arg, int ith, int nth) {
     const attn_job *j = arg;
-    const nx_ops_impl *ops = nx_ops_get();
-    const int H = j->hp->n_head, Hkv = j->hp->n_head_kv, D = j->hp->head_dim, grp = H / Hkv;
-    const nx_type tk = nx_kv_type_k(j->kv), tv = nx_kv_type_v(j->kv);
-    const size_t esk = tk == NX_TYPE_F16 ? 2 : 4, esv = tv == NX_TYPE_F16 ? 2 : 4;
-    const size_t ks = (size_t)Hkv * D * esk, vs = (size_t)Hkv * D * esv;
-    float *sc = j->s->thr + (size_t)ith * j->s->thr_stride, *tmp = sc + j->s->n_ctx;
-    for (long w = ith; w < (long)j->n * H; w += nth) {
-        const int r = (int)(w / H), h = (int)(w % H), kvh = h / grp, np = j->pos[r] + 1;
-        const float *q = j->s->q + (size_t)r * H * D + (size_t)h * D;
-        const uint8_t *kb = (const uint8_t *)nx_kv_k_base(j->kv, j->seq[r], j->layer) + (size_t)kvh * D * esk;
-        const uint8_t *vb = (const uint8_t *)nx_kv_v_base(j->kv, j->seq[r], j->layer) + (size_t)kvh * D * esv;
-        for (int p = 0; p < np; p++) {
-            const float *k = (const float *)(kb + (size_t)p * ks);
-            if (tk == NX_TYPE_F16) { nx_dequantize_row_f16((const nx_half *)(kb + (size_t)p * ks), tmp, D); k = tmp; }
-            sc[p] = ops->dot(q, k, D);
-        }
-        nx_softmax(sc, np, j->hp->kq_scale, NULL);
-        float *out = j->s->o + (size_t)r * H * D + (size_t)h * D;
-        memset(out, 0, (size_t)D * sizeof(float));
-        for (int p = 0; p < np; p++) {
-            const float *v = (const float *)(vb + (size_t)p * vs);
-            if (tv == NX_TYPE_F16) { nx_dequantize_row_f16((const nx_half *)(vb + (size_t)p * vs), tmp, D); v = tmp; }
-            ops->axpy(out, v, sc[p], D);
-        }
-    }
+    const int H = j->hp->n_head, D = j->hp->head_dim;
+    nx_attend_rows(j->kv, j->layer, H, j->hp->n_head_kv, D, j->n, j->seq, NULL, j->pos, j->s->q, (size_t)H * D, j->s->o,
+                   j->hp->kq_scale, j->s->thr + (size_t)ith * j->s->thr_stride, ith, nth);
 }
 
 static nx_status attn_block(nx_ctx *ctx, ll_scratch *s, const ll_layer *L, int il, const nx_ubatch *ub, float *x,

@@ -17,6 +17,7 @@
 #include "arch/qwen35.h"
 #include "arch/moe.h"
 #include "arch/qwen35_dn.h"
+#include "arch/attn_view.h"
 #include "core/fp16.h"
 
 #define QW_FFN_ROWS 64
@@ -62,7 +63,9 @@ nx_status qw_scratch_create(const qw_model *qm, int n, int n_ctx, int n_threads,
     s->b4 = malloc(N * sb4 * sizeof(float));
     s->win = malloc(K * C * sizeof(float) + 64);
     s->rope = malloc(((size_t)hp->n_rot + 2) * sizeof(float));
-    s->thr_stride = ((size_t)n_ctx + 3 * maxz(D, (size_t)hp->dv) + 15) & ~(size_t)15;
+    const int grp = hp->n_head / hp->n_head_kv;
+    s->thr_stride = (maxz(nx_attn_work_floats(nx_attn_rows(grp) * grp, (int)D, (int)D) + D, 3 * maxz(D, (size_t)hp->dv)) + 15) &
+                    ~(size_t)15;
     s->thr = malloc((size_t)n_threads * s->thr_stride * sizeof(float));
     bool ok = s->x && s->u && s->b1 && s->b2 && s->b3 && s->b4 && s->win && s->rope && s->thr;
     if (hp->moe) {
@@ -119,46 +122,37 @@ typedef struct attn_job {
     float *o;          /* [n][H*D] */
 } attn_job;
 
+/* Work item w = (chunk of NX_ATTN_ROWS rows, KV head): the chunk's rows of one sequence at a
+ * time, with the group's heads, in one kernel call (they share each K/V tile). */
 static void attn_task(void *arg, int ith, int nth) {
     const attn_job *j = arg;
     const qw_hparams *hp = &j->qm->hp;
     const nx_ops_impl *ops = nx_ops_get();
     const int H = hp->n_head, D = hp->head_dim, Hkv = hp->n_head_kv, grp = H / Hkv;
-    const nx_type tk = nx_kv_type_k(j->kv), tv = nx_kv_type_v(j->kv);
-    const size_t esk = tk == NX_TYPE_F16 ? 2 : 4, esv = tv == NX_TYPE_F16 ? 2 : 4;
-    float *sc = j->s->thr + (size_t)ith * j->s->thr_stride;
-    float *tmp = sc + j->s->n_ctx, *gate = tmp + D;
+    const int rb = nx_attn_rows(grp), n_chunks = (j->n + rb - 1) / rb;
+    float *work = j->s->thr + (size_t)ith * j->s->thr_stride, *gate = work + nx_attn_work_floats(rb * grp, D, D);
     const float scale = 1.0f / sqrtf((float)D);
-    for (long w = ith; w < (long)j->n * H; w += nth) {
-        const int r = (int)(w / H), h = (int)(w % H), kvh = h / grp;
-        const float *q = j->qa + (size_t)r * 2 * H * D + (size_t)h * 2 * D;
-        const int np = j->pos[r] + 1, sq = j->seq[r];
-        const uint8_t *kb = (const uint8_t *)nx_kv_k_base(j->kv, sq, j->L->kv_layer) + (size_t)kvh * D * esk;
-        const uint8_t *vb = (const uint8_t *)nx_kv_v_base(j->kv, sq, j->L->kv_layer) + (size_t)kvh * D * esv;
-        const size_t ks = (size_t)Hkv * D * esk, vs = (size_t)Hkv * D * esv;
-        for (int p = 0; p < np; p++) {
-            const float *k = (const float *)(kb + (size_t)p * ks);
-            if (tk == NX_TYPE_F16) {
-                const nx_half *kh = (const nx_half *)(kb + (size_t)p * ks);
-                for (int i = 0; i < D; i++) tmp[i] = nx_half_to_f32(kh[i]);
-                k = tmp;
+    nx_attn_q qs[NX_ATTN_MAX_Q];
+    for (long w = ith; w < (long)n_chunks * Hkv; w += nth) {
+        const int c = (int)(w / Hkv), kvh = (int)(w % Hkv);
+        const int r1 = (c + 1) * rb < j->n ? (c + 1) * rb : j->n;
+        for (int r0 = c * rb; r0 < r1;) {
+            const int sq = j->seq[r0];
+            int re = r0 + 1;
+            while (re < r1 && j->seq[re] == sq) re++;
+            int nq = 0;
+            for (int r = r0; r < re; r++)
+                for (int h = kvh * grp; h < (kvh + 1) * grp; h++)
+                    qs[nq++] = (nx_attn_q){j->qa + (size_t)r * 2 * H * D + (size_t)h * 2 * D,
+                                           j->o + (size_t)r * H * D + (size_t)h * D, 0, j->pos[r]};
+            const nx_attn_kv kv = nx_attn_view(j->kv, sq, j->L->kv_layer, kvh, Hkv, D, D);
+            nx_attn(&kv, qs, nq, D, D, scale, work);
+            for (int i = 0; i < nq; i++) {
+                ops->sigmoid(gate, qs[i].q + D, D);
+                ops->mul(qs[i].out, qs[i].out, gate, D);
             }
-            sc[p] = ops->dot(q, k, D);
+            r0 = re;
         }
-        nx_softmax(sc, np, scale, NULL);
-        float *out = j->o + (size_t)r * H * D + (size_t)h * D;
-        memset(out, 0, (size_t)D * sizeof(float));
-        for (int p = 0; p < np; p++) {
-            const float *v = (const float *)(vb + (size_t)p * vs);
-            if (tv == NX_TYPE_F16) {
-                const nx_half *vh = (const nx_half *)(vb + (size_t)p * vs);
-                for (int i = 0; i < D; i++) tmp[i] = nx_half_to_f32(vh[i]);
-                v = tmp;
-            }
-            ops->axpy(out, v, sc[p], D);
-        }
-        ops->sigmoid(gate, q + D, D);
-        ops->mul(out, out, gate, D);
     }
 }
 
