@@ -107,16 +107,18 @@ static inline nx_status mm(nx_ctx *ctx, const nx_tensor *w, const float *x, int 
 
 /* ===== Attention ===== */
 
-/* A cached row as floats: a pointer into the cache (F32) or converted into tmp (F16, with F16C
- * when the level allows: the same bits, several times faster). */
+/* A cached row as floats: a pointer into the cache (F32) or converted into tmp (F16 with F16C
+ * when the level allows: the same bits, several times faster; other types by kv.h). */
 static inline const float *kv_row(const uint8_t *p, nx_type t, int n, float *tmp, bool f16c) {
-    if (t == NX_TYPE_F32) return (const float *)p;
 #if defined(__x86_64__) || defined(__i386__)
-    if (f16c) g4_f16_row_avx2((const nx_half *)p, tmp, n);
-    else
+    if (f16c && t == NX_TYPE_F16) {
+        g4_f16_row_avx2((const nx_half *)p, tmp, n);
+        return tmp;
+    }
+#else
+    (void)f16c;
 #endif
-    nx_dequantize_row_f16((const nx_half *)p, tmp, n);
-    return tmp;
+    return nx_kv_to_f32(t, p, n, tmp);
 }
 
 void g4_attend_head(const nx_kv *kv, int l, int seq, int lo, int hi, const float *q, int kvh, int nkv, int hd,
@@ -127,16 +129,16 @@ void g4_attend_head(const nx_kv *kv, int l, int seq, int lo, int hi, const float
     if (n <= 0) return;
     const nx_ops_impl *ops = nx_ops_get();
     const nx_type tk = nx_kv_type_k(kv), tv = nx_kv_type_v(kv);
-    const size_t esk = tk == NX_TYPE_F16 ? 2 : 4, esv = tv == NX_TYPE_F16 ? 2 : 4;
     const int cells = nx_kv_cells(kv, l);
 #if defined(__x86_64__) || defined(__i386__)
     const bool f16c = nx_cpu_level_get() >= NX_CPU_AVX2;
 #else
     const bool f16c = false;
 #endif
-    const uint8_t *kb = (const uint8_t *)nx_kv_k_base(kv, seq, l) + (size_t)kvh * (size_t)hd * esk;
-    const uint8_t *vb = (const uint8_t *)nx_kv_v_base(kv, seq, l) + (size_t)kvh * (size_t)hd * esv;
-    const size_t ks = (size_t)nkv * (size_t)hd * esk, vs = (size_t)nkv * (size_t)hd * esv;
+    const uint8_t *kb = (const uint8_t *)nx_kv_k_base(kv, seq, l) + nx_kv_type_bytes(tk, (int64_t)kvh * hd);
+    const uint8_t *vb = (const uint8_t *)nx_kv_v_base(kv, seq, l) + nx_kv_type_bytes(tv, (int64_t)kvh * hd);
+    const size_t ks = nx_kv_row_bytes(kv, l, false), vs = nx_kv_row_bytes(kv, l, true);
+    (void)nkv;
     for (int i = 0; i < n; i++) {
         const size_t slot = (size_t)nx_kv_slot_of(cells, lo + i);
         sc[i] = ops->dot(q, kv_row(kb + slot * ks, tk, hd, tmp, f16c), hd);
@@ -361,6 +363,10 @@ nx_status g4_ctx_init(nx_ctx *ctx, nx_error *err) {
     const g4_model *gm = g4_of(ctx->model);
     const g4_hparams *hp = &gm->hp;
     const int nk = gm->n_kv;
+    for (int il = 0; il < hp->n_layer; il++) {
+        nx_status hst = nx_ctx_check_head_dim(&ctx->params, gm->layers[il].hd, "the model", err);
+        if (hst != NX_OK) return hst;
+    }
     int64_t *w = calloc((size_t)nk, sizeof *w);
     int *ring = calloc((size_t)nk, sizeof *ring), *win = calloc((size_t)nk, sizeof *win);
     if (!w || !ring || !win) {
@@ -380,8 +386,7 @@ nx_status g4_ctx_init(nx_ctx *ctx, nx_error *err) {
     }
     nx_kv_config kc = {
         .n_seq = ctx->params.n_seq_max, .n_ctx = ctx->params.n_ctx,
-        .type_k = ctx->params.type_k == NX_CACHE_F16 ? NX_TYPE_F16 : NX_TYPE_F32,
-        .type_v = ctx->params.type_v == NX_CACHE_F16 ? NX_TYPE_F16 : NX_TYPE_F32,
+        .type_k = nx_ctx_kv_type(ctx->params.type_k), .type_v = nx_ctx_kv_type(ctx->params.type_v),
         .n_attn = nk, .k_width = w, .v_width = w, .ring_cells = ring, .window = win,
     };
     nx_status st = nx_kv_create(&kc, &ctx->kv, err);

@@ -125,7 +125,6 @@ static void attn_task(void *arg, int ith, int nth) {
     const nx_ops_impl *ops = nx_ops_get();
     const int H = hp->n_head, D = hp->head_dim, Hkv = hp->n_head_kv, grp = H / Hkv;
     const nx_type tk = nx_kv_type_k(j->kv), tv = nx_kv_type_v(j->kv);
-    const size_t esk = tk == NX_TYPE_F16 ? 2 : 4, esv = tv == NX_TYPE_F16 ? 2 : 4;
     float *sc = j->s->thr + (size_t)ith * j->s->thr_stride;
     float *tmp = sc + j->s->n_ctx, *gate = tmp + D;
     const float scale = 1.0f / sqrtf((float)D);
@@ -133,30 +132,14 @@ static void attn_task(void *arg, int ith, int nth) {
         const int r = (int)(w / H), h = (int)(w % H), kvh = h / grp;
         const float *q = j->qa + (size_t)r * 2 * H * D + (size_t)h * 2 * D;
         const int np = j->pos[r] + 1, sq = j->seq[r];
-        const uint8_t *kb = (const uint8_t *)nx_kv_k_base(j->kv, sq, j->L->kv_layer) + (size_t)kvh * D * esk;
-        const uint8_t *vb = (const uint8_t *)nx_kv_v_base(j->kv, sq, j->L->kv_layer) + (size_t)kvh * D * esv;
-        const size_t ks = (size_t)Hkv * D * esk, vs = (size_t)Hkv * D * esv;
-        for (int p = 0; p < np; p++) {
-            const float *k = (const float *)(kb + (size_t)p * ks);
-            if (tk == NX_TYPE_F16) {
-                const nx_half *kh = (const nx_half *)(kb + (size_t)p * ks);
-                for (int i = 0; i < D; i++) tmp[i] = nx_half_to_f32(kh[i]);
-                k = tmp;
-            }
-            sc[p] = ops->dot(q, k, D);
-        }
+        const uint8_t *kb = (const uint8_t *)nx_kv_k_base(j->kv, sq, j->L->kv_layer) + nx_kv_type_bytes(tk, (int64_t)kvh * D);
+        const uint8_t *vb = (const uint8_t *)nx_kv_v_base(j->kv, sq, j->L->kv_layer) + nx_kv_type_bytes(tv, (int64_t)kvh * D);
+        const size_t ks = nx_kv_row_bytes(j->kv, j->L->kv_layer, false), vs = nx_kv_row_bytes(j->kv, j->L->kv_layer, true);
+        for (int p = 0; p < np; p++) sc[p] = ops->dot(q, nx_kv_to_f32(tk, kb + (size_t)p * ks, D, tmp), D);
         nx_softmax(sc, np, scale, NULL);
         float *out = j->o + (size_t)r * H * D + (size_t)h * D;
         memset(out, 0, (size_t)D * sizeof(float));
-        for (int p = 0; p < np; p++) {
-            const float *v = (const float *)(vb + (size_t)p * vs);
-            if (tv == NX_TYPE_F16) {
-                const nx_half *vh = (const nx_half *)(vb + (size_t)p * vs);
-                for (int i = 0; i < D; i++) tmp[i] = nx_half_to_f32(vh[i]);
-                v = tmp;
-            }
-            ops->axpy(out, v, sc[p], D);
-        }
+        for (int p = 0; p < np; p++) ops->axpy(out, nx_kv_to_f32(tv, vb + (size_t)p * vs, D, tmp), sc[p], D);
         ops->sigmoid(gate, q + D, D);
         ops->mul(out, out, gate, D);
     }
@@ -421,6 +404,10 @@ nx_status qw_ctx_init(nx_ctx *ctx, nx_error *err) {
     const qw_model *qm = qw_of(ctx->model);
     const qw_hparams *hp = &qm->hp;
     int na = qm->n_attn ? qm->n_attn : 1, nr = qm->n_rec ? qm->n_rec : 1;
+    if (qm->n_attn > 0) {
+        nx_status hst = nx_ctx_check_head_dim(&ctx->params, hp->head_dim, "the model", err);
+        if (hst != NX_OK) return hst;
+    }
     int64_t *w = calloc((size_t)(2 * na + 2 * nr), sizeof *w);
     if (!w) return nx_fail(err, NX_ERR_NOMEM, "out of memory");
     for (int i = 0; i < qm->n_attn; i++) w[i] = w[na + i] = (int64_t)hp->n_head_kv * hp->head_dim;
@@ -430,8 +417,7 @@ nx_status qw_ctx_init(nx_ctx *ctx, nx_error *err) {
     }
     nx_kv_config kc = {
         .n_seq = ctx->params.n_seq_max, .n_ctx = ctx->params.n_ctx,
-        .type_k = ctx->params.type_k == NX_CACHE_F16 ? NX_TYPE_F16 : NX_TYPE_F32,
-        .type_v = ctx->params.type_v == NX_CACHE_F16 ? NX_TYPE_F16 : NX_TYPE_F32,
+        .type_k = nx_ctx_kv_type(ctx->params.type_k), .type_v = nx_ctx_kv_type(ctx->params.type_v),
         .n_attn = qm->n_attn, .k_width = w, .v_width = w + na,
         .n_rec = qm->n_rec, .conv_size = w + 2 * na, .ssm_size = w + 2 * na + nr,
     };

@@ -30,8 +30,8 @@ void nx_cli_args_init(nx_cli_args *a) {
     a->n_threads = 0;
     a->n_ctx = 0;
     a->n_ubatch = 512;
-    a->type_k = NX_CACHE_F32;
-    a->type_v = NX_CACHE_F32;
+    a->type_k = NX_CACHE_F16;   /* as llama.cpp */
+    a->type_v = NX_CACHE_F16;
     a->temp = 0.8f;
     a->top_k = 40;
     a->top_p = 0.95f;
@@ -89,10 +89,8 @@ static int parse_float(const char *flag, const char *v, double lo, double hi, fl
 }
 
 static int parse_cache_type(const char *flag, const char *v, nx_cache_type *out, nx_error *err) {
-    if (!strcmp(v, "f32")) *out = NX_CACHE_F32;
-    else if (!strcmp(v, "f16")) *out = NX_CACHE_F16;
-    else {
-        nx_fail(err, NX_ERR_INVALID_ARG, "%s: unsupported cache type '%s' (supported: f32, f16)", flag, v);
+    if (!nx_cache_type_parse(v, out)) {
+        nx_fail(err, NX_ERR_INVALID_ARG, "%s: unsupported cache type '%s' (supported: " NX_CACHE_TYPE_NAMES ")", flag, v);
         return -1;
     }
     return 0;

@@ -10,7 +10,7 @@
  *   -t, --threads N           threads (default: physical cores)
  *   -c, --ctx-size N          context positions, 0 = the model's (at most 4096)
  *   -ub, --ubatch-size N      rows per forward chunk (512)
- *   -ctk / -ctv TYPE          KV cache type: f32 (default) | f16
+ *   -ctk / -ctv TYPE          KV cache type: f16 (default, as llama.cpp) | f32 | bf16 | q8_0 | q4_0
  *   --no-mmap / --mmap        read the weights into (huge-page) memory instead of mapping the file
  *   --temp 0.8  --top-k 40  --top-p 0.95  --min-p 0.05  -s, --seed -1 (random)
  *   --repeat-penalty 1.0  --repeat-last-n 64  --presence-penalty 0  --frequency-penalty 0
@@ -57,8 +57,8 @@ typedef struct nx_cli_args {
     int n_ctx;                  /* -c: 0 = the model's training context, at most 4096 */
     int n_ubatch;               /* -ub: 512 */
     bool no_mmap;               /* --no-mmap: weights copied into memory (default: mapped) */
-    nx_cache_type type_k;       /* -ctk: F32 */
-    nx_cache_type type_v;       /* -ctv: F32 */
+    nx_cache_type type_k;       /* -ctk: F16 */
+    nx_cache_type type_v;       /* -ctv: F16 */
     /* sampling, llama.cpp's common defaults */
     float temp;                 /* 0.8; <= 0 = greedy */
     int top_k;                  /* 40; <= 0 = off */
