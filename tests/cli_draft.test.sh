@@ -39,8 +39,8 @@ check "auto with a full draft model: draft" "grep -q 'speculation draft' '$work/
 "$NEXTN" run -m "$work/q.gguf" -p "$P" -n 8 --temp 0 --spec-type draft -md "$work/v520.gguf" >"$work/v.out" 2>"$work/v.err"
 vrc=$?
 check "mismatched vocabulary refused, naming the token" "[ $vrc -ne 0 ] && grep -q 'token 509' '$work/v.err' && [ ! -s '$work/v.out' ]" "$(cat "$work/v.err")"
-"$NEXTN" run -m "$work/q.gguf" -p "$P" -n 8 --spec-type draft -md "$work/q2.gguf" -ctkd q4_0 >/dev/null 2>"$work/ctkd.err"
-check "-ctkd q4_0 refused" "grep -q 'unsupported cache type' '$work/ctkd.err'" "$(cat "$work/ctkd.err")"
+"$NEXTN" run -m "$work/q.gguf" -p "$P" -n 8 --spec-type draft -md "$work/q2.gguf" -ctkd q5_1 >/dev/null 2>"$work/ctkd.err"
+check "-ctkd q5_1 refused" "grep -q 'unsupported cache type' '$work/ctkd.err'" "$(cat "$work/ctkd.err")"
 "$NEXTN" bench -m "$work/q.gguf" -p 0 -n 32 -r 1 --spec-type draft -md "$work/q2.gguf" >"$work/bench.out" 2>&1
 check "bench: draft row, cost per draft step, measured / predicted" \
     "grep -q '^| draft ' '$work/bench.out' && grep -q 'ms/step' '$work/bench.out' && grep -q 'measured / predicted' '$work/bench.out'" \

@@ -115,7 +115,7 @@ expect_error bad_flag 2 "unknown flag '--bogus'" run -m "$MODEL" -p x --bogus 1
 expect_error no_value 2 "\-n needs a value" run -m "$MODEL" -p x -n
 expect_error bad_n 2 "\-n: -5 is out of range" run -m "$MODEL" -p x -n -5
 expect_error bad_threads 2 "\-t: 0 is out of range" run -m "$MODEL" -p x -t 0
-expect_error bad_ctk 2 "\-ctk: unsupported cache type 'q4_0'" run -m "$MODEL" -p x -ctk q4_0
+expect_error bad_ctk 2 "\-ctk: unsupported cache type 'q5_1'" run -m "$MODEL" -p x -ctk q5_1
 expect_error bad_topp 2 "\-\-top-p: 1.5 is out of range" run -m "$MODEL" -p x --top-p 1.5
 expect_error bad_seed 2 "\-s: expected -1 (random)" run -m "$MODEL" -p x -s -7
 expect_error stray_arg 2 "unexpected argument 'hello'" run -m "$MODEL" hello

@@ -615,7 +615,7 @@ static void test_eval_cli(void) {
     char ids[4096] = "", cmd[8192], out[600];
     for (int i = 0; i < g.n; i++) snprintf(ids + strlen(ids), sizeof ids - strlen(ids), "%s%d", i ? "," : "", g.ids[i]);
     snprintf(out, sizeof out, "%s/cli_logits.f32", g_tmpdir);
-    snprintf(cmd, sizeof cmd, "%s eval -m %s/model.gguf --prompt-ids %s --logits-out %s --greedy 64 --batch 1 -t 2",
+    snprintf(cmd, sizeof cmd, "%s eval -m %s/model.gguf --prompt-ids %s --logits-out %s --greedy 64 --batch 1 -t 2 -ctk f32 -ctv f32",
              NX_CLI_PATH, g.dir, ids, out);
     FILE *p = popen(cmd, "r");
     char line[4096] = "";
