@@ -17,6 +17,7 @@
  *   --chat                    wrap the prompt as one user turn: the GGUF's chat template, else ChatML
  *   --chat-template-file F    the Jinja chat template --chat uses
  *   -r, --repetitions N       bench: repetitions per test (5)
+ *   -d, --n-depth N[,N...]    bench: each test runs after N tokens are already in the context (0)
  *   --spec-type ... --spec-fallback   speculative decoding (spec/spec_params.h, group NX_ARGS_SPEC)
  * "--flag=value" is accepted for long flags. Every error names the flag and says why, in one
  * line (NX_ERR_INVALID_ARG in an nx_error, for the command to print as "nextn CMD: MSG").
@@ -73,6 +74,9 @@ typedef struct nx_cli_args {
     int bench_n_prompt;         /* -p N: 512 (0 = no prompt test) */
     int bench_n_gen;            /* -n N: 128 (0 = no decode test) */
     int bench_reps;             /* -r N: 5 */
+#define NX_BENCH_MAX_DEPTHS 16
+    int bench_depth[NX_BENCH_MAX_DEPTHS];   /* -d / --n-depth N[,N...]: tokens already in the context */
+    int bench_n_depth;          /* entries of bench_depth: 1 (depth 0) by default */
     /* speculative decoding (NX_ARGS_SPEC): speculation off unless --spec-type is given */
     nx_spec_params spec;
     bool help;                  /* -h / --help was given */
