@@ -109,7 +109,10 @@ typedef struct bench_env {
     size_t bytes_per_token;     /* weights streamed by one decode step */
     int depth;                  /* tokens of the depth prefix now decoded (-1: none) */
     float *rec;                 /* recurrent state after the depth prefix */
+    double cpu_timed;           /* process CPU seconds spent in timed parts (not depth refills) */
 } bench_env;
+
+static double cpu_seconds(void);
 
 /* n random tokens at positions p0.. of sequence 0 in ubatches, logits for the last row only. */
 static int decode_prompt(bench_env *e, int p0, int n) {
@@ -143,7 +146,7 @@ static int set_depth(bench_env *e, int d) {
 /* One repetition of a test: seconds, or < 0 on a decode error (message in nx_last_error). */
 static double bench_once(bench_env *e, const bench_test *t) {
     if (set_depth(e, t->depth) != 0) return -1;
-    double t0 = nx_cli_now();
+    const double c0 = cpu_seconds(), t0 = nx_cli_now();
     if (t->kind == BENCH_PP) {
         if (decode_prompt(e, t->depth, t->n) != 0) return -1;
     } else {
@@ -153,7 +156,9 @@ static double bench_once(bench_env *e, const bench_test *t) {
             if (nx_decode(e->ctx, e->b) != NX_OK) return -1;
         }
     }
-    return nx_cli_now() - t0;
+    const double s = nx_cli_now() - t0;
+    e->cpu_timed += cpu_seconds() - c0;
+    return s;
 }
 
 static double cpu_seconds(void) {
@@ -172,7 +177,7 @@ static int bench_run(bench_env *e, const bench_test *t, int reps, bench_result *
     double *tps = malloc(sizeof(double) * (size_t)reps);
     if (!tps) return -1;
     if (bench_once(e, t) < 0) { free(tps); return -1; }
-    double sum = 0, wall = 0, cpu0 = cpu_seconds();
+    double sum = 0, wall = 0, cpu0 = e->cpu_timed;
     for (int r = 0; r < reps; r++) {
         double s = bench_once(e, t);
         if (s < 0) { free(tps); return -1; }
@@ -180,7 +185,7 @@ static int bench_run(bench_env *e, const bench_test *t, int reps, bench_result *
         sum += tps[r];
         wall += s;
     }
-    out->cpu_pct = wall > 0 ? 100.0 * (cpu_seconds() - cpu0) / (wall * e->n_threads) : 0;
+    out->cpu_pct = wall > 0 ? 100.0 * (e->cpu_timed - cpu0) / (wall * e->n_threads) : 0;
     const double mean = sum / reps;
     double var = 0;
     for (int r = 0; r < reps; r++) var += (tps[r] - mean) * (tps[r] - mean);
