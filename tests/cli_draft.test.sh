@@ -52,6 +52,9 @@ for kv in q8_0 q4_0; do
 done
 "$NEXTN" run -m "$work/q.gguf" -p "$P" -n 4 -ctk q8_0 >/dev/null 2>"$work/hd16.err"
 check "q8_0 KV on head_dim 16 refused" "grep -q 'head dimension 16' '$work/hd16.err'" "$(cat "$work/hd16.err")"
+# LLAMA_ARG_CACHE_TYPE_K / _V reach serve too (here: refused before the model loads)
+LLAMA_ARG_CACHE_TYPE_V=q5_1 timeout 20 "$NEXTN" serve -m "$work/q.gguf" --port 0 >/dev/null 2>"$work/envkv.err"
+check "LLAMA_ARG_CACHE_TYPE_V applied by serve" "grep -q \"q5_1\" '$work/envkv.err'" "$(cat "$work/envkv.err")"
 check "self draft accepts everything" "grep -q 'acceptance 1.000' '$work/q.q.gguf.err'" "$(head -2 "$work/q.q.gguf.err")"
 "$NEXTN" run -m "$work/g.gguf" -p "$P" -n 8 --temp 0 --model-draft "$work/q2.gguf" >/dev/null 2>"$work/auto.err"
 check "auto with a full draft model: draft" "grep -q 'speculation draft' '$work/auto.err'" "$(cat "$work/auto.err")"
