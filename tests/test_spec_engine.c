@@ -266,12 +266,15 @@ static void test_lossless_qwen35moe(void) {
     nx_model_free(m);
 }
 
-/* q8_0 / q4_0 KV (trunk and MTP head caches in 32-value blocks: head_dim 32): MTP, n-gram and
- * both still give the plain greedy output (with the same KV type), 1 and 4 sequences. */
+/* q8_0 / q4_0 KV (trunk and MTP head caches in 32-value blocks) on the trained model (its drafts
+ * are accepted often, so both the accept and the reject paths run): MTP, n-gram and both still
+ * give the plain greedy output (with the same KV type), 1 and 4 sequences. */
 static void test_lossless_quant_kv(void) {
-    nx_model *m = gen_load("qwen35", "{\"head_dim\":32}", NX_TYPE_Q8_0, "dense_hd32.gguf", 7);
+    nx_model *m = trained();
+    REQUIRE_MSG(m, "models/tiny-qwen35-mtp-q8_0.gguf");
     prompts pr;
-    if (m) make_prompts(&pr, nx_model_n_vocab(m));
+    CHECK(text_prompts(&pr, NX_SOURCE_DIR "/models/tiny-qwen35-mtp-q8_0.gguf"));
+    if (SLOW) pr.n = 2;
     const nx_cache_type types[2] = {NX_CACHE_Q8_0, NX_CACHE_Q4_0};
     for (int i = 0; i < 2; i++) {
         g_kv = types[i];
