@@ -103,18 +103,28 @@ bool nx_model_can_run(const nx_model *model);
 
 /* ===== Contexts: decoding ===== */
 
+/* KV cache types (llama.cpp's -ctk / -ctv): Q8_0 / Q4_0 are ggml's 32-value blocks and need
+ * head dimensions that are multiples of 32 (else nx_ctx_create fails with NX_ERR_UNSUPPORTED). */
 typedef enum nx_cache_type {
     NX_CACHE_F32 = 0,
     NX_CACHE_F16 = 1,
+    NX_CACHE_Q8_0 = 2,
+    NX_CACHE_Q4_0 = 3,
+    NX_CACHE_BF16 = 4,
 } nx_cache_type;
+/* The types' names as the flags spell them: "f32", "f16", "q8_0", "q4_0", "bf16". */
+#define NX_CACHE_TYPE_NAMES "f32, f16, bf16, q8_0, q4_0"
+const char *nx_cache_type_name(nx_cache_type t);
+/* Parse a name (one of NX_CACHE_TYPE_NAMES); false (out unchanged) for anything else. */
+bool        nx_cache_type_parse(const char *name, nx_cache_type *out);
 
 typedef struct nx_ctx_params {
     int n_ctx;            /* positions per sequence; 0 = min(training context, 4096) */
     int n_ubatch;         /* rows per forward chunk (-ub); 0 = 512 */
     int n_seq_max;        /* sequences (ids 0..n_seq_max-1); 0 = 1 */
     int n_threads;        /* 0 = the model params' n_threads (0 there: physical cores) */
-    nx_cache_type type_k; /* attention K cache (-ctk), default F32 */
-    nx_cache_type type_v; /* attention V cache (-ctv), default F32 */
+    nx_cache_type type_k; /* attention K cache (-ctk), default F16 (as llama.cpp) */
+    nx_cache_type type_v; /* attention V cache (-ctv), default F16 */
 } nx_ctx_params;
 
 nx_ctx_params nx_ctx_default_params(void);
@@ -125,6 +135,12 @@ nx_status nx_ctx_create(const nx_model *model, const nx_ctx_params *params, nx_c
 void      nx_ctx_free(nx_ctx *ctx);
 int       nx_ctx_n_ctx(const nx_ctx *ctx);
 int       nx_ctx_n_seq_max(const nx_ctx *ctx);
+/* Memory of the context's sequence state: per_pos = bytes one more position of context costs a
+ * sequence (K + V rows of every attention layer that grows with the context, all layers), fixed
+ * = bytes per sequence that do not grow (recurrent state, sliding-window rings), total = bytes
+ * allocated for all sequences (n_seq * (n_ctx * per_pos + fixed); snapshots not counted). */
+typedef struct nx_ctx_memory { size_t per_pos, fixed, total; } nx_ctx_memory;
+nx_ctx_memory nx_ctx_memory_info(const nx_ctx *ctx);
 
 /* Run the model over a batch. Per sequence, the batch's tokens must have consecutive
  * positions starting at the sequence's next position (nx_seq_pos_next) or at 0, which

@@ -9,8 +9,46 @@
 
 nx_ctx_params nx_ctx_default_params(void) {
     nx_ctx_params p = {.n_ctx = 0, .n_ubatch = 0, .n_seq_max = 0, .n_threads = 0,
-                       .type_k = NX_CACHE_F32, .type_v = NX_CACHE_F32};
+                       .type_k = NX_CACHE_F16, .type_v = NX_CACHE_F16};
     return p;
+}
+
+static const char *const cache_names[] = {"f32", "f16", "q8_0", "q4_0", "bf16"};
+static const nx_type cache_nx_types[] = {NX_TYPE_F32, NX_TYPE_F16, NX_TYPE_Q8_0, NX_TYPE_Q4_0, NX_TYPE_BF16};
+#define N_CACHE_TYPES ((int)(sizeof cache_names / sizeof cache_names[0]))
+
+static bool cache_type_ok(nx_cache_type t) { return (int)t >= 0 && (int)t < N_CACHE_TYPES; }
+
+const char *nx_cache_type_name(nx_cache_type t) { return cache_type_ok(t) ? cache_names[t] : "?"; }
+
+bool nx_cache_type_parse(const char *name, nx_cache_type *out) {
+    for (int i = 0; name && i < N_CACHE_TYPES; i++)
+        if (!strcmp(name, cache_names[i])) {
+            *out = (nx_cache_type)i;
+            return true;
+        }
+    return false;
+}
+
+nx_ctx_memory nx_ctx_memory_info(const nx_ctx *c) {
+    nx_ctx_memory m = {0, 0, 0};
+    if (c && c->kv) {
+        m.per_pos = nx_kv_bytes_per_pos(c->kv);
+        m.fixed = nx_kv_bytes_fixed(c->kv);
+        m.total = nx_kv_bytes(c->kv);
+    }
+    return m;
+}
+
+nx_type nx_ctx_kv_type(nx_cache_type t) { return cache_type_ok(t) ? cache_nx_types[t] : NX_TYPE_F32; }
+
+nx_status nx_ctx_check_head_dim(const nx_ctx_params *p, int head_dim, const char *what, nx_error *err) {
+    const nx_type tk = nx_ctx_kv_type(p->type_k), tv = nx_ctx_kv_type(p->type_v);
+    if (head_dim % nx_kv_type_block(tk) == 0 && head_dim % nx_kv_type_block(tv) == 0) return NX_OK;
+    return nx_fail(err, NX_ERR_UNSUPPORTED,
+                   "KV cache types K %s / V %s store blocks of 32 values, which %s's head dimension %d is not a "
+                   "multiple of (use -ctk / -ctv f16)",
+                   nx_cache_type_name(p->type_k), nx_cache_type_name(p->type_v), what, head_dim);
 }
 
 static void ctx_release(nx_ctx *c) {
@@ -50,7 +88,7 @@ nx_status nx_ctx_create(const nx_model *model, const nx_ctx_params *params, nx_c
     nx_ctx_params p = params ? *params : nx_ctx_default_params();
     if (p.n_ctx < 0 || p.n_ubatch < 0 || p.n_seq_max < 0 || p.n_threads < 0 || p.n_ctx > (1 << 24) ||
         p.n_ubatch > 65536 || p.n_seq_max > 256 || p.n_threads > 1024 ||
-        (p.type_k != NX_CACHE_F32 && p.type_k != NX_CACHE_F16) || (p.type_v != NX_CACHE_F32 && p.type_v != NX_CACHE_F16)) {
+        !cache_type_ok(p.type_k) || !cache_type_ok(p.type_v)) {
         nx_fail(&err, NX_ERR_INVALID_ARG, "nx_ctx_create: bad parameters (n_ctx %d, n_ubatch %d, n_seq_max %d, n_threads %d)",
                 p.n_ctx, p.n_ubatch, p.n_seq_max, p.n_threads);
         return nx_error_publish(&err);

@@ -18,6 +18,12 @@
 #include "model.h"
 #include "threads.h"
 
+/* The nx_type a cache type stores (kv.h). */
+nx_type   nx_ctx_kv_type(nx_cache_type t);
+/* NX_ERR_UNSUPPORTED (naming `what`) unless head_dim is a multiple of the K and V types' block:
+ * attention reads a head's slice of a row, which must be whole blocks. */
+nx_status nx_ctx_check_head_dim(const nx_ctx_params *p, int head_dim, const char *what, nx_error *err);
+
 struct nx_ctx {
     const nx_model *model;
     nx_ctx_params params;           /* resolved (no zeros) */

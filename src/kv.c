@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "core/fp16.h"
+#include "quant/quant.h"
 
 typedef struct kv_seq {
     uint8_t *attn;      /* all attention layers */
@@ -25,8 +26,8 @@ typedef struct kv_seq {
 struct nx_kv {
     int n_seq, n_ctx, n_attn, n_rec;
     nx_type tk, tv;
-    size_t esk, esv;        /* bytes per value */
-    int64_t *kw, *vw;       /* per attention layer */
+    int64_t *kw, *vw;       /* values per row, per attention layer */
+    size_t *krb, *vrb;      /* bytes per row, per attention layer */
     size_t *k_off, *v_off;  /* byte offsets of a layer's K / V block in kv_seq.attn */
     size_t attn_size;
     int *cells;             /* rows per attention layer (n_ctx, or the ring size) */
@@ -39,15 +40,42 @@ struct nx_kv {
     kv_seq *seqs;
 };
 
-static size_t type_bytes(nx_type t) { return t == NX_TYPE_F16 ? 2 : 4; }
+bool nx_kv_type_ok(nx_type t) {
+    return t == NX_TYPE_F32 || t == NX_TYPE_F16 || t == NX_TYPE_BF16 || t == NX_TYPE_Q8_0 || t == NX_TYPE_Q4_0;
+}
+
+int nx_kv_type_block(nx_type t) { return t == NX_TYPE_Q8_0 || t == NX_TYPE_Q4_0 ? 32 : 1; }
+
+size_t nx_kv_type_bytes(nx_type t, int64_t n) {
+    switch (t) {
+    case NX_TYPE_F32: return (size_t)n * 4;
+    case NX_TYPE_F16:
+    case NX_TYPE_BF16: return (size_t)n * 2;
+    case NX_TYPE_Q8_0: return (size_t)(n / NX_QK8_0) * sizeof(nx_block_q8_0);
+    case NX_TYPE_Q4_0: return (size_t)(n / NX_QK4_0) * sizeof(nx_block_q4_0);
+    default: return 0;
+    }
+}
+
+const float *nx_kv_to_f32(nx_type t, const void *p, int64_t n, float *tmp) {
+    switch (t) {
+    case NX_TYPE_F32: return p;
+    case NX_TYPE_F16: nx_dequantize_row_f16(p, tmp, n); break;
+    case NX_TYPE_BF16: nx_dequantize_row_bf16(p, tmp, n); break;
+    case NX_TYPE_Q8_0: nx_dequantize_row_q8_0(p, tmp, n); break;
+    case NX_TYPE_Q4_0: nx_dequantize_row_q4_0(p, tmp, n); break;
+    default: break;   /* nx_kv_create admits no other type */
+    }
+    return tmp;
+}
 
 nx_status nx_kv_create(const nx_kv_config *c, nx_kv **out, nx_error *err) {
     *out = NULL;
     if (c->n_seq <= 0 || c->n_seq > 4096 || c->n_ctx <= 0 || c->n_attn < 0 || c->n_rec < 0)
         return nx_fail(err, NX_ERR_INVALID_ARG, "kv: bad config (n_seq %d, n_ctx %d, %d attention / %d recurrent layers)",
                        c->n_seq, c->n_ctx, c->n_attn, c->n_rec);
-    if ((c->type_k != NX_TYPE_F32 && c->type_k != NX_TYPE_F16) || (c->type_v != NX_TYPE_F32 && c->type_v != NX_TYPE_F16))
-        return nx_fail(err, NX_ERR_UNSUPPORTED, "kv: cache types must be f32 or f16 (got K %s, V %s)",
+    if (!nx_kv_type_ok(c->type_k) || !nx_kv_type_ok(c->type_v))
+        return nx_fail(err, NX_ERR_UNSUPPORTED, "kv: cache types must be f32, f16, bf16, q8_0 or q4_0 (got K %s, V %s)",
                        nx_type_name(c->type_k), nx_type_name(c->type_v));
     nx_kv *kv = calloc(1, sizeof *kv);
     if (!kv) return nx_fail(err, NX_ERR_NOMEM, "kv: out of memory");
@@ -57,11 +85,11 @@ nx_status nx_kv_create(const nx_kv_config *c, nx_kv **out, nx_error *err) {
     kv->n_rec = c->n_rec;
     kv->tk = c->type_k;
     kv->tv = c->type_v;
-    kv->esk = type_bytes(c->type_k);
-    kv->esv = type_bytes(c->type_v);
     int na = c->n_attn ? c->n_attn : 1, nr = c->n_rec ? c->n_rec : 1;
     kv->kw = calloc((size_t)na, sizeof *kv->kw);
     kv->vw = calloc((size_t)na, sizeof *kv->vw);
+    kv->krb = calloc((size_t)na, sizeof *kv->krb);
+    kv->vrb = calloc((size_t)na, sizeof *kv->vrb);
     kv->k_off = calloc((size_t)na, sizeof *kv->k_off);
     kv->v_off = calloc((size_t)na, sizeof *kv->v_off);
     kv->cells = calloc((size_t)na, sizeof *kv->cells);
@@ -73,7 +101,7 @@ nx_status nx_kv_create(const nx_kv_config *c, nx_kv **out, nx_error *err) {
     kv->conv_n = calloc((size_t)nr, sizeof *kv->conv_n);
     kv->ssm_n = calloc((size_t)nr, sizeof *kv->ssm_n);
     kv->seqs = calloc((size_t)c->n_seq, sizeof *kv->seqs);
-    if (!kv->kw || !kv->vw || !kv->k_off || !kv->v_off || !kv->cells || !kv->ring || !kv->window || !kv->cp_off ||
+    if (!kv->kw || !kv->vw || !kv->krb || !kv->vrb || !kv->k_off || !kv->v_off || !kv->cells || !kv->ring || !kv->window || !kv->cp_off ||
         !kv->conv_off || !kv->ssm_off || !kv->conv_n ||
         !kv->ssm_n || !kv->seqs) {
         nx_kv_free(kv);
@@ -87,6 +115,14 @@ nx_status nx_kv_create(const nx_kv_config *c, nx_kv **out, nx_error *err) {
             nx_kv_free(kv);
             return nx_fail(err, NX_ERR_INVALID_ARG, "kv: attention layer %d: bad row width %lld / %lld", l,
                            (long long)c->k_width[l], (long long)c->v_width[l]);
+        }
+        const int bk = nx_kv_type_block(c->type_k), bv = nx_kv_type_block(c->type_v);
+        if (c->k_width[l] % bk != 0 || c->v_width[l] % bv != 0) {
+            nx_kv_free(kv);
+            return nx_fail(err, NX_ERR_UNSUPPORTED,
+                           "kv: attention layer %d: K / V rows of %lld / %lld values cannot be stored as %s / %s "
+                           "(blocks of %d / %d values)", l, (long long)c->k_width[l], (long long)c->v_width[l],
+                           nx_type_name(c->type_k), nx_type_name(c->type_v), bk, bv);
         }
         int ring = c->ring_cells ? c->ring_cells[l] : 0;
         if (ring < 0 || (ring > 0 && (!c->window || c->window[l] < 1 || c->window[l] > ring))) {
@@ -104,10 +140,12 @@ nx_status nx_kv_create(const nx_kv_config *c, nx_kv **out, nx_error *err) {
         }
         kv->kw[l] = c->k_width[l];
         kv->vw[l] = c->v_width[l];
+        kv->krb[l] = nx_kv_type_bytes(c->type_k, c->k_width[l]);
+        kv->vrb[l] = nx_kv_type_bytes(c->type_v, c->v_width[l]);
         kv->k_off[l] = off;
-        off += (size_t)kv->cells[l] * (size_t)c->k_width[l] * kv->esk;
+        off += (size_t)kv->cells[l] * kv->krb[l];
         kv->v_off[l] = off;
-        off += (size_t)kv->cells[l] * (size_t)c->v_width[l] * kv->esv;
+        off += (size_t)kv->cells[l] * kv->vrb[l];
     }
     kv->attn_size = off;
     int64_t roff = 0;
@@ -152,6 +190,8 @@ void nx_kv_free(nx_kv *kv) {
     free(kv->seqs);
     free(kv->kw);
     free(kv->vw);
+    free(kv->krb);
+    free(kv->vrb);
     free(kv->k_off);
     free(kv->v_off);
     free(kv->cells);
@@ -175,33 +215,46 @@ size_t nx_kv_bytes(const nx_kv *kv) {
            (size_t)kv->n_seq;
 }
 
-/* ---- attention rows ---- */
-
-static void put_row(void *dst, nx_type t, const float *src, int64_t n) {
-    if (t == NX_TYPE_F32) {
-        memcpy(dst, src, (size_t)n * sizeof(float));
-    } else {
-        nx_half *h = dst;
-        for (int64_t i = 0; i < n; i++) h[i] = nx_f32_to_half(src[i]);
-    }
+size_t nx_kv_bytes_per_pos(const nx_kv *kv) {
+    size_t b = 0;
+    for (int l = 0; l < kv->n_attn; l++)
+        if (!kv->ring[l]) b += kv->krb[l] + kv->vrb[l];
+    return b;
 }
 
-static const float *get_row(const void *p, nx_type t, int64_t n, float *tmp) {
-    if (t == NX_TYPE_F32) return p;
-    const nx_half *h = p;
-    for (int64_t i = 0; i < n; i++) tmp[i] = nx_half_to_f32(h[i]);
-    return tmp;
+size_t nx_kv_bytes_fixed(const nx_kv *kv) {
+    size_t b = (size_t)kv->rec_size * sizeof(float) + kv->n_cell_pos * sizeof(int32_t);
+    for (int l = 0; l < kv->n_attn; l++)
+        if (kv->ring[l]) b += (size_t)kv->ring[l] * (kv->krb[l] + kv->vrb[l]);
+    return b;
+}
+
+size_t nx_kv_row_bytes(const nx_kv *kv, int l, bool v) { return v ? kv->vrb[l] : kv->krb[l]; }
+
+/* ---- attention rows ---- */
+
+/* The typed reference quantizers: llama.cpp's bytes for finite input, no UB (and no rejection:
+ * a decode must not fail here) for NaN / Inf. */
+static void put_row(void *dst, nx_type t, const float *src, int64_t n) {
+    switch (t) {
+    case NX_TYPE_F32: memcpy(dst, src, (size_t)n * sizeof(float)); break;
+    case NX_TYPE_F16: nx_quantize_row_f16_ref(src, dst, n); break;
+    case NX_TYPE_BF16: nx_quantize_row_bf16_ref(src, dst, n); break;
+    case NX_TYPE_Q8_0: nx_quantize_row_q8_0_ref(src, dst, n); break;
+    case NX_TYPE_Q4_0: nx_quantize_row_q4_0_ref(src, dst, n); break;
+    default: break;
+    }
 }
 
 int nx_kv_cells(const nx_kv *kv, int l) { return kv->cells[l]; }
 int nx_kv_slot(const nx_kv *kv, int l, int pos) { return nx_kv_slot_of(kv->cells[l], pos); }
 
 static inline uint8_t *k_row(const nx_kv *kv, int seq, int l, int pos) {
-    return kv->seqs[seq].attn + kv->k_off[l] + (size_t)nx_kv_slot_of(kv->cells[l], pos) * (size_t)kv->kw[l] * kv->esk;
+    return kv->seqs[seq].attn + kv->k_off[l] + (size_t)nx_kv_slot_of(kv->cells[l], pos) * kv->krb[l];
 }
 
 static inline uint8_t *v_row(const nx_kv *kv, int seq, int l, int pos) {
-    return kv->seqs[seq].attn + kv->v_off[l] + (size_t)nx_kv_slot_of(kv->cells[l], pos) * (size_t)kv->vw[l] * kv->esv;
+    return kv->seqs[seq].attn + kv->v_off[l] + (size_t)nx_kv_slot_of(kv->cells[l], pos) * kv->vrb[l];
 }
 
 static inline void note_cell(nx_kv *kv, int seq, int l, int pos) {
@@ -219,11 +272,11 @@ void nx_kv_put_v(nx_kv *kv, int seq, int l, int pos, const float *src) {
 }
 
 const float *nx_kv_get_k(const nx_kv *kv, int seq, int l, int pos, float *tmp) {
-    return get_row(k_row(kv, seq, l, pos), kv->tk, kv->kw[l], tmp);
+    return nx_kv_to_f32(kv->tk, k_row(kv, seq, l, pos), kv->kw[l], tmp);
 }
 
 const float *nx_kv_get_v(const nx_kv *kv, int seq, int l, int pos, float *tmp) {
-    return get_row(v_row(kv, seq, l, pos), kv->tv, kv->vw[l], tmp);
+    return nx_kv_to_f32(kv->tv, v_row(kv, seq, l, pos), kv->vw[l], tmp);
 }
 
 const void *nx_kv_k_base(const nx_kv *kv, int seq, int l) { return kv->seqs[seq].attn + kv->k_off[l]; }
@@ -357,8 +410,8 @@ nx_status nx_kv_seq_cp(nx_kv *kv, int src, int dst, int p0, int p1, nx_error *er
     for (int l = 0; l < kv->n_attn; l++) {
         /* a ring is copied whole: its rows are not in position order */
         size_t rows = kv->ring[l] ? (size_t)kv->ring[l] : (size_t)n;
-        memcpy(d->attn + kv->k_off[l], s->attn + kv->k_off[l], rows * (size_t)kv->kw[l] * kv->esk);
-        memcpy(d->attn + kv->v_off[l], s->attn + kv->v_off[l], rows * (size_t)kv->vw[l] * kv->esv);
+        memcpy(d->attn + kv->k_off[l], s->attn + kv->k_off[l], rows * kv->krb[l]);
+        memcpy(d->attn + kv->v_off[l], s->attn + kv->v_off[l], rows * kv->vrb[l]);
     }
     if (kv->n_cell_pos) memcpy(d->cell_pos, s->cell_pos, kv->n_cell_pos * sizeof(int32_t));
     if (kv->rec_size) memcpy(d->rec, rec_base(kv, src, slot), (size_t)kv->rec_size * sizeof(float));

@@ -2,8 +2,11 @@
  * kv.h — per-sequence model state: the attention KV cache and the recurrent (conv + SSM) state.
  *
  * Attention: for every sequence and every attention layer a row of K (k_width values) and of V
- * (v_width values) per position 0..n_ctx-1, stored F32 or F16 (rounded to nearest even). A
- * sequence holds the positions [0, len); a decode appends at len (or restarts at 0).
+ * (v_width values) per position 0..n_ctx-1, stored F32, F16 / BF16 (rounded to nearest even),
+ * or in ggml's Q8_0 / Q4_0 blocks (32 values per 34 / 18-byte block, quantized by the
+ * repository's reference quantizers, src/quant: a row is k_width / 32 blocks, so k_width and
+ * v_width must be multiples of 32). A row takes nx_kv_row_bytes() bytes. A sequence holds the
+ * positions [0, len); a decode appends at len (or restarts at 0).
  * Sliding-window layers may instead keep a ring of `cells` rows (slot = pos mod cells), so their
  * memory does not grow with the context: a query at p sees the window positions p-window+1..p,
  * which the ring holds as long as cells >= window - 1 + (rows of one sequence per forward
@@ -31,7 +34,7 @@
 typedef struct nx_kv_config {
     int n_seq;                  /* sequences (ids 0..n_seq-1) */
     int n_ctx;                  /* positions per sequence */
-    nx_type type_k, type_v;     /* NX_TYPE_F32 or NX_TYPE_F16 */
+    nx_type type_k, type_v;     /* NX_TYPE_F32, F16, BF16, Q8_0 or Q4_0 (nx_kv_type_ok) */
     int n_attn;                 /* attention layers owning KV rows */
     const int64_t *k_width;     /* values per position, per attention layer */
     const int64_t *v_width;
@@ -47,6 +50,18 @@ typedef struct nx_kv_config {
 
 typedef struct nx_kv nx_kv;
 
+/* Cache types a KV cache can store. */
+bool nx_kv_type_ok(nx_type t);
+/* Values per block of a cache type (32 for Q8_0 / Q4_0, else 1): row widths and the per-head
+ * slices kernels read must be multiples of it. */
+int nx_kv_type_block(nx_type t);
+/* Bytes of n values of cache type t (n a multiple of nx_kv_type_block(t)): the byte offset of
+ * value n inside a row, e.g. of a head's slice. */
+size_t nx_kv_type_bytes(nx_type t, int64_t n);
+/* n values (a multiple of the block) of cache type t at src as floats: src itself for F32,
+ * else dequantized into tmp (bit-exact with ggml's dequantizers). */
+const float *nx_kv_to_f32(nx_type t, const void *src, int64_t n, float *tmp);
+
 nx_status nx_kv_create(const nx_kv_config *cfg, nx_kv **out, nx_error *err);
 void nx_kv_free(nx_kv *kv);
 
@@ -57,6 +72,14 @@ nx_type nx_kv_type_k(const nx_kv *kv);
 nx_type nx_kv_type_v(const nx_kv *kv);
 /* Bytes of attention KV + recurrent state allocated for all sequences (no snapshots). */
 size_t  nx_kv_bytes(const nx_kv *kv);
+/* Per sequence: bytes one more position of context costs (K + V rows of every attention layer
+ * that keeps n_ctx rows), and bytes that do not grow with the context (sliding-window rings,
+ * recurrent state). nx_kv_bytes = n_seq * (n_ctx * per_pos + fixed). */
+size_t  nx_kv_bytes_per_pos(const nx_kv *kv);
+size_t  nx_kv_bytes_fixed(const nx_kv *kv);
+/* Bytes of one K (v = false) or V (v = true) row of an attention layer: the stride between the
+ * rows nx_kv_k_base / nx_kv_v_base point at. */
+size_t  nx_kv_row_bytes(const nx_kv *kv, int layer, bool v);
 
 /* ---- attention rows (callers pass valid seq / layer / pos: no checks in the hot path) ---- */
 
@@ -73,8 +96,8 @@ int nx_kv_cells(const nx_kv *kv, int layer);
 static inline int nx_kv_slot_of(int cells, int pos) { return pos < cells ? pos : pos % cells; }
 int nx_kv_slot(const nx_kv *kv, int layer, int pos);
 
-/* Raw row 0 of a sequence's K / V block (rows follow at k_width / v_width values of the cache
- * type each; position pos is row nx_kv_slot(pos)), for kernels that read many positions. */
+/* Raw row 0 of a sequence's K / V block (rows follow every nx_kv_row_bytes() bytes, in the cache
+ * type; position pos is row nx_kv_slot(pos)), for kernels that read many positions. */
 const void *nx_kv_k_base(const nx_kv *kv, int seq, int layer);
 const void *nx_kv_v_base(const nx_kv *kv, int seq, int layer);
 

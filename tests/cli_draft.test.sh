@@ -35,6 +35,28 @@ for t in q g l; do
         check "$t.gguf drafted by $d: identical" "cmp -s '$work/$t.off' '$work/$t.$d'" "$(tail -3 "$work/$t.$d.err")"
     done
 done
+# quantized KV caches (target and draft model, llama.cpp's q8_0 / q4_0 blocks): still lossless;
+# qwen35 with head_dim 32 (blocks of 32 values per head) also through its MTP head and n-gram
+gen qwen35 q32.gguf 7 '{"head_dim":32}'
+for kv in q8_0 q4_0; do
+    "$NEXTN" run -m "$work/g.gguf" -p "$P" -n 40 --temp 0 --spec-type none -ctk $kv -ctv $kv >"$work/g.off.$kv" 2>/dev/null
+    "$NEXTN" run -m "$work/g.gguf" -p "$P" -n 40 --temp 0 --spec-type draft -md "$work/g2.gguf" --draft-max 4 \
+        --draft-adaptive off -ctk $kv -ctv $kv -ctkd $kv -ctvd q8_0 >"$work/g.d.$kv" 2>"$work/g.d.$kv.err"
+    check "g.gguf drafted by g2.gguf, $kv KV: identical" "[ -s '$work/g.off.$kv' ] && cmp -s '$work/g.off.$kv' '$work/g.d.$kv'" \
+        "$(tail -3 "$work/g.d.$kv.err")"
+    "$NEXTN" run -m "$work/q32.gguf" -p "$P" -n 40 --temp 0 --spec-type none -ctk $kv -ctv $kv >"$work/q32.off.$kv" 2>/dev/null
+    for st in mtp ngram,mtp; do
+        "$NEXTN" run -m "$work/q32.gguf" -p "$P" -n 40 --temp 0 --spec-type $st --draft-max 3 -ctk $kv -ctv $kv \
+            >"$work/q32.$st.$kv" 2>"$work/q32.$st.$kv.err"
+        check "q32.gguf --spec-type $st, $kv KV: identical" "[ -s '$work/q32.off.$kv' ] && cmp -s '$work/q32.off.$kv' '$work/q32.$st.$kv'" \
+            "$(tail -3 "$work/q32.$st.$kv.err")"
+    done
+done
+"$NEXTN" run -m "$work/q.gguf" -p "$P" -n 4 -ctk q8_0 >/dev/null 2>"$work/hd16.err"
+check "q8_0 KV on head_dim 16 refused" "grep -q 'head dimension 16' '$work/hd16.err'" "$(cat "$work/hd16.err")"
+# LLAMA_ARG_CACHE_TYPE_K / _V reach serve too (here: refused before the model loads)
+LLAMA_ARG_CACHE_TYPE_V=q5_1 timeout 20 "$NEXTN" serve -m "$work/q.gguf" --port 0 >/dev/null 2>"$work/envkv.err"
+check "LLAMA_ARG_CACHE_TYPE_V applied by serve" "grep -q \"q5_1\" '$work/envkv.err'" "$(cat "$work/envkv.err")"
 check "self draft accepts everything" "grep -q 'acceptance 1.000' '$work/q.q.gguf.err'" "$(head -2 "$work/q.q.gguf.err")"
 check "llama drafting itself accepts everything" "grep -q 'acceptance 1.000' '$work/l.l.gguf.err'" "$(head -2 "$work/l.l.gguf.err")"
 "$NEXTN" run -m "$work/g.gguf" -p "$P" -n 8 --temp 0 --model-draft "$work/q2.gguf" >/dev/null 2>"$work/auto.err"
@@ -42,8 +64,8 @@ check "auto with a full draft model: draft" "grep -q 'speculation draft' '$work/
 "$NEXTN" run -m "$work/q.gguf" -p "$P" -n 8 --temp 0 --spec-type draft -md "$work/v520.gguf" >"$work/v.out" 2>"$work/v.err"
 vrc=$?
 check "mismatched vocabulary refused, naming the token" "[ $vrc -ne 0 ] && grep -q 'token 509' '$work/v.err' && [ ! -s '$work/v.out' ]" "$(cat "$work/v.err")"
-"$NEXTN" run -m "$work/q.gguf" -p "$P" -n 8 --spec-type draft -md "$work/q2.gguf" -ctkd q4_0 >/dev/null 2>"$work/ctkd.err"
-check "-ctkd q4_0 refused" "grep -q 'unsupported cache type' '$work/ctkd.err'" "$(cat "$work/ctkd.err")"
+"$NEXTN" run -m "$work/q.gguf" -p "$P" -n 8 --spec-type draft -md "$work/q2.gguf" -ctkd q5_1 >/dev/null 2>"$work/ctkd.err"
+check "-ctkd q5_1 refused" "grep -q 'unsupported cache type' '$work/ctkd.err'" "$(cat "$work/ctkd.err")"
 "$NEXTN" bench -m "$work/q.gguf" -p 0 -n 32 -r 1 --spec-type draft -md "$work/q2.gguf" >"$work/bench.out" 2>&1
 check "bench: draft row, cost per draft step, measured / predicted" \
     "grep -q '^| draft ' '$work/bench.out' && grep -q 'ms/step' '$work/bench.out' && grep -q 'measured / predicted' '$work/bench.out'" \

@@ -115,7 +115,7 @@ expect_error bad_flag 2 "unknown flag '--bogus'" run -m "$MODEL" -p x --bogus 1
 expect_error no_value 2 "\-n needs a value" run -m "$MODEL" -p x -n
 expect_error bad_n 2 "\-n: -5 is out of range" run -m "$MODEL" -p x -n -5
 expect_error bad_threads 2 "\-t: 0 is out of range" run -m "$MODEL" -p x -t 0
-expect_error bad_ctk 2 "\-ctk: unsupported cache type 'q4_0'" run -m "$MODEL" -p x -ctk q4_0
+expect_error bad_ctk 2 "\-ctk: unsupported cache type 'q5_1'" run -m "$MODEL" -p x -ctk q5_1
 expect_error bad_topp 2 "\-\-top-p: 1.5 is out of range" run -m "$MODEL" -p x --top-p 1.5
 expect_error bad_seed 2 "\-s: expected -1 (random)" run -m "$MODEL" -p x -s -7
 expect_error stray_arg 2 "unexpected argument 'hello'" run -m "$MODEL" hello
@@ -134,6 +134,13 @@ if [ "$rc" -eq 0 ] && grep -q "| *pp16 |" "$work/bench.out" && grep -q "| *tg8 |
 else bad "bench table" "rc $rc: $(cat "$work/bench.out" "$work/bench.err")"; fi
 expect_error bench_bad_p 2 "\-p: expected an integer, got 'hello'" bench -m "$MODEL" -p hello
 expect_error bench_bad_r 2 "\-r: 0 is out of range" bench -m "$MODEL" -r 0
+expect_error bench_bad_d 2 "\-d: expected up to 16 comma-separated integers" bench -m "$MODEL" -d 0,x
+# -d: the tests again after 40 tokens already in the context; q8_0 KV; memory per token of context
+run bench_d bench -m "$MODEL" -p 16 -n 8 -r 2 -t 1 --bw-mib 16 -d 0,40 -ctk q8_0 -ctv q4_0
+if [ "$rc" -eq 0 ] && grep -q "| *pp16 |" "$work/bench_d.out" && grep -q "| *pp16 @ d40 |" "$work/bench_d.out" &&
+   grep -q "| *tg8 @ d40 |" "$work/bench_d.out" &&
+   grep -q "^KV cache: K q8_0, V q4_0: .* KiB per token of context" "$work/bench_d.out"; then ok "bench -d 0,40 -ctk q8_0 -ctv q4_0"
+else bad "bench -d" "rc $rc: $(cat "$work/bench_d.out" "$work/bench_d.err")"; fi
 
 # ---- speculative decoding: greedy output identical whatever drafts ----
 run spec_off run -m "$MODEL" -p "$PROMPT" -n 48 --temp 0 -t 2

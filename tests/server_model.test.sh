@@ -3,7 +3,8 @@
 # 4 concurrent greedy clients with speculation on (-np 4 --spec-type mtp) must get exactly what
 # `nextn run --temp 0` prints for the same prompts, also when a long prompt (read in -ub 16
 # chunks beside the decoding slots) arrives while three others decode; /health answers; startup
-# errors (no -m, a missing file) exit non-zero with a message; SIGTERM stops the server with
+# errors (no -m, a missing file) exit non-zero with a message; the start log gives the KV cache's
+# memory per token of context; SIGTERM stops the server with
 # exit status 0.
 # Needs curl and jq (skipped without them). Bounded: every request has a timeout.
 set -u
@@ -22,6 +23,9 @@ if timeout 20 "$NEXTN" serve -m /nonexistent.gguf --port 0 >/dev/null 2>"$work/e
 # ---- the real server ----
 nx_serve_start "$work" 200 -m "$model" -np 4 -c 2048 -t 1 -ub 16 --spec-type mtp --draft-max 4 --draft-adaptive off
 [ "$(curl -s -m 10 -o /dev/null -w '%{http_code}' "$url/health")" = 200 ] && ok "/health" || fail "/health"
+# the KV cache's memory per token of context, logged at start (default f16: this model's 1 KiB)
+grep -q "KV cache: K f16, V f16; 1.0 KiB per token of context" "$work/serve.err" && ok "start log: KV per token" ||
+    fail "no KV-per-token line: $(head -c 400 "$work/serve.err")"
 
 prompts=("def fib(n):" "import os" "class Stack:" "# print the numbers 1 to 10")
 for i in 0 1 2 3; do

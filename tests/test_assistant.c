@@ -261,8 +261,10 @@ static void test_golden_centroid(void) { golden_case("gemma4-tiny-centroid"); }
 
 /* Greedy speculative decoding with the drafter on 4 sequences (prompts longer than the window,
  * draft lengths up to kmax) == plain greedy; first round's
- * drafts == drafts.json; trimming the target KV alone handles rejection. */
-static void spec_loop(const char *name, bool dense, nx_asst_positions positions, int kmax) {
+ * drafts == drafts.json (F32 KV; other KV types change the drafts, never the output); trimming
+ * the target KV alone handles rejection. kvt: the target's K and V cache type, which the
+ * assistant's cross-attention reads. */
+static void spec_loop(const char *name, bool dense, nx_asst_positions positions, int kmax, nx_cache_type kvt) {
     g4case c;
     if (!case_open(&c, name)) {
         CHECK_MSG(0, "golden %s missing or unreadable", name);
@@ -275,7 +277,7 @@ static void spec_loop(const char *name, bool dense, nx_asst_positions positions,
     snprintf(apath, sizeof apath, "%s/assistant.gguf", c.dir);
     /* plain greedy reference, sequence 0 = the golden prompt, sequence 1 = its first 29 tokens */
     int plen[NS] = {c.n, 29, 12, 35}, ref[NS][NP];
-    nx_ctx *ctx = make_ctx(c.m, NS, 16, NX_CACHE_F32);
+    nx_ctx *ctx = make_ctx(c.m, NS, 16, kvt);
     CHECK(ctx);
     if (!ctx) { case_close(&c); return; }
     nx_batch *b = nx_batch_create(64);
@@ -290,7 +292,7 @@ static void spec_loop(const char *name, bool dense, nx_asst_positions positions,
         }
     }
     nx_ctx_free(ctx);
-    ctx = make_ctx(c.m, NS, 16, NX_CACHE_F32);
+    ctx = make_ctx(c.m, NS, 16, kvt);
     nx_assistant_opts o = nx_assistant_default_opts();
     o.dense_head = dense;
     o.positions = positions;
@@ -320,7 +322,7 @@ static void spec_loop(const char *name, bool dense, nx_asst_positions positions,
             map[nrq++] = s;
         }
         CHECK_MSG(nx_drafter_draft(d, rq, nrq, &e) == NX_OK, "%s", e.msg);
-        if (rounds == 0 && positions == NX_ASST_POS_CONSTANT)
+        if (rounds == 0 && positions == NX_ASST_POS_CONSTANT && kvt == NX_CACHE_F32)
             for (int i = 0; i < 3 && i < rq[0].n; i++) CHECK_EQ_INT(rq[0].tok[i], wfirst[i]);
         nx_batch_clear(b);
         nx_seq_id sq[64];
@@ -364,8 +366,9 @@ static void spec_loop(const char *name, bool dense, nx_asst_positions positions,
     }
     for (int s = 0; s < NS; s++)
         for (int i = 0; i < NP; i++) CHECK_MSG(got[s][i] == ref[s][i], "%s seq %d token %d: %d vs %d", name, s, i, got[s][i], ref[s][i]);
-    printf("  spec %s %s %s k<=%d: %d rounds, %d/%d drafts accepted (random weights: acceptance is not meaningful)\n",
-           name, dense ? "dense" : "default", positions ? "increment" : "constant", kmax, rounds, accepted, drafted);
+    printf("  spec %s %s %s k<=%d, %s KV: %d rounds, %d/%d drafts accepted (random weights: acceptance is not "
+           "meaningful)\n", name, dense ? "dense" : "default", positions ? "increment" : "constant", kmax,
+           nx_cache_type_name(kvt), rounds, accepted, drafted);
     nx_drafter_free(d);
     nx_batch_free(b);
     nx_ctx_free(ctx);
@@ -373,12 +376,21 @@ static void spec_loop(const char *name, bool dense, nx_asst_positions positions,
 }
 
 static void test_spec_tiny(void) {
-    spec_loop("gemma4-tiny", true, NX_ASST_POS_CONSTANT, 3);
-    spec_loop("gemma4-tiny", true, NX_ASST_POS_CONSTANT, 1);
-    spec_loop("gemma4-tiny", true, NX_ASST_POS_CONSTANT, 8);
+    spec_loop("gemma4-tiny", true, NX_ASST_POS_CONSTANT, 3, NX_CACHE_F32);
+    spec_loop("gemma4-tiny", true, NX_ASST_POS_CONSTANT, 1, NX_CACHE_F32);
+    spec_loop("gemma4-tiny", true, NX_ASST_POS_CONSTANT, 8, NX_CACHE_F32);
 }
-static void test_spec_centroid(void) { spec_loop("gemma4-tiny-centroid", false, NX_ASST_POS_CONSTANT, 3); }
-static void test_spec_increment(void) { spec_loop("gemma4-tiny", true, NX_ASST_POS_INCREMENT, 5); }
+static void test_spec_centroid(void) { spec_loop("gemma4-tiny-centroid", false, NX_ASST_POS_CONSTANT, 3, NX_CACHE_F32); }
+static void test_spec_increment(void) { spec_loop("gemma4-tiny", true, NX_ASST_POS_INCREMENT, 5, NX_CACHE_F32); }
+/* Quantized target KV (the rings, the shared-KV layers and the drafter's cross-read all in
+ * q8_0 / q4_0 blocks, or f16): still lossless. */
+static void test_spec_quant_kv(void) {
+    spec_loop("gemma4-tiny", true, NX_ASST_POS_CONSTANT, 3, NX_CACHE_F16);
+    spec_loop("gemma4-tiny", true, NX_ASST_POS_CONSTANT, 3, NX_CACHE_Q8_0);
+    spec_loop("gemma4-tiny", true, NX_ASST_POS_CONSTANT, 8, NX_CACHE_Q4_0);
+    spec_loop("gemma4-tiny-centroid", false, NX_ASST_POS_CONSTANT, 3, NX_CACHE_Q8_0);
+    spec_loop("gemma4-tiny", true, NX_ASST_POS_INCREMENT, 5, NX_CACHE_Q4_0);
+}
 
 
 
@@ -692,6 +704,7 @@ int main(void) {
     RUN(test_spec_tiny);
     RUN(test_spec_centroid);
     RUN(test_spec_increment);
+    RUN(test_spec_quant_kv);
     RUN(test_spec_trace);
     RUN(test_mtp_dialect);
     RUN(test_bad_input);

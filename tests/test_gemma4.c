@@ -204,6 +204,67 @@ static void check_golden(const char *name) {
 static void test_golden_tiny(void) { check_golden("gemma4-tiny"); }
 static void test_golden_centroid(void) { check_golden("gemma4-tiny-centroid"); }
 
+/* f16 / q8_0 / q4_0 KV (K and V) against the second implementation's f32-KV files: prompt logits
+ * in one batch, in ubatches of 3 (the SWA layers as rings, the shared-KV layers reading them) and
+ * the greedy run, compared row by row while the tokens agree. Bounds = 2x the measured max
+ * |dlogit| (prompt / greedy rows: f16 0.020 / 0.012, q8_0 0.42 / 0.30, q4_0 8.4 / 3.0). These
+ * follow the types' rounding errors on RMS-normed K and V (values ~1, a 32-block's max ~2.5):
+ * f16 ~2^-12 per value, q8_0 ~2.5/254/2 = 0.005 (~20x f16: 0.020 x 20 = 0.4), q4_0 ~2.5/16 = 0.16
+ * (~32x q8_0), amplified by gemma4's attention scale 1.0 on random tiny weights, the case's most
+ * KV-sensitive spot (README: f16 alone moves its logits 1e-2). Greedy tokens must agree up to
+ * the first step whose golden margin is below twice the bound (q4_0: none). */
+static void test_golden_kv_types(void) {
+    golden g = {0};
+    if (!golden_open(&g, "gemma4-tiny")) { CHECK_MSG(0, "golden gemma4-tiny missing"); golden_close(&g); return; }
+    char path[600];
+    snprintf(path, sizeof path, "%s/model.gguf", g.dir);
+    nx_model *m = NULL;
+    CHECK_MSG(nx_model_load(path, NULL, &m) == NX_OK, "%s", nx_last_error());
+    if (!m) { golden_close(&g); return; }
+    const int V = nx_model_n_vocab(m), E = nx_model_n_embd(m), n = g.n;
+    const size_t nL = (size_t)n * V, nH = (size_t)n * E, nG = (size_t)64 * V;
+    float *L = malloc(nL * 4), *H = malloc(nH * 4), *L1 = malloc(nL * 4), *H1 = malloc(nH * 4), *G = malloc(nG * 4);
+    float *ref_l = golden_file(&g, "f32kv/logits.f32", nL), *ref_g = golden_file(&g, "f32kv/greedy_logits.f32", nG);
+    CHECK(ref_l && ref_g);
+    double margin[64];
+    const cJSON *steps = cJSON_GetObjectItem(g.greedy, "steps");
+    for (int k = 0; k < 64; k++) {
+        const cJSON *mg = cJSON_GetObjectItem(cJSON_GetArrayItem(steps, k), "top1_top2_margin");
+        margin[k] = mg ? mg->valuedouble : 0.0;
+    }
+    const struct { nx_cache_type t; const char *name; double bound; } kinds[] = {
+        {NX_CACHE_F16, "f16", 4e-2}, {NX_CACHE_Q8_0, "q8_0", 0.85}, {NX_CACHE_Q4_0, "q4_0", 17.0}};
+    for (int ki = 0; ki < 3 && ref_l && ref_g; ki++) {
+        nx_ctx *c = make_ctx(m, 256, 1, 256, 2, kinds[ki].t);
+        CHECK(c && decode_chunks(c, g.ids, n, 0, 0, n, L, H));
+        int tok[64];
+        CHECK(c && greedy_run(c, L + (size_t)(n - 1) * V, n, tok, G, V));
+        nx_ctx_free(c);
+        int same = 0;
+        while (same < 64 && tok[same] == g.gtok[same]) same++;
+        const int rows = same < 64 ? same + 1 : 64;   /* row k follows tokens 0..k-1 */
+        const double dl = max_diff(L, ref_l, nL), dg = max_diff(G, ref_g, (size_t)rows * V);
+        int must = 0;   /* tokens that must agree: up to the first near-tie for this bound */
+        while (must < 64 && margin[must] > 2 * kinds[ki].bound) must++;
+        fprintf(stderr, "  gemma4-tiny K,V %s vs f32kv/: logits %.3g, greedy logits %.3g (%d rows); greedy %d/64 "
+                "equal (%d required)\n", kinds[ki].name, dl, dg, rows, same, must);
+        CHECK(dl <= kinds[ki].bound);
+        CHECK(dg <= kinds[ki].bound);
+        CHECK(same >= must);
+        /* ubatches of 3: rings of 8-1+3 cells, bit-identical to the batch */
+        c = make_ctx(m, 256, 1, 3, 2, kinds[ki].t);
+        CHECK(decode_chunks(c, g.ids, n, 0, 0, 7, L1, H1));
+        CHECK_MSG(!memcmp(L, L1, nL * 4), "%s: ring / ubatch 3 differs from the batch by %.3g", kinds[ki].name,
+                  max_diff(L, L1, nL));
+        CHECK(!memcmp(H, H1, nH * 4));
+        nx_ctx_free(c);
+    }
+    free(L); free(H); free(L1); free(H1); free(G);
+    free(ref_l); free(ref_g);
+    nx_model_free(m);
+    golden_close(&g);
+}
+
 /* ===== invariance ===== */
 
 /* Rows are independent: every chunking (1..16 rows, with ubatch = chunk so the SWA rings are in
@@ -592,6 +653,7 @@ int main(void) {
     init_ids();
     RUN(test_golden_tiny);
     RUN(test_golden_centroid);
+    RUN(test_golden_kv_types);
     RUN(test_invariance_moe_f32);
     RUN(test_invariance_q8);
     RUN(test_mixed_sequences);

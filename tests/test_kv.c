@@ -3,6 +3,7 @@
 #include "test.h"
 #include "core/fp16.h"
 #include "kv.h"
+#include "quant/quant.h"
 
 static nx_kv *make(int n_seq, int n_ctx, nx_type tk, nx_type tv, int n_rec) {
     int64_t kw[2] = {8, 4}, vw[2] = {8, 6}, conv[2] = {6, 3}, ssm[2] = {16, 5};
@@ -117,6 +118,73 @@ static void test_attention_only_and_copies(void) {
     nx_kv_free(kv);
 }
 
+/* Q8_0 / Q4_0 / BF16 rows: the stored bytes are those of the reference quantizers (llama.cpp's
+ * block formats), get dequantizes them, row strides / offsets are the block sizes, ring layers
+ * and prefix copies keep whole rows, memory per position counts the block bytes. */
+static void test_block_types(void) {
+    const nx_type types[] = {NX_TYPE_Q8_0, NX_TYPE_Q4_0, NX_TYPE_BF16};
+    const size_t want_rb[] = {2 * 34, 2 * 18, 64 * 2};   /* 64-value rows */
+    for (int ti = 0; ti < 3; ti++) {
+        const nx_type t = types[ti];
+        int64_t kw[2] = {64, 64}, vw[2] = {64, 32};
+        int ring[2] = {0, 6}, win[2] = {0, 4};
+        nx_kv_config c = {.n_seq = 2, .n_ctx = 16, .type_k = t, .type_v = t, .n_attn = 2, .k_width = kw,
+                          .v_width = vw, .ring_cells = ring, .window = win};
+        nx_kv *kv = NULL;
+        nx_error e = {0};
+        CHECK(nx_kv_create(&c, &kv, &e) == NX_OK);
+        if (!kv) continue;
+        CHECK(nx_kv_row_bytes(kv, 0, false) == want_rb[ti]);
+        CHECK(nx_kv_row_bytes(kv, 1, true) == want_rb[ti] / 2);
+        CHECK(nx_kv_type_bytes(t, 32) == want_rb[ti] / 2);
+        CHECK(nx_kv_bytes_per_pos(kv) == 2 * want_rb[ti]);   /* layer 0 only: layer 1 is a ring */
+        CHECK(nx_kv_bytes_fixed(kv) == 6 * (want_rb[ti] + want_rb[ti] / 2) + 6 * sizeof(int32_t));
+        CHECK(nx_kv_bytes(kv) == 2 * (16 * nx_kv_bytes_per_pos(kv) + nx_kv_bytes_fixed(kv)));
+        float row[64], tmp[64], want[64];
+        uint8_t ref[64 * 4];
+        for (int p = 0; p < 12; p++) {
+            for (int i = 0; i < 64; i++) row[i] = sinf(0.37f * (float)(i + 7 * p)) * (1.0f + (float)(i % 5));
+            nx_kv_put_k(kv, 1, 0, p, row);
+            nx_kv_put_v(kv, 1, 1, p, row);   /* ring of 6 cells */
+            CHECK(nx_quantize_row(t, row, ref, 64) == want_rb[ti]);
+            const uint8_t *kb = (const uint8_t *)nx_kv_k_base(kv, 1, 0) + (size_t)p * nx_kv_row_bytes(kv, 0, false);
+            CHECK(!memcmp(kb, ref, want_rb[ti]));
+            CHECK(nx_dequantize_row(t, ref, want, 64));
+            const float *k = nx_kv_get_k(kv, 1, 0, p, tmp);
+            CHECK(!memcmp(k, want, sizeof want));
+            /* the second half of a row is a head slice at a block offset */
+            CHECK(!memcmp(nx_kv_to_f32(t, kb + nx_kv_type_bytes(t, 32), 32, tmp), want + 32, 32 * sizeof(float)));
+            const uint8_t *vb = (const uint8_t *)nx_kv_v_base(kv, 1, 1) + (size_t)(p % 6) * nx_kv_row_bytes(kv, 1, true);
+            CHECK(!memcmp(vb, ref, want_rb[ti] / 2));   /* 32 values: the first block(s) of the same row */
+        }
+        nx_kv_seq_set_len(kv, 1, 12);
+        CHECK(nx_kv_seq_cp(kv, 1, 0, -1, 10, &e) == NX_OK);
+        for (int p = 0; p < 10; p++) {
+            float a[64], b[64];
+            memcpy(a, nx_kv_get_k(kv, 0, 0, p, tmp), sizeof a);
+            memcpy(b, nx_kv_get_k(kv, 1, 0, p, tmp), sizeof b);
+            CHECK(!memcmp(a, b, sizeof a));
+        }
+        /* NaN / Inf never crash the quantizers (codes unspecified) */
+        row[3] = NAN;
+        row[40] = INFINITY;
+        nx_kv_put_k(kv, 0, 0, 15, row);
+        (void)nx_kv_get_k(kv, 0, 0, 15, tmp);
+        nx_kv_free(kv);
+    }
+    /* widths that are not whole blocks: a clear error at creation */
+    int64_t kw[2] = {48, 64}, vw[2] = {64, 64};
+    nx_kv_config c = {.n_seq = 1, .n_ctx = 8, .type_k = NX_TYPE_Q8_0, .type_v = NX_TYPE_F16, .n_attn = 2,
+                      .k_width = kw, .v_width = vw};
+    nx_kv *kv = NULL;
+    nx_error e = {0};
+    CHECK(nx_kv_create(&c, &kv, &e) == NX_ERR_UNSUPPORTED && kv == NULL);
+    CHECK(strstr(e.msg, "48") && strstr(e.msg, "q8_0"));
+    c.type_k = NX_TYPE_Q4_1;
+    CHECK(nx_kv_create(&c, &kv, &e) == NX_ERR_UNSUPPORTED && strstr(e.msg, "q4_0"));
+    CHECK(!nx_kv_type_ok(NX_TYPE_Q4_1) && nx_kv_type_ok(NX_TYPE_Q4_0) && nx_kv_type_block(NX_TYPE_Q8_0) == 32);
+}
+
 static void test_bad_config(void) {
     nx_kv *kv = NULL;
     nx_error e = {0};
@@ -138,6 +206,7 @@ int main(void) {
     RUN(test_rows);
     RUN(test_seq_rm_and_snapshots);
     RUN(test_attention_only_and_copies);
+    RUN(test_block_types);
     RUN(test_bad_config);
     return test_summary();
 }

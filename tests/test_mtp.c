@@ -548,7 +548,7 @@ static void test_cli_eval(void) {
     if (!golden_open(&g, "qwen35-tiny")) { CHECK(0); golden_close(&g); return; }
     char ids[4096] = "", cmd[8192];
     for (int i = 0; i < g.n; i++) snprintf(ids + strlen(ids), sizeof ids - strlen(ids), "%s%d", i ? "," : "", g.ids[i]);
-    snprintf(cmd, sizeof cmd, "%s eval -m %s/model.gguf --prompt-ids %s --drafts 3 -ctv f16 -t 1", NX_CLI_PATH, g.dir, ids);
+    snprintf(cmd, sizeof cmd, "%s eval -m %s/model.gguf --prompt-ids %s --drafts 3 -ctk f32 -ctv f16 -t 1", NX_CLI_PATH, g.dir, ids);
     cJSON *d = run_json(cmd);
     CHECK(d != NULL);
     if (d) {
@@ -572,7 +572,7 @@ static void test_cli_eval(void) {
         }
     }
     cJSON_Delete(d);
-    snprintf(cmd, sizeof cmd, "%s eval -m %s/model.gguf --prompt-ids %s --spec 64 -t 1", NX_CLI_PATH, g.dir, ids);
+    snprintf(cmd, sizeof cmd, "%s eval -m %s/model.gguf --prompt-ids %s --spec 64 -ctk f32 -ctv f16 -t 1", NX_CLI_PATH, g.dir, ids);
     cJSON *t = run_json(cmd);
     CHECK(t != NULL);
     if (t) {
@@ -603,7 +603,7 @@ static void test_cli_eval(void) {
 /* The repository does not carry the shared set's F32 qwen35-small case (14 MB of weights), so its
  * shapes (n_embd 256, head_dim 64, n_rot 16, DeltaNet 64) are checked against the independent numpy
  * reference (tests/ref/qwen35.py, itself checked against the goldens by ref_qwen35.test.sh) on a
- * generated model: both `eval --drafts 3` runs (F32 KV) give the MTP prompt rows and the drafts.json
+ * generated model: both `eval --drafts 3` runs (F32 KV: -ctk / -ctv f32, the default being f16) give the MTP prompt rows and the drafts.json
  * layout. Draft ids are compared up to the first near-tie of the reference (margin < 1e-2). */
 static void check_vs_numpy(const char *label, const char *cfg, int E, int V) {
     if (access("/usr/bin/python3", X_OK) != 0 || system("/usr/bin/python3 -c 'import numpy' 2>/dev/null") != 0)
@@ -619,7 +619,7 @@ static void check_vs_numpy(const char *label, const char *cfg, int E, int V) {
     snprintf(cmd, sizeof cmd, "/usr/bin/python3 %s/tests/ref/qwen35.py eval %s --prompt-ids %s --drafts 3 "
              "--mtp-logits-out %s/np_ml.f32 --mtp-hidden-out %s/np_mh.f32", NX_SOURCE_DIR, path, ids, g_tmpdir, g_tmpdir);
     cJSON *want = run_json(cmd);
-    snprintf(cmd, sizeof cmd, "%s eval -m %s --prompt-ids %s --drafts 3 -t 1 --mtp-logits-out %s/nx_ml.f32 "
+    snprintf(cmd, sizeof cmd, "%s eval -m %s --prompt-ids %s --drafts 3 -t 1 -ctk f32 -ctv f32 --mtp-logits-out %s/nx_ml.f32 "
              "--mtp-hidden-out %s/nx_mh.f32", NX_CLI_PATH, path, ids, g_tmpdir, g_tmpdir);
     cJSON *got = run_json(cmd);
     CHECK(want != NULL);

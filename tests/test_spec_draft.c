@@ -423,8 +423,12 @@ static void test_flags(void) {
     CHECK(p.draft_n_ctx == 256 && p.draft_threads == 3 && p.draft_type_k == NX_CACHE_F16 && p.draft_type_v == NX_CACHE_F32);
     p = PARSE("--model-draft=x.gguf", "--ctx-size-draft", "64", "--threads-draft", "1", "--cache-type-k-draft", "f32");
     CHECK(st == NX_OK && !strcmp(p.draft_model, "x.gguf") && p.draft_n_ctx == 64 && p.draft_threads == 1);
-    p = PARSE("-ctkd", "q4_0");
-    CHECK(st == NX_ERR_INVALID_ARG && strstr(e.msg, "-ctkd") && strstr(e.msg, "q4_0") && strstr(e.msg, "f32"));
+    p = PARSE("-ctkd", "q4_0", "-ctvd", "q8_0");
+    CHECK(st == NX_OK && p.draft_type_k == NX_CACHE_Q4_0 && p.draft_type_v == NX_CACHE_Q8_0);
+    p = PARSE("-ctkd", "bf16");
+    CHECK(st == NX_OK && p.draft_type_k == NX_CACHE_BF16);
+    p = PARSE("-ctkd", "q5_1");
+    CHECK(st == NX_ERR_INVALID_ARG && strstr(e.msg, "-ctkd") && strstr(e.msg, "q5_1") && strstr(e.msg, "q4_0"));
     p = PARSE("--draft-block-size", "5");
     CHECK(st == NX_OK && p.draft_max == 4);
     p = PARSE("--draft-block-size", "1");

@@ -45,12 +45,16 @@ static nx_model *trained(void) {
     return m;
 }
 
+/* The KV cache type of every context the tests make (the default, f16, unless a test sets it). */
+static nx_cache_type g_kv = NX_CACHE_F16;
+
 static nx_ctx *make_ctx(nx_model *m, int n_ctx, int n_seq) {
     nx_ctx_params p = nx_ctx_default_params();
     p.n_ctx = n_ctx;
     p.n_seq_max = n_seq;
     p.n_ubatch = 64;
     p.n_threads = 1;
+    p.type_k = p.type_v = g_kv;
     nx_ctx *c = NULL;
     if (nx_ctx_create(m, &p, &c) != NX_OK) fprintf(stderr, "  ctx: %s\n", nx_last_error());
     return c;
@@ -201,7 +205,7 @@ static bool same_result(const result *a, const result *b, int n_prompts) {
     return true;
 }
 
-/* Greedy: every configuration gives the plain output, for 1 and 4 sequences. */
+/* Greedy: every configuration gives the plain output, for 1 and 4 sequences (full: every k). */
 static void check_lossless(nx_model *m, const prompts *pr, int n_predict, bool full) {
     CHECK(m != NULL);
     if (!m) return;
@@ -259,6 +263,25 @@ static void test_lossless_qwen35moe(void) {
     prompts pr;
     if (m) make_prompts(&pr, nx_model_n_vocab(m));
     check_lossless(m, &pr, SLOW ? 20 : 28, true);
+    nx_model_free(m);
+}
+
+/* q8_0 / q4_0 KV (trunk and MTP head caches in 32-value blocks) on the trained model (its drafts
+ * are accepted often, so both the accept and the reject paths run): MTP, n-gram and both still
+ * give the plain greedy output (with the same KV type), 1 and 4 sequences. */
+static void test_lossless_quant_kv(void) {
+    nx_model *m = trained();
+    REQUIRE_MSG(m, "models/tiny-qwen35-mtp-q8_0.gguf");
+    prompts pr;
+    CHECK(text_prompts(&pr, NX_SOURCE_DIR "/models/tiny-qwen35-mtp-q8_0.gguf"));
+    if (SLOW) pr.n = 2;
+    const nx_cache_type types[2] = {NX_CACHE_Q8_0, NX_CACHE_Q4_0};
+    for (int i = 0; i < 2; i++) {
+        g_kv = types[i];
+        fprintf(stderr, "  KV %s:\n", nx_cache_type_name(g_kv));
+        check_lossless(m, &pr, SLOW ? 16 : 24, false);
+    }
+    g_kv = NX_CACHE_F16;
     nx_model_free(m);
 }
 
@@ -734,6 +757,7 @@ int main(void) {
     TRUN(test_api);
     TRUN(test_lossless_qwen35);
     TRUN(test_lossless_qwen35moe);
+    TRUN(test_lossless_quant_kv);
     TRUN(test_lossless_trained);
     TRUN(test_state_qwen35);
     TRUN(test_state_trained);

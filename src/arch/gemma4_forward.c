@@ -325,6 +325,10 @@ nx_status g4_ctx_init(nx_ctx *ctx, nx_error *err) {
     const g4_model *gm = g4_of(ctx->model);
     const g4_hparams *hp = &gm->hp;
     const int nk = gm->n_kv;
+    for (int il = 0; il < hp->n_layer; il++) {
+        nx_status hst = nx_ctx_check_head_dim(&ctx->params, gm->layers[il].hd, "the model", err);
+        if (hst != NX_OK) return hst;
+    }
     int64_t *w = calloc((size_t)nk, sizeof *w);
     int *ring = calloc((size_t)nk, sizeof *ring), *win = calloc((size_t)nk, sizeof *win);
     if (!w || !ring || !win) {
@@ -344,8 +348,7 @@ nx_status g4_ctx_init(nx_ctx *ctx, nx_error *err) {
     }
     nx_kv_config kc = {
         .n_seq = ctx->params.n_seq_max, .n_ctx = ctx->params.n_ctx,
-        .type_k = ctx->params.type_k == NX_CACHE_F16 ? NX_TYPE_F16 : NX_TYPE_F32,
-        .type_v = ctx->params.type_v == NX_CACHE_F16 ? NX_TYPE_F16 : NX_TYPE_F32,
+        .type_k = nx_ctx_kv_type(ctx->params.type_k), .type_v = nx_ctx_kv_type(ctx->params.type_v),
         .n_attn = nk, .k_width = w, .v_width = w, .ring_cells = ring, .window = win,
     };
     nx_status st = nx_kv_create(&kc, &ctx->kv, err);

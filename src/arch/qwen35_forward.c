@@ -415,6 +415,10 @@ nx_status qw_ctx_init(nx_ctx *ctx, nx_error *err) {
     const qw_model *qm = qw_of(ctx->model);
     const qw_hparams *hp = &qm->hp;
     int na = qm->n_attn ? qm->n_attn : 1, nr = qm->n_rec ? qm->n_rec : 1;
+    if (qm->n_attn > 0) {
+        nx_status hst = nx_ctx_check_head_dim(&ctx->params, hp->head_dim, "the model", err);
+        if (hst != NX_OK) return hst;
+    }
     int64_t *w = calloc((size_t)(2 * na + 2 * nr), sizeof *w);
     if (!w) return nx_fail(err, NX_ERR_NOMEM, "out of memory");
     for (int i = 0; i < qm->n_attn; i++) w[i] = w[na + i] = (int64_t)hp->n_head_kv * hp->head_dim;
@@ -424,8 +428,7 @@ nx_status qw_ctx_init(nx_ctx *ctx, nx_error *err) {
     }
     nx_kv_config kc = {
         .n_seq = ctx->params.n_seq_max, .n_ctx = ctx->params.n_ctx,
-        .type_k = ctx->params.type_k == NX_CACHE_F16 ? NX_TYPE_F16 : NX_TYPE_F32,
-        .type_v = ctx->params.type_v == NX_CACHE_F16 ? NX_TYPE_F16 : NX_TYPE_F32,
+        .type_k = nx_ctx_kv_type(ctx->params.type_k), .type_v = nx_ctx_kv_type(ctx->params.type_v),
         .n_attn = qm->n_attn, .k_width = w, .v_width = w + na,
         .n_rec = qm->n_rec, .conv_size = w + 2 * na, .ssm_size = w + 2 * na + nr,
     };

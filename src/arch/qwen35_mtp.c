@@ -139,8 +139,7 @@ nx_status nx_mtp_head_create_opts(nx_ctx *target, const nx_mtp_head_opts *opts, 
     const int64_t w = (int64_t)qm->hp.n_head_kv * qm->hp.head_dim;
     nx_kv_config kc = {
         .n_seq = h->n_seq, .n_ctx = h->n_ctx,
-        .type_k = target->params.type_k == NX_CACHE_F16 ? NX_TYPE_F16 : NX_TYPE_F32,
-        .type_v = target->params.type_v == NX_CACHE_F16 ? NX_TYPE_F16 : NX_TYPE_F32,
+        .type_k = nx_ctx_kv_type(target->params.type_k), .type_v = nx_ctx_kv_type(target->params.type_v),
         .n_attn = 1, .k_width = &w, .v_width = &w, .n_rec = 0,
     };
     nx_status st = nx_kv_create(&kc, &h->kv, err);

@@ -30,8 +30,8 @@ void nx_cli_args_init(nx_cli_args *a) {
     a->n_threads = 0;
     a->n_ctx = 0;
     a->n_ubatch = 512;
-    a->type_k = NX_CACHE_F32;
-    a->type_v = NX_CACHE_F32;
+    a->type_k = NX_CACHE_F16;   /* as llama.cpp */
+    a->type_v = NX_CACHE_F16;
     a->temp = 0.8f;
     a->top_k = 40;
     a->top_p = 0.95f;
@@ -44,6 +44,8 @@ void nx_cli_args_init(nx_cli_args *a) {
     a->bench_n_prompt = 512;
     a->bench_n_gen = 128;
     a->bench_reps = 5;
+    a->bench_n_depth = 1;   /* one test series at depth 0 */
+    a->bench_depth[0] = 0;
     a->spec = nx_spec_params_default();
 }
 
@@ -88,11 +90,29 @@ static int parse_float(const char *flag, const char *v, double lo, double hi, fl
     return 0;
 }
 
+/* "N[,N...]" (llama-bench's lists), at most cap values in [lo, hi]. */
+static int parse_int_list(const char *flag, const char *v, int lo, int hi, int *out, int cap, int *n_out, nx_error *err) {
+    int n = 0;
+    const char *s = v;
+    for (;;) {
+        char *end = NULL;
+        long x = strtol(s, &end, 10);
+        if (end == s || (*end && *end != ',') || x < lo || x > hi || n == cap) {
+            nx_fail(err, NX_ERR_INVALID_ARG, "%s: expected up to %d comma-separated integers in [%d, %d], got '%s'", flag,
+                    cap, lo, hi, v);
+            return -1;
+        }
+        out[n++] = (int)x;
+        if (!*end) break;
+        s = end + 1;
+    }
+    *n_out = n;
+    return 0;
+}
+
 static int parse_cache_type(const char *flag, const char *v, nx_cache_type *out, nx_error *err) {
-    if (!strcmp(v, "f32")) *out = NX_CACHE_F32;
-    else if (!strcmp(v, "f16")) *out = NX_CACHE_F16;
-    else {
-        nx_fail(err, NX_ERR_INVALID_ARG, "%s: unsupported cache type '%s' (supported: f32, f16)", flag, v);
+    if (!nx_cache_type_parse(v, out)) {
+        nx_fail(err, NX_ERR_INVALID_ARG, "%s: unsupported cache type '%s' (supported: " NX_CACHE_TYPE_NAMES ")", flag, v);
         return -1;
     }
     return 0;
@@ -139,12 +159,13 @@ int nx_cli_args_parse_one(nx_cli_args *a, unsigned groups, int argc, char **argv
     }
     const bool bench = groups & NX_ARGS_BENCH;
     enum { NONE, MODEL, PROMPT, FILE_, NPRED, THREADS, CTX, UB, CTK, CTV, TEMP, TOPK, TOPP, MINP, SEED, REP, REPN,
-           PRES, FREQ, REPS, BP, BN, TMPL } f = NONE;
+           PRES, FREQ, REPS, BP, BN, BD, TMPL } f = NONE;
     bool flag_only = false;
     if ((groups & NX_ARGS_MODEL) && is(name, "-m", "--model")) f = MODEL;
     else if (bench && is(name, "-p", "--n-prompt")) f = BP;
     else if (bench && is(name, "-n", "--n-gen")) f = BN;
     else if (bench && is(name, "-r", "--repetitions")) f = REPS;
+    else if (bench && is(name, "-d", "--n-depth")) f = BD;
     else if ((groups & NX_ARGS_PROMPT) && is(name, "-p", "--prompt")) f = PROMPT;
     else if ((groups & NX_ARGS_PROMPT) && is(name, "-f", "--file")) f = FILE_;
     else if ((groups & NX_ARGS_PROMPT) && is(name, "--chat", NULL)) { a->chat = true; flag_only = true; }
@@ -203,6 +224,7 @@ int nx_cli_args_parse_one(nx_cli_args *a, unsigned groups, int argc, char **argv
     case REPS:    rc = parse_int(name, v, 1, 1000, &a->bench_reps, err); break;
     case BP:      rc = parse_int(name, v, 0, 1 << 20, &a->bench_n_prompt, err); break;
     case BN:      rc = parse_int(name, v, 0, 1 << 20, &a->bench_n_gen, err); break;
+    case BD:      rc = parse_int_list(name, v, 0, 1 << 24, a->bench_depth, NX_BENCH_MAX_DEPTHS, &a->bench_n_depth, err); break;
     case NONE:    break;
     }
     if (rc) return -1;

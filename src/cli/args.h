@@ -10,13 +10,14 @@
  *   -t, --threads N           threads (default: physical cores)
  *   -c, --ctx-size N          context positions, 0 = the model's (at most 4096)
  *   -ub, --ubatch-size N      rows per forward chunk (512)
- *   -ctk / -ctv TYPE          KV cache type: f32 (default) | f16
+ *   -ctk / -ctv TYPE          KV cache type: f16 (default, as llama.cpp) | f32 | bf16 | q8_0 | q4_0
  *   --no-mmap / --mmap        read the weights into (huge-page) memory instead of mapping the file
  *   --temp 0.8  --top-k 40  --top-p 0.95  --min-p 0.05  -s, --seed -1 (random)
  *   --repeat-penalty 1.0  --repeat-last-n 64  --presence-penalty 0  --frequency-penalty 0
  *   --chat                    wrap the prompt as one user turn: the GGUF's chat template, else ChatML
  *   --chat-template-file F    the Jinja chat template --chat uses
  *   -r, --repetitions N       bench: repetitions per test (5)
+ *   -d, --n-depth N[,N...]    bench: each test runs after N tokens are already in the context (0)
  *   --spec-type ... --spec-fallback   speculative decoding (spec/spec_params.h, group NX_ARGS_SPEC)
  * "--flag=value" is accepted for long flags. Every error names the flag and says why, in one
  * line (NX_ERR_INVALID_ARG in an nx_error, for the command to print as "nextn CMD: MSG").
@@ -57,8 +58,8 @@ typedef struct nx_cli_args {
     int n_ctx;                  /* -c: 0 = the model's training context, at most 4096 */
     int n_ubatch;               /* -ub: 512 */
     bool no_mmap;               /* --no-mmap: weights copied into memory (default: mapped) */
-    nx_cache_type type_k;       /* -ctk: F32 */
-    nx_cache_type type_v;       /* -ctv: F32 */
+    nx_cache_type type_k;       /* -ctk: F16 */
+    nx_cache_type type_v;       /* -ctv: F16 */
     /* sampling, llama.cpp's common defaults */
     float temp;                 /* 0.8; <= 0 = greedy */
     int top_k;                  /* 40; <= 0 = off */
@@ -73,6 +74,9 @@ typedef struct nx_cli_args {
     int bench_n_prompt;         /* -p N: 512 (0 = no prompt test) */
     int bench_n_gen;            /* -n N: 128 (0 = no decode test) */
     int bench_reps;             /* -r N: 5 */
+#define NX_BENCH_MAX_DEPTHS 16
+    int bench_depth[NX_BENCH_MAX_DEPTHS];   /* -d / --n-depth N[,N...]: tokens already in the context */
+    int bench_n_depth;          /* entries of bench_depth: 1 (depth 0) by default */
     /* speculative decoding (NX_ARGS_SPEC): speculation off unless --spec-type is given */
     nx_spec_params spec;
     bool help;                  /* -h / --help was given */

@@ -2,7 +2,7 @@
  * cmd_bench.c — `nextn bench`: prompt-processing and decode throughput of a model, in a
  * llama-bench style table, against the machine's read bandwidth measured in the same run.
  *
- *   nextn bench -m FILE.gguf [-p 512] [-n 128] [-r 5] [-t N] [-ub 512] [-c N] [-ctk/-ctv f32|f16]
+ *   nextn bench -m FILE.gguf [-p 512] [-n 128] [-r 5] [-d 0[,N...]] [-t N] [-ub 512] [-c N] [-ctk/-ctv TYPE]
  *               [--bw-mib 1024] [--spec-type mtp --draft-max N ... (spec_params.h)] [--verify-sweep]
  *               [-f SPEC_PROMPT_FILE]
  *
@@ -10,6 +10,12 @@
  * from a fixed seed, after one warm-up run):
  *   ppN  decode an N-token prompt in ubatches, logits for the last row only -> N / time
  *   tgN  decode N tokens one at a time, logits every step                   -> N / time
+ * -d D (llama-bench's --n-depth, a comma list): every test runs after D random tokens are already
+ * in the context ("pp512 @ d4096"). The D tokens are decoded once per depth (untimed, its time
+ * printed), the recurrent state after them saved, and each repetition cuts the sequence back to
+ * D and restores that state; where a sliding-window ring no longer holds the window before D,
+ * the D tokens are decoded again (untimed). The KV cache's memory per token of context (all
+ * layers) and its fixed part (recurrent state, rings) are printed before the table.
  * t/s is the median over the repetitions (± sample standard deviation). For tg, "GB/s" is the
  * weight bytes a decode step streams (every tensor the target pass reads: the MTP layer is
  * left out, a tied embedding counts as the output matrix, expert tensors count
@@ -58,10 +64,12 @@
 
 static void bench_usage(FILE *f) {
     fprintf(f,
-            "usage: nextn bench -m FILE.gguf [-p N] [-n N] [-r N] [-t N] [-ub N] [-c N] [-ctk/-ctv f32|f16] [--no-mmap] [--bw-mib N]\n"
+            "usage: nextn bench -m FILE.gguf [-p N] [-n N] [-r N] [-d N[,N..]] [-t N] [-ub N] [-c N] [-ctk/-ctv TYPE] [--no-mmap] [--bw-mib N]\n"
             "  -p, --n-prompt N      prompt-processing test of N tokens (default 512, 0 = skip)\n"
             "  -n, --n-gen N         decode test of N tokens (default 128, 0 = skip)\n"
             "  -r, --repetitions N   timed repetitions per test, median reported (default 5)\n"
+            "  -d, --n-depth N[,N..] run every test after N tokens already in the context (default 0)\n"
+            "  -ctk, -ctv TYPE       KV cache types: f16 (default), f32, bf16, q8_0, q4_0\n"
             "  -t, --threads N       threads (default: physical cores)\n"
             "  -ub, --ubatch-size N  prompt rows per forward chunk (default 512)\n"
             "  -c, --ctx-size N      context (default: what the tests need)\n"
@@ -81,6 +89,7 @@ typedef enum { BENCH_PP, BENCH_TG } bench_kind;
 typedef struct bench_test {
     bench_kind kind;
     int n;                      /* tokens */
+    int depth;                  /* tokens already in the context (-d) */
 } bench_test;
 
 typedef struct bench_result {
@@ -98,27 +107,58 @@ typedef struct bench_env {
     nx_rng rng;
     double bw_gbps;             /* measured read bandwidth, same threads */
     size_t bytes_per_token;     /* weights streamed by one decode step */
+    int depth;                  /* tokens of the depth prefix now decoded (-1: none) */
+    float *rec;                 /* recurrent state after the depth prefix */
+    double cpu_timed;           /* process CPU seconds spent in timed parts (not depth refills) */
 } bench_env;
+
+static double cpu_seconds(void);
+
+/* n random tokens at positions p0.. of sequence 0 in ubatches, logits for the last row only. */
+static int decode_prompt(bench_env *e, int p0, int n) {
+    for (int i0 = 0; i0 < n; i0 += e->n_ubatch) {
+        const int nb = n - i0 < e->n_ubatch ? n - i0 : e->n_ubatch;
+        nx_batch_clear(e->b);
+        for (int r = 0; r < nb; r++)
+            nx_batch_add(e->b, (nx_token)(nx_rng_next(&e->rng) % (uint64_t)e->n_vocab), p0 + i0 + r, 0, i0 + r == n - 1);
+        if (nx_decode(e->ctx, e->b) != NX_OK) return -1;
+    }
+    return 0;
+}
+
+/* Sequence 0 holding exactly the depth prefix of d tokens: cut back and restore the saved
+ * recurrent state, or decode the prefix afresh (first time, or a ring no longer holds it). */
+static int set_depth(bench_env *e, int d) {
+    nx_kv *kv = e->ctx->kv;
+    if (d == 0) {
+        nx_kv_seq_reset(kv, 0);
+        return 0;
+    }
+    if (e->depth == d && nx_kv_seq_restore(kv, 0, d, e->rec, NULL) == NX_OK) return 0;
+    nx_kv_seq_reset(kv, 0);
+    e->depth = -1;
+    if (decode_prompt(e, 0, d) != 0) return -1;
+    nx_kv_rec_save(kv, 0, e->rec);
+    e->depth = d;
+    return 0;
+}
 
 /* One repetition of a test: seconds, or < 0 on a decode error (message in nx_last_error). */
 static double bench_once(bench_env *e, const bench_test *t) {
-    double t0 = nx_cli_now();
+    if (set_depth(e, t->depth) != 0) return -1;
+    const double c0 = cpu_seconds(), t0 = nx_cli_now();
     if (t->kind == BENCH_PP) {
-        for (int i0 = 0; i0 < t->n; i0 += e->n_ubatch) {
-            const int nb = t->n - i0 < e->n_ubatch ? t->n - i0 : e->n_ubatch;
-            nx_batch_clear(e->b);
-            for (int r = 0; r < nb; r++)
-                nx_batch_add(e->b, (nx_token)(nx_rng_next(&e->rng) % (uint64_t)e->n_vocab), i0 + r, 0, i0 + r == t->n - 1);
-            if (nx_decode(e->ctx, e->b) != NX_OK) return -1;
-        }
+        if (decode_prompt(e, t->depth, t->n) != 0) return -1;
     } else {
         for (int i = 0; i < t->n; i++) {
             nx_batch_clear(e->b);
-            nx_batch_add(e->b, (nx_token)(nx_rng_next(&e->rng) % (uint64_t)e->n_vocab), i, 0, true);
+            nx_batch_add(e->b, (nx_token)(nx_rng_next(&e->rng) % (uint64_t)e->n_vocab), t->depth + i, 0, true);
             if (nx_decode(e->ctx, e->b) != NX_OK) return -1;
         }
     }
-    return nx_cli_now() - t0;
+    const double s = nx_cli_now() - t0;
+    e->cpu_timed += cpu_seconds() - c0;
+    return s;
 }
 
 static double cpu_seconds(void) {
@@ -137,7 +177,7 @@ static int bench_run(bench_env *e, const bench_test *t, int reps, bench_result *
     double *tps = malloc(sizeof(double) * (size_t)reps);
     if (!tps) return -1;
     if (bench_once(e, t) < 0) { free(tps); return -1; }
-    double sum = 0, wall = 0, cpu0 = cpu_seconds();
+    double sum = 0, wall = 0, cpu0 = e->cpu_timed;
     for (int r = 0; r < reps; r++) {
         double s = bench_once(e, t);
         if (s < 0) { free(tps); return -1; }
@@ -145,7 +185,7 @@ static int bench_run(bench_env *e, const bench_test *t, int reps, bench_result *
         sum += tps[r];
         wall += s;
     }
-    out->cpu_pct = wall > 0 ? 100.0 * (cpu_seconds() - cpu0) / (wall * e->n_threads) : 0;
+    out->cpu_pct = wall > 0 ? 100.0 * (e->cpu_timed - cpu0) / (wall * e->n_threads) : 0;
     const double mean = sum / reps;
     double var = 0;
     for (int r = 0; r < reps; r++) var += (tps[r] - mean) * (tps[r] - mean);
@@ -250,7 +290,7 @@ enum { COL_MODEL, COL_SIZE, COL_PARAMS, COL_TYPE, COL_THREADS, COL_TEST, COL_TPS
 
 static const bench_col k_cols[N_COLS] = {
     [COL_MODEL] = {"model", 24, true},   [COL_SIZE] = {"size", 10, false},   [COL_PARAMS] = {"params", 8, false},
-    [COL_TYPE] = {"type", 6, true},      [COL_THREADS] = {"threads", 7, false}, [COL_TEST] = {"test", 6, false},
+    [COL_TYPE] = {"type", 6, true},      [COL_THREADS] = {"threads", 7, false}, [COL_TEST] = {"test", 14, false},
     [COL_TPS] = {"t/s", 17, false},      [COL_GBPS] = {"GB/s", 6, false},    [COL_PCT] = {"% BW", 5, false},
     [COL_CPU] = {"cpu", 5, false},
 };
@@ -286,7 +326,8 @@ static void row_cells(const bench_env *e, const bench_test *t, const bench_resul
     else snprintf(cells[COL_PARAMS], sizeof cells[0], "%.2f M", (double)np / 1e6);
     snprintf(cells[COL_TYPE], sizeof cells[0], "%s", main_type(m));
     snprintf(cells[COL_THREADS], sizeof cells[0], "%d", e->n_threads);
-    snprintf(cells[COL_TEST], sizeof cells[0], "%s%d", t->kind == BENCH_PP ? "pp" : "tg", t->n);
+    if (t->depth > 0) snprintf(cells[COL_TEST], sizeof cells[0], "%s%d @ d%d", t->kind == BENCH_PP ? "pp" : "tg", t->n, t->depth);
+    else snprintf(cells[COL_TEST], sizeof cells[0], "%s%d", t->kind == BENCH_PP ? "pp" : "tg", t->n);
     snprintf(cells[COL_TPS], sizeof cells[0], "%.2f ± %.2f", r->tps_med, r->tps_sd);
     if (r->gbps >= 0) snprintf(cells[COL_GBPS], sizeof cells[0], "%.1f", r->gbps);
     else snprintf(cells[COL_GBPS], sizeof cells[0], "-");
@@ -579,10 +620,13 @@ int nx_cmd_bench(int argc, char **argv) {
     if (nx_spec_params_validate(&a.spec, &err) != NX_OK) { fprintf(stderr, "nextn bench: %s\n", err.msg); return 2; }
     if (a.spec.n_types > 0 && a.bench_n_gen == 0) { fprintf(stderr, "nextn bench: --spec-type needs a decode test (-n > 0)\n"); return 2; }
     const bool spec = a.spec.n_types > 0 || sweep;
-    int need = a.bench_n_prompt > a.bench_n_gen ? a.bench_n_prompt : a.bench_n_gen;
+    int max_depth = 0;
+    for (int i = 0; i < a.bench_n_depth; i++)
+        if (a.bench_depth[i] > max_depth) max_depth = a.bench_depth[i];
+    int need = (a.bench_n_prompt > a.bench_n_gen ? a.bench_n_prompt : a.bench_n_gen) + max_depth;
     if (spec && a.n_ctx == 0 && spec_ctx_need(&a, sweep) > need) need = spec_ctx_need(&a, sweep);
     if (a.n_ctx > 0 && a.n_ctx < need) {
-        fprintf(stderr, "nextn bench: -c %d is smaller than the longest test (%d tokens)\n", a.n_ctx, need);
+        fprintf(stderr, "nextn bench: -c %d is smaller than the longest test (%d tokens with its depth)\n", a.n_ctx, need);
         return 2;
     }
 
@@ -601,6 +645,9 @@ int nx_cmd_bench(int argc, char **argv) {
     if (!e.b) { fprintf(stderr, "nextn bench: out of memory\n"); goto done; }
     nx_rng_seed(&e.rng, BENCH_SEED);
     e.bytes_per_token = bytes_per_token(e.m);
+    e.depth = -1;
+    e.rec = malloc(((size_t)nx_kv_rec_floats(e.ctx->kv) + 1) * sizeof(float));
+    if (!e.rec) { fprintf(stderr, "nextn bench: out of memory\n"); goto done; }
 
     char la[64];
     load_avg(la, sizeof la);
@@ -612,15 +659,34 @@ int nx_cmd_bench(int argc, char **argv) {
            nx_cpu_level_name(nx_cpu_level_get()), e.n_threads, e.bw_gbps, bw_mib, e.n_threads);
     printf("decode streams %.2f MiB of weights per token -> speed of light %.1f tok/s\n",
            (double)e.bytes_per_token / (1 << 20), e.bw_gbps > 0 ? e.bw_gbps * 1e9 / (double)e.bytes_per_token : 0.0);
+    const nx_ctx_memory mem = nx_ctx_memory_info(e.ctx);
+    printf("KV cache: K %s, V %s: %.2f KiB per token of context (K + V, all layers), %.2f MiB fixed (recurrent state, "
+           "sliding-window rings); n_ctx %d -> %.1f MiB\n",
+           nx_cache_type_name(cp.type_k), nx_cache_type_name(cp.type_v), (double)mem.per_pos / 1024.0,
+           (double)mem.fixed / (1 << 20), nx_ctx_n_ctx(e.ctx), (double)mem.total / (1 << 20));
     printf("load average before: %s\n\n", la);
     fflush(stdout);
 
-    bench_test tests[2];
+    bench_test tests[2 * NX_BENCH_MAX_DEPTHS];
     int n_tests = 0;
-    if (a.bench_n_prompt > 0) tests[n_tests++] = (bench_test){.kind = BENCH_PP, .n = a.bench_n_prompt};
-    if (a.bench_n_gen > 0) tests[n_tests++] = (bench_test){.kind = BENCH_TG, .n = a.bench_n_gen};
+    for (int d = 0; d < a.bench_n_depth; d++) {
+        if (a.bench_n_prompt > 0)
+            tests[n_tests++] = (bench_test){.kind = BENCH_PP, .n = a.bench_n_prompt, .depth = a.bench_depth[d]};
+        if (a.bench_n_gen > 0)
+            tests[n_tests++] = (bench_test){.kind = BENCH_TG, .n = a.bench_n_gen, .depth = a.bench_depth[d]};
+    }
     table_header();
     for (int i = 0; i < n_tests; i++) {
+        if (tests[i].depth > 0 && e.depth != tests[i].depth) {
+            const double td = nx_cli_now();
+            if (set_depth(&e, tests[i].depth) != 0) {
+                fprintf(stderr, "nextn bench: %s\n", nx_last_error());
+                goto done;
+            }
+            /* stderr: the table on stdout stays one table */
+            fprintf(stderr, "(depth %d: prefix decoded in %.2f s, %.1f tok/s, untimed)\n", tests[i].depth,
+                    nx_cli_now() - td, tests[i].depth / (nx_cli_now() - td));
+        }
         bench_result r;
         if (bench_run(&e, &tests[i], a.bench_reps, &r) != 0) {
             fprintf(stderr, "nextn bench: %s\n", nx_last_error()[0] ? nx_last_error() : "out of memory");
@@ -645,6 +711,7 @@ int nx_cmd_bench(int argc, char **argv) {
     printf("load average after: %s\n", la);
     rc = 0;
 done:
+    free(e.rec);
     nx_batch_free(e.b);
     nx_ctx_free(e.ctx);
     nx_model_free(e.m);

@@ -3,7 +3,7 @@
  *
  *   nextn eval -m FILE.gguf --prompt-ids 1,2,3 | --prompt-ids-file F [--logits-out FILE.f32]
  *              [--hidden-out FILE.f32] [--greedy N] [--greedy-logits-out FILE.f32] [--batch B]
- *              [-ub N] [-t N] [-c N] [-ctk f32|f16] [-ctv f32|f16]
+ *              [-ub N] [-t N] [-c N] [-ctk TYPE] [-ctv TYPE]
  *              [--drafts K [--draft-model A] [--mtp-logits-out F] [--mtp-hidden-out F]
  *               [--draft-logits-out F] [--draft-hidden-out F]]
  *              [--spec N [--spec-slack S] [speculative flags, spec_params.h]]
@@ -12,7 +12,7 @@
  * 0..n-1 of sequence 0, writes the full-vocab logits of every prompt row ([n][n_vocab] float32
  * little-endian) and the post-norm hidden of every row ([n][n_embd]), then continues greedily
  * for N tokens (one decode per token) and prints them as a JSON array on stdout. Weights stay
- * as stored; the KV cache is F32 unless -ctk / -ctv say otherwise.
+ * as stored; the KV cache is F16 (as llama.cpp) unless -ctk / -ctv say otherwise (f32, bf16, q8_0, q4_0).
  *
  * --drafts K (issue 5 item 5): the drafter golden interface. The MTP head is warmed over the
  * prompt (row q = token q + hidden q-1, zeros for q = 0), id_last = the greedy token after the
@@ -53,7 +53,7 @@ static void eval_usage(FILE *f) {
     fprintf(f,
             "usage: nextn eval -m FILE.gguf (--prompt-ids 1,2,3 | --prompt-ids-file F) [--logits-out FILE.f32]\n"
             "                  [--hidden-out FILE.f32] [--greedy N] [--greedy-logits-out FILE.f32] [--batch B]\n"
-            "                  [-ub N] [-t N] [-c N] [-ctk f32|f16] [-ctv f32|f16]\n"
+            "                  [-ub N] [-t N] [-c N] [-ctk TYPE] [-ctv TYPE]\n"
             "                  [--drafts K [--mtp-logits-out F] [--mtp-hidden-out F] [--draft-logits-out F]\n"
             "                   [--draft-hidden-out F] [--draft-model A [--masked-head] [--assistant-dense-head]\n"
             "                   [--draft-positions constant|increment] [--masked-draft-logits-out F]\n"
@@ -94,10 +94,7 @@ static int parse_ids(const char *s, int **out, int *n_out) {
 }
 
 static int parse_cache(const char *v, nx_cache_type *t) {
-    if (!strcmp(v, "f32")) *t = NX_CACHE_F32;
-    else if (!strcmp(v, "f16")) *t = NX_CACHE_F16;
-    else return -1;
-    return 0;
+    return nx_cache_type_parse(v, t) ? 0 : -1;
 }
 
 static int write_f32(const char *path, const float *x, size_t n) {

@@ -1,7 +1,7 @@
 /*
  * cmd_run.c — `nextn run`: generate text from a prompt, streamed to stdout.
  *
- *   nextn run -m FILE.gguf (-p PROMPT | -f FILE) [-n N] [-t N] [-c N] [-ub N] [-ctk/-ctv f32|f16]
+ *   nextn run -m FILE.gguf (-p PROMPT | -f FILE) [-n N] [-t N] [-c N] [-ub N] [-ctk/-ctv TYPE]
  *             [--temp T] [--top-k K] [--top-p P] [--min-p M] [-s/--seed S] [--repeat-penalty R]
  *             [--repeat-last-n N] [--presence-penalty P] [--frequency-penalty F] [--chat]
  *             [--spec-type mtp|ngram|ngram,mtp|... --draft-max N ... (spec/spec_params.h)]
@@ -48,7 +48,7 @@ static void run_usage(FILE *f) {
             "  -t, --threads N          threads (default: physical cores)\n"
             "  -c, --ctx-size N         context positions (default 0: the model's, at most 4096)\n"
             "  -ub, --ubatch-size N     prompt rows per forward chunk (default 512)\n"
-            "  -ctk, -ctv f32|f16       KV cache type (default f32)\n"
+            "  -ctk, -ctv TYPE          KV cache type: f16 (default), f32, bf16, q8_0, q4_0\n"
             "  --no-mmap                read the weights into (huge-page) memory instead of mapping the file\n"
             "sampling (llama.cpp defaults; --temp 0 = greedy):\n"
             "  --temp 0.8  --top-k 40  --top-p 0.95  --min-p 0.05  -s, --seed -1 (random)\n"

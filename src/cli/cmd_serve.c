@@ -4,7 +4,7 @@
  *   nextn serve -m FILE [--host 127.0.0.1] [--port 8080] [-np 4] [-c CTX] [--alias NAME]
  *               [--api-key K] [--max-body BYTES] [--queue-max N] [--chat-format chatml|gemma]
  *               [--chat-template-file F] [--reasoning-format deepseek|none]
- *               [--shutdown-grace S] [-ub N] [--ctx-checkpoint-interval N] [--ctx-checkpoints N]
+ *               [--shutdown-grace S] [-ub N] [-ctk T] [-ctv T] [--ctx-checkpoint-interval N] [--ctx-checkpoints N]
  *               [--max-connections N] [--max-connections-per-ip N] [--read-timeout S]
  *               [--log-format text|json] [--log-file F]
  *               [speculation flags: --spec-type ... (spec_params.h)]
@@ -60,6 +60,8 @@ static void usage(FILE *f) {
             "  --no-mmap              read the weights into (huge-page) memory instead of mapping the file\n"
             "  -ub, --ubatch-size N   prompt rows per forward chunk, and per step over all slots while\n"
             "                         prompts are read beside decoding slots (default 512)\n"
+            "  -ctk, --cache-type-k T / -ctv, --cache-type-v T  KV cache types: f16 (default), f32, bf16,\n"
+            "                         q8_0, q4_0\n"
             "  --ctx-checkpoint-interval N  recurrent-state checkpoint every N prompt tokens, so a\n"
             "                         later request sharing the prefix resumes there (default 512, 0 = off)\n"
             "  --ctx-checkpoints N    checkpoints kept per slot (default 8)\n"
@@ -86,6 +88,7 @@ int nx_cmd_serve(int argc, char **argv) {
     long ckpt_interval = 512, ckpt_max = 8;
     double grace = 5.0;
     bool fake = false, no_mmap = false;
+    nx_cache_type type_k = NX_CACHE_F16, type_v = NX_CACHE_F16;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -126,6 +129,8 @@ int nx_cmd_serve(int argc, char **argv) {
         else if (!strcmp(a, "--shutdown-grace")) { char *e; grace = strtod(v, &e); if (*e || grace < 0 || grace > 3600) goto bad; }
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) { if (!parse_int(v, 1, 1024, &n_threads)) goto bad; }
         else if (!strcmp(a, "-ub") || !strcmp(a, "--ubatch-size")) { if (!parse_int(v, 1, 1 << 16, &n_ubatch)) goto bad; }
+        else if (!strcmp(a, "-ctk") || !strcmp(a, "--cache-type-k")) { if (!nx_cache_type_parse(v, &type_k)) goto bad; }
+        else if (!strcmp(a, "-ctv") || !strcmp(a, "--cache-type-v")) { if (!nx_cache_type_parse(v, &type_v)) goto bad; }
         else if (!strcmp(a, "--ctx-checkpoint-interval")) { if (!parse_int(v, 0, 1 << 24, &ckpt_interval)) goto bad; }
         else if (!strcmp(a, "--ctx-checkpoints")) { if (!parse_int(v, 0, 4096, &ckpt_max)) goto bad; }
         else if (!strcmp(a, "--fake-step-us")) { if (!parse_int(v, 0, 10000000, &step_us)) goto bad; }
@@ -191,6 +196,8 @@ int nx_cmd_serve(int argc, char **argv) {
     mp.n_ctx = (int)n_ctx;
     mp.n_ubatch = (int)n_ubatch;
     mp.n_threads = (int)n_threads;
+    mp.type_k = type_k;
+    mp.type_v = type_v;
     mp.use_mmap = !no_mmap;
     mp.queue_max = (int)queue_max;
     mp.has_chat_format = chat != NULL;

@@ -84,6 +84,7 @@ nx_gen_model_params nx_gen_model_default_params(void) {
     p.checkpoint_interval = 512;
     p.max_checkpoints = 8;
     p.use_mmap = true;
+    p.type_k = p.type_v = NX_CACHE_F16;
     p.spec = nx_spec_params_default();
     return p;
 }
@@ -604,8 +605,18 @@ static nx_status load(model_be *be, nx_error *err) {
     cp.n_seq_max = p->n_slots;
     cp.n_ubatch = p->n_ubatch;
     cp.n_threads = p->n_threads;
+    cp.type_k = p->type_k;
+    cp.type_v = p->type_v;
     if (nx_ctx_create(be->model, &cp, &be->ctx) != NX_OK) return nx_fail(err, NX_ERR_UNSUPPORTED, "%s", nx_last_error());
     be->n_ctx_slot = nx_ctx_n_ctx(be->ctx);
+    {
+        const nx_ctx_memory mem = nx_ctx_memory_info(be->ctx);
+        nx_log(NX_LOG_INFO,
+               "KV cache: K %s, V %s; %.1f KiB per token of context, %.2f MiB fixed per slot (recurrent state, "
+               "sliding-window rings); %d slots x %d positions = %.1f MiB",
+               nx_cache_type_name(cp.type_k), nx_cache_type_name(cp.type_v), (double)mem.per_pos / 1024.0,
+               (double)mem.fixed / 1048576.0, p->n_slots, be->n_ctx_slot, (double)mem.total / 1048576.0);
+    }
     nx_spec_engine_params ep = nx_spec_engine_default_params();
     ep.spec = p->spec;
     ep.sampler = nx_sampler_default_params(nx_model_n_vocab(be->model));

@@ -28,6 +28,7 @@ typedef struct nx_gen_model_params {
     int  n_ctx;                 /* -c: total positions, split evenly over the slots (default 4096) */
     int  n_ubatch;              /* prompt chunk rows (0: the context default) */
     int  n_threads;             /* 0: physical cores */
+    nx_cache_type type_k, type_v;   /* -ctk / -ctv (default F16) */
     bool use_mmap;              /* true (default): weights are views of the file; false: --no-mmap */
     int  queue_max;             /* requests that may wait for a slot (default 64) */
     bool has_chat_format;       /* false: detect from the GGUF */

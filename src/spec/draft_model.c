@@ -345,7 +345,7 @@ static const nx_drafter_ops dm_ops = {
 };
 
 nx_draft_model_opts nx_draft_model_default_opts(void) {
-    return (nx_draft_model_opts){.n_ctx = 0, .n_threads = 0, .type_k = NX_CACHE_F32, .type_v = NX_CACHE_F32};
+    return (nx_draft_model_opts){.n_ctx = 0, .n_threads = 0, .type_k = NX_CACHE_F16, .type_v = NX_CACHE_F16};
 }
 
 nx_status nx_draft_model_create(nx_ctx *target, const char *path, const nx_draft_model_opts *opts, int n_seq,

@@ -32,7 +32,7 @@
 typedef struct nx_draft_model_opts {
     int n_ctx;                   /* draft context positions (-cd); 0: the target context's */
     int n_threads;               /* -td; 0: the target context's */
-    nx_cache_type type_k, type_v;/* -ctkd / -ctvd (default F32) */
+    nx_cache_type type_k, type_v;/* -ctkd / -ctvd (default F16) */
 } nx_draft_model_opts;
 
 nx_draft_model_opts nx_draft_model_default_opts(void);

@@ -26,7 +26,7 @@ nx_spec_params nx_spec_params_default(void) {
         .n_types = 0, .draft_max = pp.draft_max, .draft_min = pp.draft_min, .p_min = pp.p_min,
         .adaptive = pp.adaptive, .ngram_max = ng.ngram_max, .ngram_min = ng.ngram_min,
         .draft_positions = NX_ASST_POS_CONSTANT, .assistant_dense_head = false,
-        .auto_type = false, .draft_vocab = -1, .draft_type_k = NX_CACHE_F32, .draft_type_v = NX_CACHE_F32,
+        .auto_type = false, .draft_vocab = -1, .draft_type_k = NX_CACHE_F16, .draft_type_v = NX_CACHE_F16,
         .guard = pp.guard,
     };
 }
@@ -152,10 +152,9 @@ static const struct flag { const char *name; int id; bool has_value; } flags[] =
 };
 
 static nx_status parse_cache(const char *flag, const char *v, nx_cache_type *out, nx_error *err) {
-    if (!strcmp(v, "f32")) *out = NX_CACHE_F32;
-    else if (!strcmp(v, "f16")) *out = NX_CACHE_F16;
-    else return nx_fail(err, NX_ERR_INVALID_ARG, "%s: unsupported cache type '%s' for the draft model (supported: f32, f16)",
-                        flag, v);
+    if (!nx_cache_type_parse(v, out))
+        return nx_fail(err, NX_ERR_INVALID_ARG,
+                       "%s: unsupported cache type '%s' for the draft model (supported: " NX_CACHE_TYPE_NAMES ")", flag, v);
     return NX_OK;
 }
 
@@ -330,7 +329,7 @@ const char *nx_spec_params_usage(void) {
            "                           drafts; exact acceptance with their distribution (default off: greedy)\n"
            "  -cd, --ctx-size-draft N  draft model context (default 0: the target's)\n"
            "  -td, --threads-draft N   draft model threads (default 0: the target's)\n"
-           "  -ctkd, -ctvd TYPE        draft model KV cache types: f32 (default), f16\n"
+           "  -ctkd, -ctvd TYPE        draft model KV cache types: f16 (default), f32, bf16, q8_0, q4_0\n"
            "  --draft, --draft-n N     alias of --draft-max; --draft-block-size B = --draft-max B-1\n"
            "  -mtp / -no-mtp           --spec-type mtp / none; --spec-type draft-mtp / draft-assistant = mtp / assistant\n"
            "  --mtp-adaptive           adaptive draft length with the wall-clock guard (plain decoding when faster)\n"

@@ -18,7 +18,7 @@
  *   --draft-sample on|off    sampled drafts at temperature > 0 (default off: greedy drafts)
  *   -cd, --ctx-size-draft N  the draft model's context (0: the target's)
  *   -td, --threads-draft N   the draft model's threads (0: the target's)
- *   -ctkd / -ctvd TYPE       the draft model's KV cache types (f32 default, f16)
+ *   -ctkd / -ctvd TYPE       the draft model's KV cache types (f16 default, f32, bf16, q8_0, q4_0)
  *   aliases (llama.cpp and its forks): --draft / --draft-n N (= --draft-max), --draft-block-size B
  *                            (= --draft-max B-1), --spec-type draft-mtp (= mtp) / draft-assistant
  *                            (= assistant), -mtp (= --spec-type mtp), -no-mtp (= none),
@@ -77,7 +77,7 @@ typedef struct nx_spec_params {
     /* the `draft` drafter's own context (draft_model.h) */
     int   draft_n_ctx;           /* -cd: positions (0: the target context's) */
     int   draft_threads;         /* -td: threads (0: the target's) */
-    nx_cache_type draft_type_k, draft_type_v;   /* -ctkd / -ctvd: F32 (default) or F16 */
+    nx_cache_type draft_type_k, draft_type_v;   /* -ctkd / -ctvd: F16 (default), F32, BF16, Q8_0, Q4_0 */
     bool  sample_drafts;         /* --draft-sample on: at temperature > 0 the model drafters (draft,
                                     mtp, assistant) draw their drafts from their own distribution after
                                     the request's chain; verified with q (exact rule). Default off */
