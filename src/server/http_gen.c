@@ -271,7 +271,8 @@ static cJSON *chat_delta(gen_ctx *g, cJSON *d) {
 }
 
 /* What the chat parser decided, as OpenAI's deltas: text as content / reasoning_content; a call
- * as one chunk with index, id, type and name (arguments "") and one with its arguments. A
+ * as one chunk with index, id, type and name (arguments "") and one with its arguments so far,
+ * then a chunk with index and an arguments piece for each further piece. A
  * token's logprob entry (taken) rides on the last chunk, or on an empty content delta when the
  * parser holds its text back. */
 static void stream_chat_deltas(gen_ctx *g, nx_tool_deltas *ds, cJSON *lp) {
@@ -279,13 +280,24 @@ static void stream_chat_deltas(gen_ctx *g, nx_tool_deltas *ds, cJSON *lp) {
     for (int i = 0; i < ds->n; i++) {
         nx_tool_delta *x = &ds->v[i];
         cJSON *d = cJSON_CreateObject();
-        if (x->kind != NX_TOOL_DELTA_CALL) {
+        if (x->kind == NX_TOOL_DELTA_CONTENT || x->kind == NX_TOOL_DELTA_REASONING) {
             cJSON_AddItemToObject(d, x->kind == NX_TOOL_DELTA_CONTENT ? "content" : "reasoning_content", nx_http_json_bytes(x->text, x->len));
             cJSON_AddItemToArray(chunks, chat_delta(g, d));
             continue;
         }
+        if (x->kind == NX_TOOL_DELTA_ARGS) {   /* more of a call's arguments */
+            cJSON *e = cJSON_CreateObject(), *f = cJSON_CreateObject();
+            cJSON_AddNumberToObject(e, "index", x->index);
+            cJSON_AddItemToObject(f, "arguments", nx_http_json_bytes(x->text, x->len));
+            cJSON_AddItemToObject(e, "function", f);
+            cJSON_AddItemToArray(cJSON_AddArrayToObject(d, "tool_calls"), e);
+            cJSON_AddItemToArray(chunks, chat_delta(g, d));
+            continue;
+        }
         const cJSON *fn = cJSON_GetObjectItemCaseSensitive(x->call, "function");
+        const char *args = cJSON_GetObjectItemCaseSensitive(fn, "arguments")->valuestring;
         for (int part = 0; part < 2; part++) {
+            if (part && !*args) break;
             if (part) d = cJSON_CreateObject();
             cJSON *e = cJSON_CreateObject(), *f = cJSON_CreateObject();
             cJSON_AddNumberToObject(e, "index", x->index);
@@ -295,7 +307,7 @@ static void stream_chat_deltas(gen_ctx *g, nx_tool_deltas *ds, cJSON *lp) {
                 cJSON_AddStringToObject(f, "name", cJSON_GetObjectItemCaseSensitive(fn, "name")->valuestring);
                 cJSON_AddStringToObject(f, "arguments", "");
             } else {
-                cJSON_AddStringToObject(f, "arguments", cJSON_GetObjectItemCaseSensitive(fn, "arguments")->valuestring);
+                cJSON_AddStringToObject(f, "arguments", args);
             }
             cJSON_AddItemToObject(e, "function", f);
             cJSON_AddItemToArray(cJSON_AddArrayToObject(d, "tool_calls"), e);
@@ -341,7 +353,15 @@ static cJSON *chat_message(gen_ctx *g) {
     for (int i = 0; i < ds.n; i++) {
         nx_tool_delta *x = &ds.v[i];
         if (x->kind == NX_TOOL_DELTA_CALL) { cJSON_AddItemToArray(calls, x->call); x->call = NULL; }
-        else nx_sbuf_add(x->kind == NX_TOOL_DELTA_CONTENT ? &content : &reasoning, x->text, x->len);
+        else if (x->kind == NX_TOOL_DELTA_ARGS) {   /* the pieces join into the call's arguments */
+            cJSON *f = cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(calls, x->index), "function");
+            const char *a = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(f, "arguments"));
+            nx_sbuf j = {0};
+            nx_sbuf_adds(&j, a ? a : "");
+            nx_sbuf_add(&j, x->text, x->len);
+            if (f) cJSON_ReplaceItemInObjectCaseSensitive(f, "arguments", cJSON_CreateString(j.p ? j.p : ""));
+            nx_sbuf_free(&j);
+        } else nx_sbuf_add(x->kind == NX_TOOL_DELTA_CONTENT ? &content : &reasoning, x->text, x->len);
     }
     nx_tool_deltas_clear(&ds);
     nx_tool_stream_free(ts);
