@@ -312,6 +312,21 @@ static void test_timing(void) {
     CHECK_EQ_INT(nx_tool_stream_n_calls(f.s), 2);
     nx_tool_stream_free(f.s);
 
+    /* reasoning in content (llama.cpp's streamed deepseek-legacy): trimmed, inside its tags */
+    o = (nx_tool_stream_opts){ .tools = tools, .calls = true, .reasoning = true, .reasoning_in_content = true, .parallel = true,
+                               .in_reasoning = NX_TOOL_REASONING_THINK };
+    f.s = nx_tool_stream_new(&o);
+    FEED(f, "\nplan", "c:<think>plan");
+    FEED(f, " more\n</think>\n\nAnswer", "c: more</think>Answer");
+    FEED(f, NULL, "");
+    nx_tool_stream_free(f.s);
+    o.in_reasoning = NX_TOOL_REASONING_CLOSED;
+    f.s = nx_tool_stream_new(&o);
+    FEED(f, "<|channel>thought\nx<channel|>y", "c:<|channel>thoughtx<channel|>y");
+    FEED(f, "<think>left open", "c:<think>left open");   /* one block per turn: this one is content */
+    FEED(f, NULL, "");
+    nx_tool_stream_free(f.s);
+
     /* parallel off: only the first call; reasoning off: tags stay content */
     o = (nx_tool_stream_opts){ .tools = tools, .calls = true, .reasoning = false, .parallel = false };
     f.s = nx_tool_stream_new(&o);

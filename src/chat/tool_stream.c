@@ -85,6 +85,7 @@ struct nx_tool_stream {
     bool reasoning_done;        /* one reasoning block was read: later tags are content */
     bool forced;                /* the reasoning block was opened by the prompt */
     bool finished;
+    bool rc_open;               /* reasoning_in_content: the opening tag went out */
     cJSON *calls;               /* given out so far (duplicates are checked against them) */
     int n_calls;
     /* an XML-parameter call block read as it comes (tool_args.h) */
@@ -241,6 +242,18 @@ static bool content_add(nx_tool_stream *s, const char *p, size_t n, bool final, 
     return true;
 }
 
+/* reasoning text out: as reasoning, or as content inside the block's tags (opts.reasoning_in_content) */
+static bool reasoning_out(nx_tool_stream *s, const char *p, size_t n, nx_tool_deltas *out) {
+    if (!n) return true;
+    if (!s->o.reasoning_in_content) return out_text(out, NX_TOOL_DELTA_REASONING, p, n);
+    if (!s->rc_open) {
+        s->rc_open = true;
+        if (!out_text(out, NX_TOOL_DELTA_CONTENT, s->closer && !strcmp(s->closer, "<channel|>") ? "<|channel>thought" : "<think>",
+                      s->closer && !strcmp(s->closer, "<channel|>") ? 17 : 7)) return false;
+    }
+    return out_text(out, NX_TOOL_DELTA_CONTENT, p, n);
+}
+
 static bool reasoning_add(nx_tool_stream *s, const char *p, size_t n, nx_tool_deltas *out) {
     if (!s->reasoning_started) {
         while (n && isspace((unsigned char)*p)) { p++; n--; }
@@ -250,7 +263,7 @@ static bool reasoning_add(nx_tool_stream *s, const char *p, size_t n, nx_tool_de
     if (!buf_add(&s->rhold, p, n)) return false;
     size_t e = s->rhold.n;
     while (e && isspace((unsigned char)s->rhold.p[e - 1])) e--;
-    if (!out_text(out, NX_TOOL_DELTA_REASONING, s->rhold.p, e)) return false;
+    if (!reasoning_out(s, s->rhold.p, e, out)) return false;
     buf_drop(&s->rhold, e);
     return true;
 }
@@ -459,6 +472,8 @@ static bool step_reasoning(nx_tool_stream *s, bool final, nx_tool_deltas *out, b
         size_t at = (size_t)(c - pd->p);
         if (!reasoning_add(s, pd->p, at, out)) return false;
         buf_drop(&s->rhold, s->rhold.n);   /* trailing space of the block */
+        if (s->rc_open && !out_text(out, NX_TOOL_DELTA_CONTENT, s->closer, strlen(s->closer))) return false;
+        s->rc_open = false;
         buf_drop(pd, at + strlen(s->closer));
         s->mode = M_CONTENT;
         s->reasoning_done = true;

@@ -78,6 +78,9 @@ typedef struct nx_tool_stream_opts {
     const cJSON *tools;         /* the request's tools (borrowed, must outlive the stream); NULL = none */
     bool calls;                 /* look for tool calls (and trim the content as tool_parse.c does) */
     bool reasoning;             /* separate reasoning blocks (false: they stay in content) */
+    bool reasoning_in_content;  /* with reasoning: the block's text goes out as content instead,
+                                 * trimmed and wrapped in its tags (<think>TEXT</think>, the closer
+                                 * only when the block closed): llama.cpp's streamed deepseek-legacy */
     bool parallel;              /* keep every call (false: only the first) */
     nx_tool_reasoning_open in_reasoning;
 } nx_tool_stream_opts;

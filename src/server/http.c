@@ -35,6 +35,7 @@ bool nx_reasoning_format_parse(const char *name, nx_reasoning_format *out) {
     if (!name) return false;
     if (!strcmp(name, "deepseek") || !strcmp(name, "auto")) { *out = NX_REASONING_DEEPSEEK; return true; }
     if (!strcmp(name, "none")) { *out = NX_REASONING_NONE; return true; }
+    if (!strcmp(name, "deepseek-legacy")) { *out = NX_REASONING_DEEPSEEK_LEGACY; return true; }
     return false;
 }
 

@@ -5,7 +5,7 @@
  * Promises: a client that goes away cancels its generation within one poll interval (50 ms);
  * every request that reached the backend is counted in /metrics with the timings it reported
  * (cancelled ones too); the first event decides the HTTP status of a stream, later errors become
- * a `data: {"error":...}` chunk. Chat answers with tools or reasoning_format deepseek go through
+ * a `data: {"error":...}` chunk. Chat answers with tools or reasoning_format deepseek(-legacy) go through
  * the chat parser (chat/tool_stream.h) streaming or not, so both give the same message.
  */
 #include <stdlib.h>
@@ -627,8 +627,11 @@ enum MHD_Result nx_http_completion(nx_http_req *r, nx_api_kind kind) {
         return fail_api(g, &e);
     g->probs = cJSON_CreateArray();
     nx_reasoning_format rf = g->req.reasoning_format != NX_REASONING_UNSET ? g->req.reasoning_format : srv->p.reasoning_format;
-    g->chat_parse = kind == NX_API_CHAT && (g->req.tools || rf == NX_REASONING_DEEPSEEK);
-    g->chat_opts = (nx_tool_stream_opts){ .tools = g->req.tools, .calls = g->req.tools != NULL, .reasoning = rf == NX_REASONING_DEEPSEEK,
+    bool reasoning = rf == NX_REASONING_DEEPSEEK || rf == NX_REASONING_DEEPSEEK_LEGACY;
+    g->chat_parse = kind == NX_API_CHAT && (g->req.tools || reasoning);
+    g->chat_opts = (nx_tool_stream_opts){ .tools = g->req.tools, .calls = g->req.tools != NULL, .reasoning = reasoning,
+                                          /* llama.cpp: reasoning_in_content = stream && deepseek-legacy */
+                                          .reasoning_in_content = g->req.stream && rf == NX_REASONING_DEEPSEEK_LEGACY,
                                           .parallel = g->req.parallel_tools,
                                           .in_reasoning = g->req.prompt_text ? nx_tool_reasoning_open_at(g->req.prompt_text, g->req.prompt_len)
                                                                              : NX_TOOL_REASONING_CLOSED };

@@ -129,11 +129,11 @@ await check('streaming helper: the accumulated message equals the non-streamed o
   if (pieces[0] < 10 || pieces[1] < 3) throw new Error(`XML arguments not streamed in pieces: ${pieces}`);
 });
 
-// --reasoning-format deepseek (the default) vs a request's reasoning_format "none"; no tools
+// --reasoning-format deepseek (the default) vs a request's reasoning_format auto / deepseek-legacy / none; no tools
 const thought = 'Hmm.\n</think>\n\nHello <b>there</b>.';
 for (const stream of [false, true]) {
   await check(`${stream ? 'streaming' : 'non-streaming'}: reasoning_format deepseek and none without tools`, async () => {
-    for (const rf of ['deepseek', 'none']) {
+    for (const rf of ['deepseek', 'auto', 'deepseek-legacy', 'none']) {
       const req = { model: 'fake', messages: [{ role: 'user', content: `Hi <<answer:${thought}>>` }], max_tokens: 400, reasoning_format: rf };
       let content = '', reasoning = '';
       if (!stream) {
@@ -145,7 +145,9 @@ for (const stream of [false, true]) {
           content += d.content ?? ''; reasoning += d.reasoning_content ?? '';
         }
       }
-      if (rf === 'deepseek') { eq(reasoning, 'Hmm.', 'reasoning_content'); eq(content, 'Hello <b>there</b>.', 'content'); }
+      if (rf === 'deepseek-legacy' && stream) {   // llama.cpp: reasoning_in_content = stream && legacy
+        eq(reasoning, '', 'reasoning_content'); eq(content, '<think>Hmm.</think>Hello <b>there</b>.', 'content');
+      } else if (rf !== 'none') { eq(reasoning, 'Hmm.', 'reasoning_content'); eq(content, 'Hello <b>there</b>.', 'content'); }
       else { eq(reasoning, '', 'reasoning_content'); eq(content, thought, 'content as generated'); }
     }
   });
