@@ -609,6 +609,23 @@ static enum MHD_Result fail_api(gen_ctx *g, const nx_api_error *e) {
     return ret;
 }
 
+enum MHD_Result nx_http_apply_template(nx_http_req *r) {
+    nx_gen_backend *be = r->srv->be;
+    nx_gen_info info;
+    be->ops->info(be, &info);
+    if (!info.ready) return nx_http_reply_error(r->conn, 503, "unavailable_error", "the model is loading");
+    nx_api_request req = {0};
+    nx_api_error e = {0};
+    if (nx_api_parse(NX_API_CHAT, r->body.p, r->body.n, &info, &req, &e) != NX_OK) {
+        nx_api_request_free(&req);
+        return nx_http_reply_err(r->conn, (unsigned)e.http, e.type, e.code, e.param, e.msg);
+    }
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddItemToObject(j, "prompt", nx_http_json_bytes(req.prompt_text ? req.prompt_text : "", req.prompt_len));
+    nx_api_request_free(&req);
+    return nx_http_reply_json(r->conn, 200, j);
+}
+
 enum MHD_Result nx_http_completion(nx_http_req *r, nx_api_kind kind) {
     nx_server *srv = r->srv;
     nx_gen_backend *be = srv->be;
