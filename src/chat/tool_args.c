@@ -23,6 +23,8 @@ struct nx_tool_args {
     size_t vs;                  /* the value's first byte (after the key's '>') */
     size_t v_out;               /* value bytes up to here given out (string values) */
     bool v_nul;                 /* a NUL byte met: the string ends there (C strings) */
+    size_t v_scan;              /* the value's bytes before here hold no tag (searched) */
+    size_t v_fe;                /* where its first </function> is (0: none yet) */
     int n_params;
     char *out;
     size_t out_n, out_cap;
@@ -216,6 +218,8 @@ static bool step(nx_tool_args *a, const char *p, size_t n, nx_tool_args_end end,
         if (!(a->key = dupn(p + a->pos, (size_t)(kg - p) - a->pos))) return false;
         a->vs = a->v_out = (size_t)(kg - p) + 1;
         a->v_nul = false;
+        a->v_scan = a->vs;
+        a->v_fe = 0;
         a->str_value = nx_chat_param_is_string(a->tools, a->name, a->key);
         a->st = A_VALUE;
         *progress = true;
@@ -225,8 +229,8 @@ static bool step(nx_tool_args *a, const char *p, size_t n, nx_tool_args_end end,
         return !a->str_value || put(a, "\"", 1);
     }
     case A_VALUE: {
-        size_t vs = a->vs;
-        const char *e1 = find(p + vs, n - vs, P_CLOSE), *e2 = find(p + vs, n - vs, P_OPEN);
+        size_t vs = a->vs, from = a->v_scan >= vs + 12 ? a->v_scan - 12 : vs;   /* a tag may straddle the last end */
+        const char *e1 = find(p + from, n - from, P_CLOSE), *e2 = find(p + from, n - from, P_OPEN);
         if (e2 && (!e1 || e2 < e1)) {   /* the next parameter starts: this one ends there */
             if (!value_end(a, p, (size_t)(e2 - p))) return false;
             a->pos = (size_t)(e2 - p);
@@ -241,7 +245,12 @@ static bool step(nx_tool_args *a, const char *p, size_t n, nx_tool_args_end end,
             *progress = true;
             return true;
         }
-        const char *fe = find(p + vs, n - vs, F_CLOSE);
+        if (!a->v_fe) {
+            const char *f = find(p + from, n - from, F_CLOSE);
+            if (f) a->v_fe = (size_t)(f - p);
+        }
+        a->v_scan = n;
+        const char *fe = a->v_fe ? p + a->v_fe : NULL;
         if (end) {   /* the body is over: the value runs to </function>, else to the body's end */
             size_t ve = n;
             if (fe) ve = (size_t)(fe - p);
