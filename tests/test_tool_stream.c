@@ -226,6 +226,42 @@ static void test_turns(void) {
     cJSON_Delete(tools);
 }
 
+/* Random XML calls whose values are made of pieces of the tags themselves, whitespace, quotes,
+ * backslashes, control bytes and UTF-8: the streamed arguments equal the parser's. */
+static void test_xml_random(void) {
+    static const char *const bits[] = { "<", ">", "/", "\n", " ", "\t", "\"", "\\", "a", "7", "é", "\x01", "</", "</param",
+                                        "</parameter", "<parameter", "</function", "</function>", "<|im_end|>", "<|im_", "{\"k\": 1}", "\n\n" };
+    static const char *const keys[] = { "s", "n", "o", "zz", "s" };
+    cJSON *tools = cJSON_Parse(TOOLS);
+    char text[2048];
+    int before = n_checked;
+    for (int t = 0; t < 400; t++) {
+        size_t L = 0;
+        bool bare = rnd(4) == 0;
+        L += (size_t)snprintf(text + L, sizeof text - L, "%s<function=f>%s", bare ? "" : "<tool_call>\n", rnd(2) ? "\n" : "");
+        int np = (int)rnd(4);
+        for (int k = 0; k < np; k++) {
+            L += (size_t)snprintf(text + L, sizeof text - L, "<parameter=%s>%s", keys[rnd(5)], rnd(2) ? "\n" : "");
+            for (int b = (int)rnd(8); b > 0; b--) L += (size_t)snprintf(text + L, sizeof text - L, "%s", bits[rnd(sizeof bits / sizeof bits[0])]);
+            if (rnd(5)) L += (size_t)snprintf(text + L, sizeof text - L, "%s</parameter>\n", rnd(2) ? "\n" : "");
+        }
+        int close = (int)rnd(5);   /* 0: the turn ends inside the call */
+        if (close) L += (size_t)snprintf(text + L, sizeof text - L, "%s%s", rnd(4) ? "</function>\n" : "", bare ? "" : "</tool_call>");
+        if (!bare && close && rnd(2)) L += (size_t)snprintf(text + L, sizeof text - L, " after");
+        /* the tags the value may hold must not complete an end marker the parser strips first */
+        if (!close && L >= 10 && !memcmp(text + L - 10, "<|im_end|>", 10)) continue;
+        char label[32];
+        snprintf(label, sizeof label, "xml random %d", t);
+        nx_chat_parsed want;
+        REQUIRE_MSG(nx_chat_parse_output(text, L, tools, &want, NULL) == NX_OK, "parse");
+        bool has = want.tool_calls != NULL;
+        nx_chat_parsed_free(&want);
+        if (has) check_turn(label, text, tools, NX_TOOL_REASONING_CLOSED);
+    }
+    fprintf(stderr, "  %d splits of random XML calls checked\n", n_checked - before);
+    cJSON_Delete(tools);
+}
+
 /* ===== 2. what comes out when ===== */
 typedef struct feeder { nx_tool_stream *s; nx_tool_deltas d; } feeder;
 
@@ -362,5 +398,6 @@ int main(void) {
     RUN(test_timing);
     RUN(test_segments);
     RUN(test_turns);
+    RUN(test_xml_random);
     return test_summary();
 }
