@@ -5,8 +5,9 @@
  * turn starts inside <think> / Gemma's channel, bit 5: calls off), then the model's text. The
  * text is fed whole, byte by byte, and in pieces whose sizes come from the text itself. Promises
  * checked (a broken one traps): no error; the three feedings give the same content, reasoning
- * and calls; every call has id call_<index+1>, a name and arguments that are a JSON object's
- * text; indices count up from 0; no two calls equal.
+ * and calls; every call has id call_<index+1> and a name; argument pieces belong to the last
+ * call; indices count up from 0; at the end every call's arguments are a JSON object's text and
+ * no two calls are equal.
  */
 #include <stddef.h>
 #include <stdint.h>

@@ -4,9 +4,11 @@
  * 1. Equivalence: every tool_segments.json segment (what the real templates write for an
  *    assistant turn with calls) and a set of hand-written turns, split at every byte position,
  *    fed byte by byte and in random pieces: the concatenated deltas equal nx_chat_parse_output's
- *    content and reasoning, the calls equal its calls (ids included).
- * 2. Timeliness: content comes out as soon as it cannot be the start of a tag; a call as soon
- *    as its closer arrives; reasoning while it is generated.
+ *    content and reasoning, the calls (a CALL delta plus its ARGS pieces) equal its calls (ids
+ *    included); also 400 random XML calls whose values are made of tag pieces.
+ * 2. Timeliness: content comes out as soon as it cannot be the start of a tag; an XML call as
+ *    soon as its name is complete, then its arguments piece by piece; another call as soon as its
+ *    closer arrives; reasoning while it is generated (or as content: reasoning_in_content).
  */
 #include "test.h"
 #include "core/io.h"

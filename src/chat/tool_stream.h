@@ -31,7 +31,8 @@
  * Promise: for a turn the non-streaming parser reads as content / reasoning / calls, the
  * concatenated deltas equal its content and reasoning, and the calls (CALL plus its ARGS
  * pieces) equal its calls, however
- * the text is split (tests/test_tool_stream.c). Known differences, all in malformed turns: a
+ * the text is split (tests/test_tool_stream.c). Known differences, all in malformed turns: the
+ * one of tool_args.h (a turn ending, without closer, in an end marker inside a parameter tag); a
  * reasoning block left open at the end streams as reasoning (non-streaming: content); an end
  * marker before a final call is dropped; `</think>` after content only ends reasoning detection.
  * The turn starts inside a reasoning block when the prompt opened one (opts.in_reasoning); as
