@@ -5,8 +5,9 @@
  * turn starts inside <think> / Gemma's channel, bit 5: calls off), then the model's text. The
  * text is fed whole, byte by byte, and in pieces whose sizes come from the text itself. Promises
  * checked (a broken one traps): no error; the three feedings give the same content, reasoning
- * and calls; every call has id call_<index+1>, a name and arguments that are a JSON object's
- * text; indices count up from 0; no two calls equal.
+ * and calls; every call has id call_<index+1> and a name; argument pieces belong to the last
+ * call; indices count up from 0; at the end every call's arguments are a JSON object's text and
+ * no two calls are equal.
  */
 #include <stddef.h>
 #include <stdint.h>
@@ -37,7 +38,16 @@ static void take(result *r, nx_tool_deltas *d) {
         const nx_tool_delta *x = &d->v[i];
         if (x->kind == NX_TOOL_DELTA_CONTENT) add(&r->content, x->text, x->len);
         else if (x->kind == NX_TOOL_DELTA_REASONING) add(&r->reasoning, x->text, x->len);
-        else {
+        else if (x->kind == NX_TOOL_DELTA_ARGS) {   /* pieces of the last call's arguments */
+            cJSON *f = cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(r->calls, x->index), "function");
+            if (!f || x->index != cJSON_GetArraySize(r->calls) - 1) __builtin_trap();
+            text a = {0};
+            const char *was = cJSON_GetObjectItemCaseSensitive(f, "arguments")->valuestring;
+            add(&a, was, strlen(was));
+            add(&a, x->text, x->len);
+            cJSON_ReplaceItemInObjectCaseSensitive(f, "arguments", cJSON_CreateString(a.p));
+            free(a.p);
+        } else {
             if (x->index != cJSON_GetArraySize(r->calls)) __builtin_trap();
             const cJSON *f = cJSON_GetObjectItemCaseSensitive(x->call, "function");
             const cJSON *id = cJSON_GetObjectItemCaseSensitive(x->call, "id");
@@ -45,19 +55,28 @@ static void take(result *r, nx_tool_deltas *d) {
             char want[32];
             snprintf(want, sizeof want, "call_%d", x->index + 1);
             if (!cJSON_IsString(id) || strcmp(id->valuestring, want) || !cJSON_IsString(nm) || !cJSON_IsString(a)) __builtin_trap();
-            cJSON *obj = cJSON_Parse(a->valuestring);
-            if (!cJSON_IsObject(obj)) __builtin_trap();
-            cJSON_Delete(obj);
-            const cJSON *e;
-            cJSON_ArrayForEach(e, r->calls) {
-                const cJSON *g = cJSON_GetObjectItemCaseSensitive(e, "function");
-                if (!strcmp(cJSON_GetObjectItemCaseSensitive(g, "name")->valuestring, nm->valuestring) &&
-                    !strcmp(cJSON_GetObjectItemCaseSensitive(g, "arguments")->valuestring, a->valuestring)) __builtin_trap();
-            }
             cJSON_AddItemToArray(r->calls, cJSON_Duplicate(x->call, 1));
         }
     }
     nx_tool_deltas_clear(d);
+}
+
+/* the finished calls: arguments a JSON object's text, no two equal */
+static void check_calls(const cJSON *calls) {
+    const cJSON *c, *e;
+    cJSON_ArrayForEach(c, calls) {
+        const cJSON *f = cJSON_GetObjectItemCaseSensitive(c, "function");
+        const char *nm = cJSON_GetObjectItemCaseSensitive(f, "name")->valuestring, *a = cJSON_GetObjectItemCaseSensitive(f, "arguments")->valuestring;
+        cJSON *obj = cJSON_Parse(a);
+        if (!cJSON_IsObject(obj)) __builtin_trap();
+        cJSON_Delete(obj);
+        cJSON_ArrayForEach(e, calls) {
+            if (e == c) break;
+            const cJSON *g = cJSON_GetObjectItemCaseSensitive(e, "function");
+            if (!strcmp(cJSON_GetObjectItemCaseSensitive(g, "name")->valuestring, nm) &&
+                !strcmp(cJSON_GetObjectItemCaseSensitive(g, "arguments")->valuestring, a)) __builtin_trap();
+        }
+    }
 }
 
 /* piece: 0 = whole, 1 = byte by byte, 2 = sizes from the text */
@@ -77,6 +96,7 @@ static result run(const nx_tool_stream_opts *o, const char *p, size_t n, int pie
     if (nx_tool_stream_finish(s, &d, &err) != NX_OK) __builtin_trap();
     take(&r, &d);
     if (o->calls && nx_tool_stream_n_calls(s) != cJSON_GetArraySize(r.calls)) __builtin_trap();
+    check_calls(r.calls);
     nx_tool_stream_free(s);
     return r;
 }

@@ -4,9 +4,11 @@
  * 1. Equivalence: every tool_segments.json segment (what the real templates write for an
  *    assistant turn with calls) and a set of hand-written turns, split at every byte position,
  *    fed byte by byte and in random pieces: the concatenated deltas equal nx_chat_parse_output's
- *    content and reasoning, the calls equal its calls (ids included).
- * 2. Timeliness: content comes out as soon as it cannot be the start of a tag; a call as soon
- *    as its closer arrives; reasoning while it is generated.
+ *    content and reasoning, the calls (a CALL delta plus its ARGS pieces) equal its calls (ids
+ *    included); also 400 random XML calls whose values are made of tag pieces.
+ * 2. Timeliness: content comes out as soon as it cannot be the start of a tag; an XML call as
+ *    soon as its name is complete, then its arguments piece by piece; another call as soon as its
+ *    closer arrives; reasoning while it is generated (or as content: reasoning_in_content).
  */
 #include "test.h"
 #include "core/io.h"
@@ -31,7 +33,14 @@ static void collect(result *r, nx_tool_deltas *d) {
         nx_tool_delta *x = &d->v[i];
         if (x->kind == NX_TOOL_DELTA_CONTENT) append(&r->content, x->text, x->len);
         else if (x->kind == NX_TOOL_DELTA_REASONING) append(&r->reasoning, x->text, x->len);
-        else {
+        else if (x->kind == NX_TOOL_DELTA_ARGS) {   /* pieces of the last call's arguments */
+            cJSON *f = cJSON_GetObjectItem(cJSON_GetArrayItem(r->calls, x->index), "function");
+            if (!f || x->index != cJSON_GetArraySize(r->calls) - 1) { r->order_err++; continue; }
+            char *a = strdup(cJSON_GetObjectItem(f, "arguments")->valuestring);
+            append(&a, x->text, x->len);
+            cJSON_ReplaceItemInObject(f, "arguments", cJSON_CreateString(a));
+            free(a);
+        } else {
             if (!r->calls) r->calls = cJSON_CreateArray();
             if (x->index != cJSON_GetArraySize(r->calls)) r->order_err++;
             cJSON_AddItemToArray(r->calls, cJSON_Duplicate(x->call, 1));
@@ -185,6 +194,21 @@ static void test_turns(void) {
         "tool_call>call:f{n:1}<tool_call|>tool_call>nope<tool_call|>",
         "<tool_call><tool_call>{\"name\": \"f\", \"arguments\": {}}</tool_call>",
         "ünïcödé 🎉 <tool_call>\n{\"name\": \"f\", \"arguments\": {\"s\": \"é\"}}\n</tool_call>",
+        /* XML calls (streamed as generated): markers in values, missing tags, typed values, duplicates */
+        "<tool_call>\n<function=f>\n<parameter=s>\na \"quoted\"\tline\n\nand </function> inside\n</parameter>\n</function>\n</tool_call>",
+        "<tool_call>\n<function=f>\n<parameter=s>\nno close tag\n</function>\n</tool_call>",
+        "<tool_call>\n<function=f>\n<parameter=s>\nrunning to the end  \n\n</tool_call>",
+        "<tool_call>\n<function=f>\n<parameter=s>\ncut short <|im_end|>\n",
+        "<tool_call>\n<function=f>\n<parameter=s>x<parameter=n>12 apples</parameter><parameter=o>\n{\"a\": [1, 2]}\n</parameter></function></tool_call>",
+        "<tool_call>\n<function=f>\n<parameter=n>\n7\n</parameter>\n<parameter=zz",
+        "<tool_call>\n<function=f><parameter=q>\n\n\n</parameter></function></tool_call><tool_call>\n<function=f><parameter=q>\n\n\n</parameter></function></tool_call>",
+        "<tool_call><function=f><parameter=s>Paris</parameter></function></tool_call><tool_call><function=f><parameter=s>Paris</parameter></function></tool_call>"
+        "<tool_call><function=f><parameter=s>Par</parameter></function></tool_call><tool_call><function=f><parameter=s>London</parameter></function></tool_call>",
+        "<tool_call>\n<function=>\n</function>\n</tool_call>",
+        "<tool_call>\n<function=f>\n</tool_call>",
+        "<tool_call>\n<function=g\n",
+        "Text\n\n<function=f>\n<parameter=s>\nbare, to the end\n\n",
+        "<function=f>\n<parameter=s>\n\x01ctl\x7f é\\ /\n</parameter>\n</function> after",
     };
     cJSON *tools = cJSON_Parse(TOOLS);
     for (size_t i = 0; i < sizeof turns / sizeof turns[0]; i++) {
@@ -204,6 +228,42 @@ static void test_turns(void) {
     cJSON_Delete(tools);
 }
 
+/* Random XML calls whose values are made of pieces of the tags themselves, whitespace, quotes,
+ * backslashes, control bytes and UTF-8: the streamed arguments equal the parser's. */
+static void test_xml_random(void) {
+    static const char *const bits[] = { "<", ">", "/", "\n", " ", "\t", "\"", "\\", "a", "7", "é", "\x01", "</", "</param",
+                                        "</parameter", "<parameter", "</function", "</function>", "<|im_end|>", "<|im_", "{\"k\": 1}", "\n\n" };
+    static const char *const keys[] = { "s", "n", "o", "zz", "s" };
+    cJSON *tools = cJSON_Parse(TOOLS);
+    char text[2048];
+    int before = n_checked;
+    for (int t = 0; t < 400; t++) {
+        size_t L = 0;
+        bool bare = rnd(4) == 0;
+        L += (size_t)snprintf(text + L, sizeof text - L, "%s<function=f>%s", bare ? "" : "<tool_call>\n", rnd(2) ? "\n" : "");
+        int np = (int)rnd(4);
+        for (int k = 0; k < np; k++) {
+            L += (size_t)snprintf(text + L, sizeof text - L, "<parameter=%s>%s", keys[rnd(5)], rnd(2) ? "\n" : "");
+            for (int b = (int)rnd(8); b > 0; b--) L += (size_t)snprintf(text + L, sizeof text - L, "%s", bits[rnd(sizeof bits / sizeof bits[0])]);
+            if (rnd(5)) L += (size_t)snprintf(text + L, sizeof text - L, "%s</parameter>\n", rnd(2) ? "\n" : "");
+        }
+        int close = (int)rnd(5);   /* 0: the turn ends inside the call */
+        if (close) L += (size_t)snprintf(text + L, sizeof text - L, "%s%s", rnd(4) ? "</function>\n" : "", bare ? "" : "</tool_call>");
+        if (!bare && close && rnd(2)) L += (size_t)snprintf(text + L, sizeof text - L, " after");
+        /* the tags the value may hold must not complete an end marker the parser strips first */
+        if (!close && L >= 10 && !memcmp(text + L - 10, "<|im_end|>", 10)) continue;
+        char label[32];
+        snprintf(label, sizeof label, "xml random %d", t);
+        nx_chat_parsed want;
+        REQUIRE_MSG(nx_chat_parse_output(text, L, tools, &want, NULL) == NX_OK, "parse");
+        bool has = want.tool_calls != NULL;
+        nx_chat_parsed_free(&want);
+        if (has) check_turn(label, text, tools, NX_TOOL_REASONING_CLOSED);
+    }
+    fprintf(stderr, "  %d splits of random XML calls checked\n", n_checked - before);
+    cJSON_Delete(tools);
+}
+
 /* ===== 2. what comes out when ===== */
 typedef struct feeder { nx_tool_stream *s; nx_tool_deltas d; } feeder;
 
@@ -220,6 +280,10 @@ static char *feed(feeder *f, const char *text) {
             snprintf(head, sizeof head, "%scall:%d:%s:%s:%s", i ? "|" : "", x->index, cJSON_GetObjectItem(x->call, "id")->valuestring,
                      cJSON_GetObjectItem(fn, "name")->valuestring, cJSON_GetObjectItem(fn, "arguments")->valuestring);
             append(&o, head, strlen(head));
+        } else if (x->kind == NX_TOOL_DELTA_ARGS) {
+            snprintf(head, sizeof head, "%sa:%d:", i ? "|" : "", x->index);
+            append(&o, head, strlen(head));
+            append(&o, x->text, x->len);
         } else {
             snprintf(head, sizeof head, "%s%s:", i ? "|" : "", x->kind == NX_TOOL_DELTA_CONTENT ? "c" : "r");
             append(&o, head, strlen(head));
@@ -267,11 +331,46 @@ static void test_timing(void) {
     FEED(f, NULL, "");
     nx_tool_stream_free(f.s);
 
+    /* an XML call: its header as soon as the name is complete, then its arguments as they come */
+    f.s = nx_tool_stream_new(&o);
+    FEED(f, "<tool_call>\n<function=f", "");
+    FEED(f, ">\n", "call:0:call_1:f:{");
+    FEED(f, "<parameter=s>\nline 1\n", "a:0:\"s\":\"line 1");   /* the newline may be the value's last */
+    FEED(f, "\"two\"", "a:0:\\n\\\"two\\\"");
+    FEED(f, "\n</param", "");
+    FEED(f, "eter>\n<parameter=n>\n4", "a:0:\",\"n\":");
+    FEED(f, "2\n</parameter>\n", "a:0:42");   /* a typed value whole at its end */
+    FEED(f, "</function>\n</tool_call>", "a:0:}");
+    /* the same name again: held while it may still be a duplicate, then out at once */
+    FEED(f, "<tool_call>\n<function=f>\n<parameter=s>\nline", "");
+    FEED(f, " 9", "call:1:call_2:f:{\"s\":\"line 9");
+    FEED(f, "\n</parameter>\n</function>\n</tool_call>", "a:1:\"}");
+    FEED(f, "<tool_call>\n<function=f>\n<parameter=s>\nline 9\n</parameter>\n</function>\n</tool_call>", "");   /* a duplicate */
+    FEED(f, NULL, "");
+    CHECK_EQ_INT(nx_tool_stream_n_calls(f.s), 2);
+    nx_tool_stream_free(f.s);
+
+    /* reasoning in content (llama.cpp's streamed deepseek-legacy): trimmed, inside its tags */
+    o = (nx_tool_stream_opts){ .tools = tools, .calls = true, .reasoning = true, .reasoning_in_content = true, .parallel = true,
+                               .in_reasoning = NX_TOOL_REASONING_THINK };
+    f.s = nx_tool_stream_new(&o);
+    FEED(f, "\nplan", "c:<think>plan");
+    FEED(f, " more\n</think>\n\nAnswer", "c: more</think>Answer");
+    FEED(f, NULL, "");
+    nx_tool_stream_free(f.s);
+    o.in_reasoning = NX_TOOL_REASONING_CLOSED;
+    f.s = nx_tool_stream_new(&o);
+    FEED(f, "<|channel>thought\nx<channel|>y", "c:<|channel>thoughtx<channel|>y");
+    FEED(f, "<think>left open", "c:<think>left open");   /* one block per turn: this one is content */
+    FEED(f, NULL, "");
+    nx_tool_stream_free(f.s);
+
     /* parallel off: only the first call; reasoning off: tags stay content */
     o = (nx_tool_stream_opts){ .tools = tools, .calls = true, .reasoning = false, .parallel = false };
     f.s = nx_tool_stream_new(&o);
     FEED(f, "<think>x</think><tool_call>{\"name\": \"f\", \"arguments\": {}}</tool_call>", "c:<think>x</think>|call:0:call_1:f:{}");
     FEED(f, "<tool_call>{\"name\": \"f\", \"arguments\": {\"n\": 3}}</tool_call>", "");
+    FEED(f, "<tool_call><function=f><parameter=s>x</parameter></function></tool_call>", "");
     FEED(f, NULL, "");
     nx_tool_stream_free(f.s);
 
@@ -301,5 +400,6 @@ int main(void) {
     RUN(test_timing);
     RUN(test_segments);
     RUN(test_turns);
+    RUN(test_xml_random);
     return test_summary();
 }

@@ -120,7 +120,20 @@ static bool json_call(calls *c, const char *p, size_t n, const cJSON *tools, boo
     return ok;
 }
 
-/* <function=NAME>\n<parameter=K>\nV\n</parameter>...</function> */
+bool nx_chat_param_is_string(const cJSON *tools, const char *fn, const char *param) {
+    const cJSON *ps = param_schema(tools, fn, param);
+    return !ps || schema_is_string(ps);
+}
+
+cJSON *nx_chat_param_value(const cJSON *tools, const char *fn, const char *param, const char *val) {
+    /* a non-string type: JSON when it parses as JSON, else the text */
+    cJSON *jv = nx_chat_param_is_string(tools, fn, param) ? NULL : cJSON_Parse(val);
+    return jv ? jv : cJSON_CreateString(val);
+}
+
+/* <function=NAME>\n<parameter=K>\nV\n</parameter>...</function>. Once NAME is read the call
+ * cannot fail (a <parameter= left without its '>' ends the parameters): the streaming reader
+ * (tool_args.c) announces the call at that point. */
 static bool xml_call(calls *c, const char *p, size_t n, const cJSON *tools) {
     const char *end = p + n;
     if (n < 10 || memcmp(p, "<function=", 10) != 0) return false;
@@ -135,7 +148,7 @@ static bool xml_call(calls *c, const char *p, size_t n, const cJSON *tools) {
         const char *ps = find(q, (size_t)(end - q), "<parameter=");
         if (!ps) break;
         const char *kn = ps + 11, *kg = memchr(kn, '>', (size_t)(end - kn));
-        if (!kg) { ok = false; break; }
+        if (!kg) break;
         const char *vs = kg + 1, *ve = find(vs, (size_t)(end - vs), "</parameter>");
         const char *next_p = find(vs, (size_t)(end - vs), "<parameter=");
         const char *fe = find(vs, (size_t)(end - vs), "</function>");
@@ -145,13 +158,8 @@ static bool xml_call(calls *c, const char *p, size_t n, const cJSON *tools) {
         if (vl && v[0] == '\n') { v++; vl--; }
         if (vl && v[vl - 1] == '\n') vl--;
         char *key = dupn(kn, (size_t)(kg - kn)), *val = dupn(v, vl);
-        if (!key || !val) { free(key); free(val); ok = false; break; }
-        cJSON *jv = NULL;
-        if (!schema_is_string(param_schema(tools, fname, key)) || !param_schema(tools, fname, key)) {
-            /* a non-string type, or no schema: JSON when it parses as JSON, else the text */
-            if (param_schema(tools, fname, key)) jv = cJSON_Parse(val);
-        }
-        if (!jv) jv = cJSON_CreateString(val);
+        cJSON *jv = key && val ? nx_chat_param_value(tools, fname, key, val) : NULL;
+        if (!jv) { free(key); free(val); ok = false; break; }
         cJSON_AddItemToObject(args, key, jv);
         free(key);
         free(val);
@@ -247,9 +255,10 @@ static bool gemma_call(calls *c, const char *p, size_t n) {
 }
 
 /* ===== the turn ===== */
-static const char *const END_MARKERS[] = {
+const char *const nx_chat_end_markers[] = {
     "<|im_end|>", "<|eot_id|>", "<|eom_id|>", "<|endoftext|>", "<|tool_response>", "<turn|>", "<end_of_turn>", "</s>", NULL,
 };
+#define END_MARKERS nx_chat_end_markers
 
 static void strip_end(tbuf *t) {
     for (bool again = true; again;) {

@@ -29,4 +29,13 @@ typedef struct nx_chat_parsed {
 nx_status nx_chat_parse_output(const char *text, size_t len, const cJSON *tools, nx_chat_parsed *out, nx_error *err);
 void nx_chat_parsed_free(nx_chat_parsed *p);
 
+/* An XML parameter's value (val: its text) as the parser types it: a string, unless the tool's
+ * schema gives the parameter a non-string type and val parses as JSON. NULL when out of memory.
+ * is_string: the value is a string whatever its text (no schema for it, or a string type). */
+/* What may end a turn (dropped at its end), NULL-terminated. */
+extern const char *const nx_chat_end_markers[];
+
+bool nx_chat_param_is_string(const cJSON *tools, const char *fn, const char *param);
+cJSON *nx_chat_param_value(const cJSON *tools, const char *fn, const char *param, const char *val);
+
 #endif

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "chat/tool_args.h"
 #include "chat/tool_parse.h"
 #include "chat/tool_stream.h"
 
@@ -84,8 +85,17 @@ struct nx_tool_stream {
     bool reasoning_done;        /* one reasoning block was read: later tags are content */
     bool forced;                /* the reasoning block was opened by the prompt */
     bool finished;
+    bool rc_open;               /* reasoning_in_content: the opening tag went out */
     cJSON *calls;               /* given out so far (duplicates are checked against them) */
     int n_calls;
+    /* an XML-parameter call block read as it comes (tool_args.h) */
+    nx_tool_args *args;
+    bool args_refused;          /* not one: the block is parsed whole at its closer */
+    bool announced;             /* its header went out (index call_index) */
+    bool dropped;               /* a call after the first with parallel off: never given out */
+    buf canon;                  /* its arguments text so far */
+    size_t canon_sent;          /* of which given out */
+    int call_index;
 };
 
 static bool trigger_active(const nx_tool_stream *s, const trigger *t) {
@@ -155,6 +165,33 @@ static bool out_call(nx_tool_deltas *out, int index, cJSON *call) {
     return true;
 }
 
+static bool out_args(nx_tool_deltas *out, int index, const char *p, size_t n) {
+    if (!n) return true;
+    if (out->n && out->v[out->n - 1].kind == NX_TOOL_DELTA_ARGS && out->v[out->n - 1].index == index) {
+        nx_tool_delta *d = &out->v[out->n - 1];
+        char *t = realloc(d->text, d->len + n + 1);
+        if (!t) return false;
+        memcpy(t + d->len, p, n);
+        d->len += n;
+        t[d->len] = 0;
+        d->text = t;
+        return true;
+    }
+    if (out->n == out->cap) {
+        int cap = out->cap ? out->cap * 2 : 8;
+        nx_tool_delta *v = realloc(out->v, (size_t)cap * sizeof *v);
+        if (!v) return false;
+        out->v = v;
+        out->cap = cap;
+    }
+    char *t = malloc(n + 1);
+    if (!t) return false;
+    memcpy(t, p, n);
+    t[n] = 0;
+    out->v[out->n++] = (nx_tool_delta){ .kind = NX_TOOL_DELTA_ARGS, .text = t, .len = n, .index = index };
+    return true;
+}
+
 void nx_tool_deltas_clear(nx_tool_deltas *d) {
     for (int i = 0; i < d->n; i++) {
         free(d->v[i].text);
@@ -205,6 +242,18 @@ static bool content_add(nx_tool_stream *s, const char *p, size_t n, bool final, 
     return true;
 }
 
+/* reasoning text out: as reasoning, or as content inside the block's tags (opts.reasoning_in_content) */
+static bool reasoning_out(nx_tool_stream *s, const char *p, size_t n, nx_tool_deltas *out) {
+    if (!n) return true;
+    if (!s->o.reasoning_in_content) return out_text(out, NX_TOOL_DELTA_REASONING, p, n);
+    if (!s->rc_open) {
+        s->rc_open = true;
+        if (!out_text(out, NX_TOOL_DELTA_CONTENT, s->closer && !strcmp(s->closer, "<channel|>") ? "<|channel>thought" : "<think>",
+                      s->closer && !strcmp(s->closer, "<channel|>") ? 17 : 7)) return false;
+    }
+    return out_text(out, NX_TOOL_DELTA_CONTENT, p, n);
+}
+
 static bool reasoning_add(nx_tool_stream *s, const char *p, size_t n, nx_tool_deltas *out) {
     if (!s->reasoning_started) {
         while (n && isspace((unsigned char)*p)) { p++; n--; }
@@ -214,7 +263,7 @@ static bool reasoning_add(nx_tool_stream *s, const char *p, size_t n, nx_tool_de
     if (!buf_add(&s->rhold, p, n)) return false;
     size_t e = s->rhold.n;
     while (e && isspace((unsigned char)s->rhold.p[e - 1])) e--;
-    if (!out_text(out, NX_TOOL_DELTA_REASONING, s->rhold.p, e)) return false;
+    if (!reasoning_out(s, s->rhold.p, e, out)) return false;
     buf_drop(&s->rhold, e);
     return true;
 }
@@ -255,6 +304,75 @@ static bool parse_piece(nx_tool_stream *s, const char *p, size_t n, bool final, 
     }
     nx_chat_parsed_free(&r);
     return ok;
+}
+
+/* ===== a call streamed while generated ===== */
+static cJSON *call_json(const char *id, const char *name, const char *args, size_t n) {
+    cJSON *c = cJSON_CreateObject(), *f = cJSON_CreateObject();
+    char *a = malloc(n + 1);
+    if (!c || !f || !a) { cJSON_Delete(c); cJSON_Delete(f); free(a); return NULL; }
+    memcpy(a, args, n);
+    a[n] = 0;
+    if (id) cJSON_AddStringToObject(c, "id", id);
+    cJSON_AddStringToObject(c, "type", "function");
+    cJSON_AddStringToObject(f, "name", name);
+    cJSON_AddStringToObject(f, "arguments", a);
+    cJSON_AddItemToObject(c, "function", f);
+    free(a);
+    return c;
+}
+
+/* the arguments so far may still become those of an earlier call of the same name (a
+ * duplicate, dropped at its end): nothing of it goes out yet */
+static bool may_be_duplicate(const nx_tool_stream *s, const char *name, bool done) {
+    const cJSON *e;
+    cJSON_ArrayForEach(e, s->calls) {
+        const char *a = fn_str(e, "arguments");
+        if (strcmp(fn_str(e, "name"), name)) continue;
+        if (done ? strlen(a) == s->canon.n && !memcmp(a, s->canon.p, s->canon.n)
+                 : strlen(a) >= s->canon.n && !memcmp(a, s->canon.p, s->canon.n)) return true;
+    }
+    return false;
+}
+
+/* New argument text of the streamed call -> its header (once it cannot be a duplicate) and
+ * argument pieces; done: the call is complete. */
+static bool args_out(nx_tool_stream *s, bool done, nx_tool_deltas *out) {
+    size_t n;
+    const char *t = nx_tool_args_take(s->args, &n);
+    if (!buf_add(&s->canon, t, n)) return false;
+    const char *name = nx_tool_args_name(s->args);
+    if (!s->announced && !s->dropped) {
+        if (!s->o.parallel && s->n_calls > 0) s->dropped = true;
+        else if (may_be_duplicate(s, name, done)) { if (done) s->dropped = true; }
+        else {
+            char id[32];
+            snprintf(id, sizeof id, "call_%d", s->n_calls + 1);
+            cJSON *c = call_json(id, name, s->canon.p, s->canon.n);
+            if (!c) return false;
+            s->call_index = s->n_calls++;
+            s->announced = true;
+            s->canon_sent = s->canon.n;
+            if (!out_call(out, s->call_index, c)) return false;
+        }
+    } else if (s->announced) {
+        if (!out_args(out, s->call_index, s->canon.p + s->canon_sent, s->canon.n - s->canon_sent)) return false;
+        s->canon_sent = s->canon.n;
+    }
+    if (done && s->announced) {
+        cJSON *c = call_json(NULL, name, s->canon.p, s->canon.n);
+        if (!c) return false;
+        cJSON_AddItemToArray(s->calls, c);
+    }
+    return true;
+}
+
+static void args_reset(nx_tool_stream *s) {
+    nx_tool_args_free(s->args);
+    s->args = NULL;
+    s->args_refused = s->announced = s->dropped = false;
+    buf_drop(&s->canon, s->canon.n);
+    s->canon_sent = 0;
 }
 
 /* ===== the modes ===== */
@@ -320,6 +438,7 @@ static bool step_content(nx_tool_stream *s, bool final, nx_tool_deltas *out, boo
         s->closer = best->closer;
         s->opener_len = tl;
         s->scanned = tl;
+        args_reset(s);
         buf_drop(&s->blk, s->blk.n);
         if (!buf_add(&s->blk, pd->p + at, pd->n - at)) return false;
         buf_drop(pd, pd->n);
@@ -353,6 +472,8 @@ static bool step_reasoning(nx_tool_stream *s, bool final, nx_tool_deltas *out, b
         size_t at = (size_t)(c - pd->p);
         if (!reasoning_add(s, pd->p, at, out)) return false;
         buf_drop(&s->rhold, s->rhold.n);   /* trailing space of the block */
+        if (s->rc_open && !out_text(out, NX_TOOL_DELTA_CONTENT, s->closer, strlen(s->closer))) return false;
+        s->rc_open = false;
         buf_drop(pd, at + strlen(s->closer));
         s->mode = M_CONTENT;
         s->reasoning_done = true;
@@ -395,9 +516,34 @@ static bool step_block(nx_tool_stream *s, bool final, nx_tool_deltas *out, bool 
     if (!c) {
         s->scanned = s->blk.n >= cl ? s->blk.n - cl + 1 : 0;
         if (s->scanned < s->opener_len) s->scanned = s->opener_len;
-        if (!final) return true;
     }
     size_t end = c ? (size_t)(c - s->blk.p) + cl : s->blk.n;
+    /* an XML-parameter call streams while generated; other blocks are parsed whole below */
+    if ((s->blk_kind == T_CALL_XMLJSON || s->blk_kind == T_CALL_BARE_XML) && !s->args_refused) {
+        bool bare = s->blk_kind == T_CALL_BARE_XML;
+        if (!s->args && !(s->args = nx_tool_args_new(s->o.tools, bare))) return false;
+        const char *body = s->blk.p + s->opener_len;
+        size_t bn = c ? (size_t)(c - body) : s->blk.n - s->opener_len;
+        if (!c && !final) bn -= partial_len(body, bn, s->closer);
+        nx_tool_args_end ae = c ? NX_TOOL_ARGS_CLOSED : final ? NX_TOOL_ARGS_TURN_END : NX_TOOL_ARGS_MORE;
+        nx_tool_args_state st;
+        if (nx_tool_args_step(s->args, body, bn, ae, &st, NULL) != NX_OK) return false;
+        if (st == NX_TOOL_ARGS_REFUSED) {
+            nx_tool_args_free(s->args);
+            s->args = NULL;
+            s->args_refused = true;
+        } else if (st == NX_TOOL_ARGS_NAMED) {
+            if (!args_out(s, ae != NX_TOOL_ARGS_MORE, out)) return false;
+            if (ae == NX_TOOL_ARGS_MORE) return true;
+            *progress = true;
+            args_reset(s);
+            if (!buf_add(&s->pend, s->blk.p + end, s->blk.n - end)) return false;
+            buf_drop(&s->blk, s->blk.n);
+            s->mode = M_CONTENT;
+            return true;
+        }
+    }
+    if (!c && !final) return true;
     *progress = true;
     int found = 0;
     if (!parse_piece(s, s->blk.p, end, false, out, &found)) return false;
@@ -457,6 +603,8 @@ void nx_tool_stream_free(nx_tool_stream *s) {
     buf_free(&s->hold);
     buf_free(&s->rhold);
     buf_free(&s->blk);
+    buf_free(&s->canon);
+    nx_tool_args_free(s->args);
     cJSON_Delete(s->calls);
     free(s);
 }

@@ -8,10 +8,18 @@
  *     (`<tool_call>`, `<|tool_call>`/`tool_call>`, `<function=` before any call, `<think>`,
  *     `</think>`, `<|channel>thought`), trailing whitespace and end-of-turn markers (the
  *     non-streaming parse trims them at the end of the turn) and a partial such marker;
- *   - a call block: everything from its opener to its closer (`</tool_call>`, `<tool_call|>`,
- *     `</function>`); the block is then parsed with nx_chat_parse_output and comes out as whole
- *     calls. A block that does not parse comes back as content (its opener, then the rest is
- *     read again). A Gemma block whose body does not start with `call:` fails at once;
+ *   - an XML-parameter call (Qwen3.5 / Qwen3-Coder `<function=NAME>...`, in `<tool_call>` or
+ *     bare) streams while generated (tool_args.h): its start (CALL: id, name, arguments "{")
+ *     as soon as the name is complete, then ARGS pieces of the arguments' JSON text, whose
+ *     concatenation is the finished call's arguments. It is held back only while its arguments
+ *     so far are a prefix of an earlier call's of the same name (it may be a duplicate);
+ *   - any other call block (JSON in `<tool_call>`, Gemma's `call:`): everything from its
+ *     opener to its closer (`</tool_call>`, `<tool_call|>`); it is then parsed with
+ *     nx_chat_parse_output and comes out as a whole call (CALL with all its arguments). Why not
+ *     streamed: whether such a block is a call at all is only known once its text parses, and
+ *     a call already announced cannot be taken back. A block that does not parse comes back
+ *     as content (its opener, then the rest is read again). A Gemma block whose body does not
+ *     start with `call:` fails at once;
  *   - a turn whose content starts with `{` or `<|python_tag|>` (Llama's bare JSON call, which
  *     must be the whole turn): everything until the end;
  *   - reasoning: trailing whitespace and a partial closer.
@@ -21,8 +29,10 @@
  * (same name, same arguments) is dropped, as is every call after the first when parallel is off.
  *
  * Promise: for a turn the non-streaming parser reads as content / reasoning / calls, the
- * concatenated deltas equal its content and reasoning, and the calls equal its calls, however
- * the text is split (tests/test_tool_stream.c). Known differences, all in malformed turns: a
+ * concatenated deltas equal its content and reasoning, and the calls (CALL plus its ARGS
+ * pieces) equal its calls, however
+ * the text is split (tests/test_tool_stream.c). Known differences, all in malformed turns: the
+ * one of tool_args.h (a turn ending, without closer, in an end marker inside a parameter tag); a
  * reasoning block left open at the end streams as reasoning (non-streaming: content); an end
  * marker before a final call is dropped; `</think>` after content only ends reasoning detection.
  * The turn starts inside a reasoning block when the prompt opened one (opts.in_reasoning); as
@@ -42,15 +52,16 @@
 typedef enum nx_tool_delta_kind {
     NX_TOOL_DELTA_CONTENT = 0,
     NX_TOOL_DELTA_REASONING = 1,
-    NX_TOOL_DELTA_CALL = 2,
+    NX_TOOL_DELTA_CALL = 2,     /* a call's start: id, name and its arguments so far */
+    NX_TOOL_DELTA_ARGS = 3,     /* more of call `index`'s arguments text */
 } nx_tool_delta_kind;
 
 typedef struct nx_tool_delta {
     nx_tool_delta_kind kind;
-    char  *text;                /* content / reasoning: malloc'ed bytes (NUL after them), len of them */
+    char  *text;                /* content / reasoning / args: malloc'ed bytes (NUL after them), len of them */
     size_t len;
-    int    index;               /* call: its place among the turn's calls (0, 1, ...) */
-    cJSON *call;                /* call: {"id","type":"function","function":{"name","arguments": JSON text}} */
+    int    index;               /* call / args: the call's place among the turn's calls (0, 1, ...) */
+    cJSON *call;                /* call: {"id","type":"function","function":{"name","arguments": JSON text so far}} */
 } nx_tool_delta;
 
 typedef struct nx_tool_deltas {
@@ -68,6 +79,9 @@ typedef struct nx_tool_stream_opts {
     const cJSON *tools;         /* the request's tools (borrowed, must outlive the stream); NULL = none */
     bool calls;                 /* look for tool calls (and trim the content as tool_parse.c does) */
     bool reasoning;             /* separate reasoning blocks (false: they stay in content) */
+    bool reasoning_in_content;  /* with reasoning: the block's text goes out as content instead,
+                                 * trimmed and wrapped in its tags (<think>TEXT</think>, the closer
+                                 * only when the block closed): llama.cpp's streamed deepseek-legacy */
     bool parallel;              /* keep every call (false: only the first) */
     nx_tool_reasoning_open in_reasoning;
 } nx_tool_stream_opts;

@@ -3,7 +3,7 @@
  *
  *   nextn serve -m FILE [--host 127.0.0.1] [--port 8080] [-np 4] [-c CTX] [--alias NAME]
  *               [--api-key K] [--max-body BYTES] [--queue-max N] [--chat-format chatml|gemma]
- *               [--chat-template-file F] [--reasoning-format deepseek|none]
+ *               [--chat-template-file F] [--reasoning-format deepseek|auto|deepseek-legacy|none]
  *               [--shutdown-grace S] [-ub N] [-ctk T] [-ctv T] [--ctx-checkpoint-interval N] [--ctx-checkpoints N]
  *               [--max-connections N] [--max-connections-per-ip N] [--read-timeout S]
  *               [--log-format text|json] [--log-file F]
@@ -43,8 +43,10 @@ static void usage(FILE *f) {
             "  --max-body BYTES       largest request body (default 8388608)\n"
             "  --queue-max N          requests that may wait for a slot (default 64)\n"
             "  --chat-format F        chatml | gemma (default: from the GGUF)\n"
-            "  --reasoning-format F   deepseek | none: a chat answer's <think> block goes to\n"
-            "                         reasoning_content, or stays in content (default deepseek)\n"
+            "  --reasoning-format F   deepseek | auto | deepseek-legacy | none: a chat answer's <think>\n"
+            "                         block goes to reasoning_content (auto = deepseek; legacy: streams\n"
+            "                         send it in content as <think>...</think>), or stays in content\n"
+            "                         (default auto)\n"
             "  --chat-template-file F Jinja chat template (default: the GGUF's tokenizer.chat_template;\n"
             "                         the built-in formats only when the GGUF has none)\n"
             "  --shutdown-grace S     seconds streams get to finish on SIGINT/SIGTERM (default 5)\n"

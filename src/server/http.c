@@ -1,7 +1,7 @@
 /*
  * http.c — the server's daemon (libmicrohttpd, thread per connection), routing, auth, request
  * bodies with the size limit, graceful stop, and the small endpoints: /health, /v1/models,
- * /props, /slots, /metrics, /tokenize, /detokenize. The completion endpoints are in http_gen.c.
+ * /props, /slots, /metrics, /tokenize, /detokenize, /apply-template. The completion endpoints are in http_gen.c.
  * Promises: every response is JSON (or Prometheus text) with the error shape of server.md; a
  * request never reaches a handler without passing auth and the body limit.
  */
@@ -35,6 +35,7 @@ bool nx_reasoning_format_parse(const char *name, nx_reasoning_format *out) {
     if (!name) return false;
     if (!strcmp(name, "deepseek") || !strcmp(name, "auto")) { *out = NX_REASONING_DEEPSEEK; return true; }
     if (!strcmp(name, "none")) { *out = NX_REASONING_NONE; return true; }
+    if (!strcmp(name, "deepseek-legacy")) { *out = NX_REASONING_DEEPSEEK_LEGACY; return true; }
     return false;
 }
 
@@ -470,7 +471,7 @@ static enum MHD_Result h_detokenize(nx_http_req *r) {
 
 enum {
     R_HEALTH, R_MODELS, R_MODEL, R_PROPS, R_SLOTS, R_METRICS, R_TOKENIZE, R_DETOKENIZE,
-    R_NATIVE, R_COMPLETIONS, R_CHAT,
+    R_NATIVE, R_COMPLETIONS, R_CHAT, R_APPLY_TEMPLATE,
 };
 
 static const struct route {
@@ -486,6 +487,7 @@ static const struct route {
     {"/completion", "POST", R_NATIVE},
     {"/v1/completions", "POST", R_COMPLETIONS}, {"/completions", "POST", R_COMPLETIONS},
     {"/v1/chat/completions", "POST", R_CHAT}, {"/chat/completions", "POST", R_CHAT},
+    {"/apply-template", "POST", R_APPLY_TEMPLATE},
 };
 
 static bool key_ok(const nx_server *s, struct MHD_Connection *c) {
@@ -514,6 +516,7 @@ static enum MHD_Result dispatch(nx_http_req *r) {
     case R_NATIVE: return nx_http_completion(r, NX_API_NATIVE);
     case R_COMPLETIONS: return nx_http_completion(r, NX_API_COMPLETIONS);
     case R_CHAT: return nx_http_completion(r, NX_API_CHAT);
+    case R_APPLY_TEMPLATE: return nx_http_apply_template(r);
     default: return nx_http_reply_error(r->conn, 404, "not_found_error", "not found");
     }
 }

@@ -5,7 +5,7 @@
  * Promises: a client that goes away cancels its generation within one poll interval (50 ms);
  * every request that reached the backend is counted in /metrics with the timings it reported
  * (cancelled ones too); the first event decides the HTTP status of a stream, later errors become
- * a `data: {"error":...}` chunk. Chat answers with tools or reasoning_format deepseek go through
+ * a `data: {"error":...}` chunk. Chat answers with tools or reasoning_format deepseek(-legacy) go through
  * the chat parser (chat/tool_stream.h) streaming or not, so both give the same message.
  */
 #include <stdlib.h>
@@ -271,7 +271,8 @@ static cJSON *chat_delta(gen_ctx *g, cJSON *d) {
 }
 
 /* What the chat parser decided, as OpenAI's deltas: text as content / reasoning_content; a call
- * as one chunk with index, id, type and name (arguments "") and one with its arguments. A
+ * as one chunk with index, id, type and name (arguments "") and one with its arguments so far,
+ * then a chunk with index and an arguments piece for each further piece. A
  * token's logprob entry (taken) rides on the last chunk, or on an empty content delta when the
  * parser holds its text back. */
 static void stream_chat_deltas(gen_ctx *g, nx_tool_deltas *ds, cJSON *lp) {
@@ -279,13 +280,24 @@ static void stream_chat_deltas(gen_ctx *g, nx_tool_deltas *ds, cJSON *lp) {
     for (int i = 0; i < ds->n; i++) {
         nx_tool_delta *x = &ds->v[i];
         cJSON *d = cJSON_CreateObject();
-        if (x->kind != NX_TOOL_DELTA_CALL) {
+        if (x->kind == NX_TOOL_DELTA_CONTENT || x->kind == NX_TOOL_DELTA_REASONING) {
             cJSON_AddItemToObject(d, x->kind == NX_TOOL_DELTA_CONTENT ? "content" : "reasoning_content", nx_http_json_bytes(x->text, x->len));
             cJSON_AddItemToArray(chunks, chat_delta(g, d));
             continue;
         }
+        if (x->kind == NX_TOOL_DELTA_ARGS) {   /* more of a call's arguments */
+            cJSON *e = cJSON_CreateObject(), *f = cJSON_CreateObject();
+            cJSON_AddNumberToObject(e, "index", x->index);
+            cJSON_AddItemToObject(f, "arguments", nx_http_json_bytes(x->text, x->len));
+            cJSON_AddItemToObject(e, "function", f);
+            cJSON_AddItemToArray(cJSON_AddArrayToObject(d, "tool_calls"), e);
+            cJSON_AddItemToArray(chunks, chat_delta(g, d));
+            continue;
+        }
         const cJSON *fn = cJSON_GetObjectItemCaseSensitive(x->call, "function");
+        const char *args = cJSON_GetObjectItemCaseSensitive(fn, "arguments")->valuestring;
         for (int part = 0; part < 2; part++) {
+            if (part && !*args) break;
             if (part) d = cJSON_CreateObject();
             cJSON *e = cJSON_CreateObject(), *f = cJSON_CreateObject();
             cJSON_AddNumberToObject(e, "index", x->index);
@@ -295,7 +307,7 @@ static void stream_chat_deltas(gen_ctx *g, nx_tool_deltas *ds, cJSON *lp) {
                 cJSON_AddStringToObject(f, "name", cJSON_GetObjectItemCaseSensitive(fn, "name")->valuestring);
                 cJSON_AddStringToObject(f, "arguments", "");
             } else {
-                cJSON_AddStringToObject(f, "arguments", cJSON_GetObjectItemCaseSensitive(fn, "arguments")->valuestring);
+                cJSON_AddStringToObject(f, "arguments", args);
             }
             cJSON_AddItemToObject(e, "function", f);
             cJSON_AddItemToArray(cJSON_AddArrayToObject(d, "tool_calls"), e);
@@ -341,7 +353,15 @@ static cJSON *chat_message(gen_ctx *g) {
     for (int i = 0; i < ds.n; i++) {
         nx_tool_delta *x = &ds.v[i];
         if (x->kind == NX_TOOL_DELTA_CALL) { cJSON_AddItemToArray(calls, x->call); x->call = NULL; }
-        else nx_sbuf_add(x->kind == NX_TOOL_DELTA_CONTENT ? &content : &reasoning, x->text, x->len);
+        else if (x->kind == NX_TOOL_DELTA_ARGS) {   /* the pieces join into the call's arguments */
+            cJSON *f = cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(calls, x->index), "function");
+            const char *a = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(f, "arguments"));
+            nx_sbuf j = {0};
+            nx_sbuf_adds(&j, a ? a : "");
+            nx_sbuf_add(&j, x->text, x->len);
+            if (f) cJSON_ReplaceItemInObjectCaseSensitive(f, "arguments", cJSON_CreateString(j.p ? j.p : ""));
+            nx_sbuf_free(&j);
+        } else nx_sbuf_add(x->kind == NX_TOOL_DELTA_CONTENT ? &content : &reasoning, x->text, x->len);
     }
     nx_tool_deltas_clear(&ds);
     nx_tool_stream_free(ts);
@@ -589,6 +609,23 @@ static enum MHD_Result fail_api(gen_ctx *g, const nx_api_error *e) {
     return ret;
 }
 
+enum MHD_Result nx_http_apply_template(nx_http_req *r) {
+    nx_gen_backend *be = r->srv->be;
+    nx_gen_info info;
+    be->ops->info(be, &info);
+    if (!info.ready) return nx_http_reply_error(r->conn, 503, "unavailable_error", "the model is loading");
+    nx_api_request req = {0};
+    nx_api_error e = {0};
+    if (nx_api_parse(NX_API_CHAT, r->body.p, r->body.n, &info, &req, &e) != NX_OK) {
+        nx_api_request_free(&req);
+        return nx_http_reply_err(r->conn, (unsigned)e.http, e.type, e.code, e.param, e.msg);
+    }
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddItemToObject(j, "prompt", nx_http_json_bytes(req.prompt_text ? req.prompt_text : "", req.prompt_len));
+    nx_api_request_free(&req);
+    return nx_http_reply_json(r->conn, 200, j);
+}
+
 enum MHD_Result nx_http_completion(nx_http_req *r, nx_api_kind kind) {
     nx_server *srv = r->srv;
     nx_gen_backend *be = srv->be;
@@ -607,8 +644,11 @@ enum MHD_Result nx_http_completion(nx_http_req *r, nx_api_kind kind) {
         return fail_api(g, &e);
     g->probs = cJSON_CreateArray();
     nx_reasoning_format rf = g->req.reasoning_format != NX_REASONING_UNSET ? g->req.reasoning_format : srv->p.reasoning_format;
-    g->chat_parse = kind == NX_API_CHAT && (g->req.tools || rf == NX_REASONING_DEEPSEEK);
-    g->chat_opts = (nx_tool_stream_opts){ .tools = g->req.tools, .calls = g->req.tools != NULL, .reasoning = rf == NX_REASONING_DEEPSEEK,
+    bool reasoning = rf == NX_REASONING_DEEPSEEK || rf == NX_REASONING_DEEPSEEK_LEGACY;
+    g->chat_parse = kind == NX_API_CHAT && (g->req.tools || reasoning);
+    g->chat_opts = (nx_tool_stream_opts){ .tools = g->req.tools, .calls = g->req.tools != NULL, .reasoning = reasoning,
+                                          /* llama.cpp: reasoning_in_content = stream && deepseek-legacy */
+                                          .reasoning_in_content = g->req.stream && rf == NX_REASONING_DEEPSEEK_LEGACY,
                                           .parallel = g->req.parallel_tools,
                                           .in_reasoning = g->req.prompt_text ? nx_tool_reasoning_open_at(g->req.prompt_text, g->req.prompt_len)
                                                                              : NX_TOOL_REASONING_CLOSED };

@@ -63,6 +63,10 @@ bool nx_http_client_gone(struct MHD_Connection *c);
 
 /* The completion endpoints (http_gen.c). */
 enum MHD_Result nx_http_completion(nx_http_req *r, nx_api_kind kind);
+/* POST /apply-template (llama.cpp's): a chat completion request -> {"prompt": the text the
+ * chat endpoint would tokenize (template rendered, BOS text the tokenizer adds stripped, a
+ * forced call's start appended)}; nothing is generated. */
+enum MHD_Result nx_http_apply_template(nx_http_req *r);
 
 /* Count a completion request in / out of flight (graceful shutdown waits for zero). */
 void nx_http_active_add(nx_server *s, int d);

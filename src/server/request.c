@@ -535,7 +535,7 @@ static nx_status parse_body(nx_api_kind kind, const cJSON *root, const nx_gen_in
         }
         const cJSON *rsf = field(root, "reasoning_format");
         if (rsf && !cJSON_IsNull(rsf) && (!cJSON_IsString(rsf) || !nx_reasoning_format_parse(rsf->valuestring, &r->reasoning_format)))
-            return BADP("reasoning_format", "'reasoning_format' must be deepseek, auto or none");
+            return BADP("reasoning_format", "'reasoning_format' must be deepseek, deepseek-legacy, auto or none");
         const cJSON *rf = field(root, "response_format");
         if (rf) {
             const cJSON *t = cJSON_IsObject(rf) ? field(rf, "type") : NULL;

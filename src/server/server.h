@@ -34,9 +34,12 @@ typedef enum nx_reasoning_format {
     NX_REASONING_UNSET = 0,     /* a request that does not say: the server's */
     NX_REASONING_DEEPSEEK,      /* message.reasoning_content / delta.reasoning_content */
     NX_REASONING_NONE,          /* left in content as generated */
+    NX_REASONING_DEEPSEEK_LEGACY, /* llama.cpp's: as deepseek, except that a stream sends the
+                                   * thinking in delta.content, as <think>TEXT</think> */
 } nx_reasoning_format;
 
-/* "deepseek" | "auto" (= deepseek) | "none" -> format; false if unknown. */
+/* "deepseek" | "auto" (= deepseek, as llama.cpp) | "deepseek-legacy" | "none" -> format; false
+ * if unknown. */
 bool nx_reasoning_format_parse(const char *name, nx_reasoning_format *out);
 
 typedef struct nx_server_params {

@@ -107,11 +107,33 @@ await check('streaming: content first, then each call (id + name, then arguments
   if (events.filter(e => e === 'c').length < 5) throw new Error(`content not streamed: ${events.join(',')}`);
 });
 
-// --reasoning-format deepseek (the default) vs a request's reasoning_format "none"; no tools
+// The client's own streaming helper (beta.chat.completions.stream) accumulates the deltas: its
+// final message equals the non-streamed one, for XML calls (arguments streamed piece by piece
+// while generated: many argument deltas per call) and a JSON call (its arguments in one piece).
+const mixed = 'Plan.\n</think>\n\nChecking.\n\n' + call.replace('Paris', 'Paris "centre"\nand \\ more') + '\n' + call.replace('Paris', 'Oslo') +
+  '\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Rome", "days": 3}}\n</tool_call>\n';
+await check('streaming helper: the accumulated message equals the non-streamed one; XML arguments in pieces', async () => {
+  const req = { model: 'fake', messages: [{ role: 'user', content: `Three cities? <<answer:${mixed}>>` }], tools, max_tokens: 2000 };
+  const whole = (await client.chat.completions.create(req)).choices[0];
+  const s = client.beta.chat.completions.stream({ ...req, stream: true });
+  const pieces = [0, 0, 0];
+  s.on('tool_calls.function.arguments.delta', (e) => { pieces[e.index]++; });
+  const fin = (await s.finalChatCompletion()).choices[0];
+  eq(fin.finish_reason, whole.finish_reason, 'finish_reason');
+  eq(fin.message.content, whole.message.content, `content (whole: ${JSON.stringify(whole.message)})`);
+  eq(whole.message.content, 'Checking.', 'content');
+  eq(fin.message.tool_calls.map(c => [c.id, c.type, c.function.name, c.function.arguments]),
+     whole.message.tool_calls.map(c => [c.id, c.type, c.function.name, c.function.arguments]), 'tool_calls (arguments byte for byte)');
+  eq(JSON.parse(whole.message.tool_calls[0].function.arguments), { city: 'Paris "centre"\nand \\ more', days: 2 }, 'first call');
+  eq(whole.message.tool_calls.length, 3, 'three calls');
+  if (pieces[0] < 10 || pieces[1] < 3) throw new Error(`XML arguments not streamed in pieces: ${pieces}`);
+});
+
+// --reasoning-format deepseek (the default) vs a request's reasoning_format auto / deepseek-legacy / none; no tools
 const thought = 'Hmm.\n</think>\n\nHello <b>there</b>.';
 for (const stream of [false, true]) {
   await check(`${stream ? 'streaming' : 'non-streaming'}: reasoning_format deepseek and none without tools`, async () => {
-    for (const rf of ['deepseek', 'none']) {
+    for (const rf of ['deepseek', 'auto', 'deepseek-legacy', 'none']) {
       const req = { model: 'fake', messages: [{ role: 'user', content: `Hi <<answer:${thought}>>` }], max_tokens: 400, reasoning_format: rf };
       let content = '', reasoning = '';
       if (!stream) {
@@ -123,7 +145,9 @@ for (const stream of [false, true]) {
           content += d.content ?? ''; reasoning += d.reasoning_content ?? '';
         }
       }
-      if (rf === 'deepseek') { eq(reasoning, 'Hmm.', 'reasoning_content'); eq(content, 'Hello <b>there</b>.', 'content'); }
+      if (rf === 'deepseek-legacy' && stream) {   // llama.cpp: reasoning_in_content = stream && legacy
+        eq(reasoning, '', 'reasoning_content'); eq(content, '<think>Hmm.</think>Hello <b>there</b>.', 'content');
+      } else if (rf !== 'none') { eq(reasoning, 'Hmm.', 'reasoning_content'); eq(content, 'Hello <b>there</b>.', 'content'); }
       else { eq(reasoning, '', 'reasoning_content'); eq(content, thought, 'content as generated'); }
     }
   });
