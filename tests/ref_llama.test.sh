@@ -17,12 +17,13 @@ if ! "$py" -c "import numpy" 2>/dev/null; then
 fi
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 pass=0; fail=0
+# (the cache is f16 by default: the f32 cases ask for an f32 one)
 # name | gen-model config | --type | eval flags | logits tolerance | hidden tolerance | prompt length
 cases=(
-  'gqa-untied|{"n_embd":64,"n_layer":2,"n_head":4,"n_head_kv":2,"n_ff":128}|f32||1e-4|1e-4|48'
-  'tied-partial-rope|{"n_embd":96,"n_layer":3,"n_head":3,"n_head_kv":3,"head_dim":32,"n_rot":8,"n_ff":160,"tied_embeddings":true,"rope_freq_base":1e6}|f32||1e-4|1e-4|40'
-  'mqa-long|{"n_embd":64,"n_layer":2,"n_head":4,"n_head_kv":1,"n_ff":96}|f32||1e-4|1e-4|100'
-  'q8_0|{"n_embd":64,"n_layer":2,"n_head":4,"n_head_kv":2,"n_ff":128}|q8_0||1.5e-1|1.5e-1|48'
+  'gqa-untied|{"n_embd":64,"n_layer":2,"n_head":4,"n_head_kv":2,"n_ff":128}|f32|-ctk f32 -ctv f32|1e-4|1e-4|48'
+  'tied-partial-rope|{"n_embd":96,"n_layer":3,"n_head":3,"n_head_kv":3,"head_dim":32,"n_rot":8,"n_ff":160,"tied_embeddings":true,"rope_freq_base":1e6}|f32|-ctk f32 -ctv f32|1e-4|1e-4|40'
+  'mqa-long|{"n_embd":64,"n_layer":2,"n_head":4,"n_head_kv":1,"n_ff":96}|f32|-ctk f32 -ctv f32|1e-4|1e-4|100'
+  'q8_0|{"n_embd":64,"n_layer":2,"n_head":4,"n_head_kv":2,"n_ff":128}|q8_0|-ctk f32 -ctv f32|1.5e-1|1.5e-1|48'
   'f16-kv|{"n_embd":64,"n_layer":2,"n_head":4,"n_head_kv":2,"n_ff":128}|f32|-ctk f16 -ctv f16|1e-2|1e-2|48'
 )
 for c in "${cases[@]}"; do
