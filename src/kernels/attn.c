@@ -100,6 +100,15 @@ static void tile_rows(const nx_attn_tier *t, const uint8_t *base, size_t stride,
     }
 }
 
+/* The next tile's rows on their way to the cache while this one computes: a decode streams
+ * K / V from memory, and a head's rows are strided (the other heads sit between them). */
+static void prefetch_rows(const uint8_t *base, size_t stride, size_t bytes, int cells, int pa, int pb) {
+    for (int p = pa; p < pb; p++) {
+        const uint8_t *row = base + (size_t)(p < cells ? p : p % cells) * stride;
+        for (size_t b = 0; b < bytes; b += 64) __builtin_prefetch(row + b, 0, 3);
+    }
+}
+
 void nx_attn(const nx_attn_kv *kv, const nx_attn_q *q, int nq, int D, int Dv, float scale, float *work) {
     enum { T = NX_ATTN_TILE };
     const nx_attn_tier *t = tier();
@@ -133,6 +142,8 @@ void nx_attn(const nx_attn_kv *kv, const nx_attn_q *q, int nq, int D, int Dv, fl
             if (b > pb) pb = b;
         }
         if (pa >= pb) continue;
+        prefetch_rows(kv->k, kv->k_stride, nx_row_size(kv->tk, D), kv->cells, t1, t1 + T < ghi + 1 ? t1 + T : ghi + 1);
+        prefetch_rows(kv->v, kv->v_stride, nx_row_size(kv->tv, Dv), kv->cells, t1, t1 + T < ghi + 1 ? t1 + T : ghi + 1);
         tile_rows(t, kv->k, kv->k_stride, kv->tk, kv->cells, pa, pb, D, kt, kr);
         tile_rows(t, kv->v, kv->v_stride, kv->tv, kv->cells, pa, pb, Dv, vt, vr);
         for (int i = 0; i < nq;) {
