@@ -40,35 +40,6 @@ static const char *find(const char *h, size_t hn, const char *needle) {
     return NULL;
 }
 
-static size_t partial_len(const char *p, size_t n, const char *word) {
-    size_t wl = strlen(word);
-    for (size_t k = wl - 1 < n ? wl - 1 : n; k > 0; k--)
-        if (!memcmp(p + n - k, word, k)) return k;
-    return 0;
-}
-
-/* trailing whitespace and end markers (and, unless final, a partial marker) of p[0..n) */
-static size_t trimmable_tail(const char *p, size_t n, bool final) {
-    size_t e = n;
-    if (!final) {
-        size_t k = 0;
-        for (int i = 0; nx_chat_end_markers[i]; i++) {
-            size_t m = partial_len(p, e, nx_chat_end_markers[i]);
-            if (m > k) k = m;
-        }
-        e -= k;
-    }
-    for (bool again = true; again;) {
-        again = false;
-        while (e && isspace((unsigned char)p[e - 1])) { e--; again = true; }
-        for (int i = 0; nx_chat_end_markers[i]; i++) {
-            size_t k = strlen(nx_chat_end_markers[i]);
-            if (e >= k && !memcmp(p + e - k, nx_chat_end_markers[i], k)) { e -= k; again = true; }
-        }
-    }
-    return n - e;
-}
-
 static char *dupn(const char *p, size_t n) {
     char *s = malloc(n + 1);
     if (!s) return NULL;
@@ -256,7 +227,7 @@ static bool step(nx_tool_args *a, const char *p, size_t n, nx_tool_args_end end,
             if (fe) ve = (size_t)(fe - p);
             else if (!a->bare || end == NX_TOOL_ARGS_TURN_END) {
                 /* <tool_call>'s body is trimmed; a turn's end loses its end markers */
-                if (end == NX_TOOL_ARGS_TURN_END) ve -= trimmable_tail(p + vs, n - vs, true);
+                if (end == NX_TOOL_ARGS_TURN_END) ve -= nx_chat_trimmable_tail(p + vs, n - vs, true);
                 while (ve > vs && isspace((unsigned char)p[ve - 1])) ve--;
             }
             if (!value_end(a, p, ve)) return false;
@@ -270,7 +241,7 @@ static bool step(nx_tool_args *a, const char *p, size_t n, nx_tool_args_end end,
         size_t lim = n, k = 0;
         const char *tags[] = { P_CLOSE, P_OPEN, F_CLOSE };
         for (int i = 0; i < 3; i++) {
-            size_t m = partial_len(p + vs, n - vs, tags[i]);
+            size_t m = nx_chat_partial_len(p + vs, n - vs, tags[i]);
             if (m > k) k = m;
         }
         lim -= k;
@@ -278,7 +249,7 @@ static bool step(nx_tool_args *a, const char *p, size_t n, nx_tool_args_end end,
         if (lim == vs) return true;                         /* the leading newline is not decided */
         size_t s = p[vs] == '\n' ? vs + 1 : vs;
         if (lim <= s) return true;
-        lim -= trimmable_tail(p + s, lim - s, false);
+        lim -= nx_chat_trimmable_tail(p + s, lim - s, false);
         if (a->v_out < s) a->v_out = s;
         if (lim > a->v_out) {
             if (!put_escaped(a, p + a->v_out, lim - a->v_out)) return false;

@@ -260,6 +260,34 @@ const char *const nx_chat_end_markers[] = {
 };
 #define END_MARKERS nx_chat_end_markers
 
+size_t nx_chat_partial_len(const char *p, size_t n, const char *word) {
+    size_t wl = strlen(word);
+    for (size_t k = wl - 1 < n ? wl - 1 : n; k > 0; k--)
+        if (!memcmp(p + n - k, word, k)) return k;
+    return 0;
+}
+
+size_t nx_chat_trimmable_tail(const char *p, size_t n, bool final) {
+    size_t e = n;
+    if (!final) {
+        size_t k = 0;
+        for (int i = 0; END_MARKERS[i]; i++) {
+            size_t m = nx_chat_partial_len(p, e, END_MARKERS[i]);
+            if (m > k) k = m;
+        }
+        e -= k;
+    }
+    for (bool again = true; again;) {
+        again = false;
+        while (e && isspace((unsigned char)p[e - 1])) { e--; again = true; }
+        for (int i = 0; END_MARKERS[i]; i++) {
+            size_t k = strlen(END_MARKERS[i]);
+            if (e >= k && !memcmp(p + e - k, END_MARKERS[i], k)) { e -= k; again = true; }
+        }
+    }
+    return n - e;
+}
+
 static void strip_end(tbuf *t) {
     for (bool again = true; again;) {
         again = false;

@@ -34,6 +34,11 @@ void nx_chat_parsed_free(nx_chat_parsed *p);
  * is_string: the value is a string whatever its text (no schema for it, or a string type). */
 /* What may end a turn (dropped at its end), NULL-terminated. */
 extern const char *const nx_chat_end_markers[];
+/* The longest proper prefix of word that ends p[0..n) (a tag the next bytes may complete). */
+size_t nx_chat_partial_len(const char *p, size_t n, const char *word);
+/* Bytes at the end of p[0..n) that the end of the turn may still trim: whitespace and end
+ * markers, and (unless final) a partial marker at the very end. */
+size_t nx_chat_trimmable_tail(const char *p, size_t n, bool final);
 
 bool nx_chat_param_is_string(const cJSON *tools, const char *fn, const char *param);
 cJSON *nx_chat_param_value(const cJSON *tools, const char *fn, const char *param, const char *val);

@@ -59,11 +59,6 @@ static const trigger TRIGGERS[] = {
 };
 #define N_TRIGGERS (int)(sizeof TRIGGERS / sizeof TRIGGERS[0])
 
-/* the same list as tool_parse.c's: what may end a turn */
-static const char *const END_MARKERS[] = {
-    "<|im_end|>", "<|eot_id|>", "<|eom_id|>", "<|endoftext|>", "<|tool_response>", "<turn|>", "<end_of_turn>", "</s>", NULL,
-};
-
 static const char PYTHON_TAG[] = "<|python_tag|>";
 
 enum { M_CONTENT, M_REASONING, M_BLOCK, M_TURN };
@@ -115,81 +110,54 @@ static const char *find(const char *h, size_t hn, const char *needle) {
     return NULL;
 }
 
-/* the longest proper prefix of word that ends p[0..n) */
-static size_t partial_len(const char *p, size_t n, const char *word) {
-    size_t wl = strlen(word);
-    for (size_t k = wl - 1 < n ? wl - 1 : n; k > 0; k--)
-        if (!memcmp(p + n - k, word, k)) return k;
-    return 0;
-}
-
 /* ===== output ===== */
 static nx_status oom(nx_error *err) { return nx_fail(err, NX_ERR_NOMEM, "out of memory in the tool-call stream"); }
 
-static bool out_text(nx_tool_deltas *out, nx_tool_delta_kind kind, const char *p, size_t n) {
+static bool out_grow(nx_tool_deltas *out) {
+    if (out->n < out->cap) return true;
+    int cap = out->cap ? out->cap * 2 : 8;
+    nx_tool_delta *v = realloc(out->v, (size_t)cap * sizeof *v);
+    if (!v) return false;
+    out->v = v;
+    out->cap = cap;
+    return true;
+}
+
+/* A text piece of a kind (argument pieces of call `index`), merged into the last delta when that
+ * is of the same kind (and call). */
+static bool out_piece(nx_tool_deltas *out, nx_tool_delta_kind kind, int index, const char *p, size_t n) {
     if (!n) return true;
-    if (out->n && out->v[out->n - 1].kind == kind) {   /* merge with the last delta of the same kind */
-        nx_tool_delta *d = &out->v[out->n - 1];
-        char *t = realloc(d->text, d->len + n + 1);
+    nx_tool_delta *last = out->n ? &out->v[out->n - 1] : NULL;
+    if (last && last->kind == kind && (kind != NX_TOOL_DELTA_ARGS || last->index == index)) {
+        char *t = realloc(last->text, last->len + n + 1);
         if (!t) return false;
-        memcpy(t + d->len, p, n);
-        d->len += n;
-        t[d->len] = 0;
-        d->text = t;
+        memcpy(t + last->len, p, n);
+        last->len += n;
+        t[last->len] = 0;
+        last->text = t;
         return true;
     }
-    if (out->n == out->cap) {
-        int cap = out->cap ? out->cap * 2 : 8;
-        nx_tool_delta *v = realloc(out->v, (size_t)cap * sizeof *v);
-        if (!v) return false;
-        out->v = v;
-        out->cap = cap;
-    }
+    if (!out_grow(out)) return false;
     char *t = malloc(n + 1);
     if (!t) return false;
     memcpy(t, p, n);
     t[n] = 0;
-    out->v[out->n++] = (nx_tool_delta){ .kind = kind, .text = t, .len = n };
+    out->v[out->n++] = (nx_tool_delta){ .kind = kind, .text = t, .len = n, .index = kind == NX_TOOL_DELTA_ARGS ? index : 0 };
     return true;
 }
 
+static bool out_text(nx_tool_deltas *out, nx_tool_delta_kind kind, const char *p, size_t n) {
+    return out_piece(out, kind, 0, p, n);
+}
+
 static bool out_call(nx_tool_deltas *out, int index, cJSON *call) {
-    if (out->n == out->cap) {
-        int cap = out->cap ? out->cap * 2 : 8;
-        nx_tool_delta *v = realloc(out->v, (size_t)cap * sizeof *v);
-        if (!v) { cJSON_Delete(call); return false; }
-        out->v = v;
-        out->cap = cap;
-    }
+    if (!out_grow(out)) { cJSON_Delete(call); return false; }
     out->v[out->n++] = (nx_tool_delta){ .kind = NX_TOOL_DELTA_CALL, .index = index, .call = call };
     return true;
 }
 
 static bool out_args(nx_tool_deltas *out, int index, const char *p, size_t n) {
-    if (!n) return true;
-    if (out->n && out->v[out->n - 1].kind == NX_TOOL_DELTA_ARGS && out->v[out->n - 1].index == index) {
-        nx_tool_delta *d = &out->v[out->n - 1];
-        char *t = realloc(d->text, d->len + n + 1);
-        if (!t) return false;
-        memcpy(t + d->len, p, n);
-        d->len += n;
-        t[d->len] = 0;
-        d->text = t;
-        return true;
-    }
-    if (out->n == out->cap) {
-        int cap = out->cap ? out->cap * 2 : 8;
-        nx_tool_delta *v = realloc(out->v, (size_t)cap * sizeof *v);
-        if (!v) return false;
-        out->v = v;
-        out->cap = cap;
-    }
-    char *t = malloc(n + 1);
-    if (!t) return false;
-    memcpy(t, p, n);
-    t[n] = 0;
-    out->v[out->n++] = (nx_tool_delta){ .kind = NX_TOOL_DELTA_ARGS, .text = t, .len = n, .index = index };
-    return true;
+    return out_piece(out, NX_TOOL_DELTA_ARGS, index, p, n);
 }
 
 void nx_tool_deltas_clear(nx_tool_deltas *d) {
@@ -203,29 +171,6 @@ void nx_tool_deltas_clear(nx_tool_deltas *d) {
 
 /* ===== content and reasoning text ===== */
 
-/* Bytes at the end of p[0..n) that the end of the turn may still trim: whitespace and end
- * markers, and (unless final) a partial marker at the very end. */
-static size_t trimmable_tail(const char *p, size_t n, bool final) {
-    size_t e = n;
-    if (!final) {
-        size_t k = 0;
-        for (int i = 0; END_MARKERS[i]; i++) {
-            size_t m = partial_len(p, e, END_MARKERS[i]);
-            if (m > k) k = m;
-        }
-        e -= k;
-    }
-    for (bool again = true; again;) {
-        again = false;
-        while (e && isspace((unsigned char)p[e - 1])) { e--; again = true; }
-        for (int i = 0; END_MARKERS[i]; i++) {
-            size_t k = strlen(END_MARKERS[i]);
-            if (e >= k && !memcmp(p + e - k, END_MARKERS[i], k)) { e -= k; again = true; }
-        }
-    }
-    return n - e;
-}
-
 /* text decided to be content: given out except what the turn's end may trim */
 static bool content_add(nx_tool_stream *s, const char *p, size_t n, bool final, nx_tool_deltas *out) {
     if (s->skip_ws) {
@@ -236,7 +181,7 @@ static bool content_add(nx_tool_stream *s, const char *p, size_t n, bool final, 
     if (n) s->content_started = true;
     if (!buf_add(&s->hold, p, n)) return false;
     /* without calls the content is the text as generated: nothing trimmed at its end */
-    size_t give = s->hold.n - (s->o.calls ? trimmable_tail(s->hold.p, s->hold.n, final) : 0);
+    size_t give = s->hold.n - (s->o.calls ? nx_chat_trimmable_tail(s->hold.p, s->hold.n, final) : 0);
     if (!out_text(out, NX_TOOL_DELTA_CONTENT, s->hold.p, give)) return false;
     buf_drop(&s->hold, final ? s->hold.n : give);   /* at the end the trimmable tail is dropped */
     return true;
@@ -407,7 +352,7 @@ static bool step_content(nx_tool_stream *s, bool final, nx_tool_deltas *out, boo
         if (!final)
             for (int t = 0; t < N_TRIGGERS; t++)
                 if (trigger_active(s, &TRIGGERS[t])) {
-                    size_t k = partial_len(pd->p, pd->n, TRIGGERS[t].text);
+                    size_t k = nx_chat_partial_len(pd->p, pd->n, TRIGGERS[t].text);
                     if (k > keep) keep = k;
                 }
         if (!content_add(s, pd->p, pd->n - keep, final, out)) return false;
@@ -481,7 +426,7 @@ static bool step_reasoning(nx_tool_stream *s, bool final, nx_tool_deltas *out, b
         *progress = true;
         return true;
     }
-    size_t keep = final ? 0 : partial_len(pd->p, pd->n, s->closer);
+    size_t keep = final ? 0 : nx_chat_partial_len(pd->p, pd->n, s->closer);
     if (!reasoning_add(s, pd->p, pd->n - keep, out)) return false;
     buf_drop(pd, pd->n - keep);
     return true;
@@ -524,7 +469,7 @@ static bool step_block(nx_tool_stream *s, bool final, nx_tool_deltas *out, bool 
         if (!s->args && !(s->args = nx_tool_args_new(s->o.tools, bare))) return false;
         const char *body = s->blk.p + s->opener_len;
         size_t bn = c ? (size_t)(c - body) : s->blk.n - s->opener_len;
-        if (!c && !final) bn -= partial_len(body, bn, s->closer);
+        if (!c && !final) bn -= nx_chat_partial_len(body, bn, s->closer);
         nx_tool_args_end ae = c ? NX_TOOL_ARGS_CLOSED : final ? NX_TOOL_ARGS_TURN_END : NX_TOOL_ARGS_MORE;
         nx_tool_args_state st;
         if (nx_tool_args_step(s->args, body, bn, ae, &st, NULL) != NX_OK) return false;
