@@ -32,21 +32,6 @@ struct nx_tool_args {
 
 static const char P_OPEN[] = "<parameter=", P_CLOSE[] = "</parameter>", F_CLOSE[] = "</function>", F_OPEN[] = "<function=";
 
-static const char *find(const char *h, size_t hn, const char *needle) {
-    size_t nn = strlen(needle);
-    if (nn > hn) return NULL;
-    for (size_t i = 0; i + nn <= hn; i++)
-        if (h[i] == needle[0] && memcmp(h + i, needle, nn) == 0) return h + i;
-    return NULL;
-}
-
-static char *dupn(const char *p, size_t n) {
-    char *s = malloc(n + 1);
-    if (!s) return NULL;
-    memcpy(s, p, n);
-    s[n] = 0;
-    return s;
-}
 
 static bool put(nx_tool_args *a, const char *p, size_t n) {
     if (a->out_n + n + 1 > a->out_cap) {
@@ -136,7 +121,7 @@ static bool value_end(nx_tool_args *a, const char *p, size_t ve) {
         size_t from = a->v_out > s ? a->v_out : s;
         ok = put_escaped(a, p + from, e > from ? e - from : 0) && put(a, "\"", 1);
     } else {
-        char *val = dupn(p + s, e - s);
+        char *val = nx_chat_dupn(p + s, e - s);
         ok = val && put_json(a, nx_chat_param_value(a->tools, a->name, a->key, val));
         free(val);
     }
@@ -163,14 +148,14 @@ static bool step(nx_tool_args *a, const char *p, size_t n, nx_tool_args_end end,
         const char *gt = memchr(p + a->pos, '>', n - a->pos);
         if (!gt) { if (end) a->st = A_REFUSED; return true; }
         if (gt == p + a->pos) { a->st = A_REFUSED; return true; }   /* <function=>: the parser rejects it */
-        if (!(a->name = dupn(p + a->pos, (size_t)(gt - p) - a->pos))) return false;
+        if (!(a->name = nx_chat_dupn(p + a->pos, (size_t)(gt - p) - a->pos))) return false;
         a->pos = (size_t)(gt - p) + 1;
         a->st = A_SEARCH;
         *progress = true;
         return put(a, "{", 1);
     }
     case A_SEARCH: {
-        const char *ps = find(p + a->pos, n - a->pos, P_OPEN);
+        const char *ps = nx_chat_find(p + a->pos, n - a->pos, P_OPEN);
         if (!ps) {
             if (end) { a->st = A_DONE; *progress = true; return put(a, "}", 1); }
             return true;
@@ -186,7 +171,7 @@ static bool step(nx_tool_args *a, const char *p, size_t n, nx_tool_args_end end,
             if (end) { a->st = A_DONE; *progress = true; return put(a, "}", 1); }
             return true;
         }
-        if (!(a->key = dupn(p + a->pos, (size_t)(kg - p) - a->pos))) return false;
+        if (!(a->key = nx_chat_dupn(p + a->pos, (size_t)(kg - p) - a->pos))) return false;
         a->vs = a->v_out = (size_t)(kg - p) + 1;
         a->v_nul = false;
         a->v_scan = a->vs;
@@ -201,7 +186,7 @@ static bool step(nx_tool_args *a, const char *p, size_t n, nx_tool_args_end end,
     }
     case A_VALUE: {
         size_t vs = a->vs, from = a->v_scan >= vs + 12 ? a->v_scan - 12 : vs;   /* a tag may straddle the last end */
-        const char *e1 = find(p + from, n - from, P_CLOSE), *e2 = find(p + from, n - from, P_OPEN);
+        const char *e1 = nx_chat_find(p + from, n - from, P_CLOSE), *e2 = nx_chat_find(p + from, n - from, P_OPEN);
         if (e2 && (!e1 || e2 < e1)) {   /* the next parameter starts: this one ends there */
             if (!value_end(a, p, (size_t)(e2 - p))) return false;
             a->pos = (size_t)(e2 - p);
@@ -217,7 +202,7 @@ static bool step(nx_tool_args *a, const char *p, size_t n, nx_tool_args_end end,
             return true;
         }
         if (!a->v_fe) {
-            const char *f = find(p + from, n - from, F_CLOSE);
+            const char *f = nx_chat_find(p + from, n - from, F_CLOSE);
             if (f) a->v_fe = (size_t)(f - p);
         }
         a->v_scan = n;

@@ -11,7 +11,7 @@
 
 typedef struct tbuf { char *p; size_t n; } tbuf;    /* a mutable working copy */
 
-static const char *find(const char *h, size_t hn, const char *needle) {
+const char *nx_chat_find(const char *h, size_t hn, const char *needle) {
     size_t nn = strlen(needle);
     if (nn > hn) return NULL;
     for (size_t i = 0; i + nn <= hn; i++)
@@ -19,13 +19,14 @@ static const char *find(const char *h, size_t hn, const char *needle) {
     return NULL;
 }
 
-static char *dupn(const char *p, size_t n) {
+char *nx_chat_dupn(const char *p, size_t n) {
     char *s = malloc(n + 1);
     if (!s) return NULL;
     memcpy(s, p, n);
     s[n] = 0;
     return s;
 }
+
 
 /* remove [a, b) from the buffer */
 static void cut(tbuf *t, size_t a, size_t b) {
@@ -71,7 +72,7 @@ static bool add_call(calls *c, const char *name, size_t name_len, cJSON *args) {
     char *a = cJSON_PrintUnformatted(args);
     cJSON_Delete(args);
     if (!a) return false;
-    char *nm = dupn(name, name_len);
+    char *nm = nx_chat_dupn(name, name_len);
     if (!nm) { free(a); return false; }
     const cJSON *e;
     cJSON_ArrayForEach(e, c->arr) {
@@ -95,7 +96,7 @@ static bool add_call(calls *c, const char *name, size_t name_len, cJSON *args) {
 
 /* {"name": ..., "arguments"|"parameters": {...}} */
 static bool json_call(calls *c, const char *p, size_t n, const cJSON *tools, bool need_known) {
-    char *s = dupn(p, n);
+    char *s = nx_chat_dupn(p, n);
     if (!s) return false;
     cJSON *j = cJSON_Parse(s);
     free(s);
@@ -139,25 +140,25 @@ static bool xml_call(calls *c, const char *p, size_t n, const cJSON *tools) {
     if (n < 10 || memcmp(p, "<function=", 10) != 0) return false;
     const char *nm = p + 10, *gt = memchr(nm, '>', (size_t)(end - nm));
     if (!gt || gt == nm) return false;
-    char *fname = dupn(nm, (size_t)(gt - nm));
+    char *fname = nx_chat_dupn(nm, (size_t)(gt - nm));
     if (!fname) return false;
     cJSON *args = cJSON_CreateObject();
     const char *q = gt + 1;
     bool ok = args != NULL;
     for (;;) {
-        const char *ps = find(q, (size_t)(end - q), "<parameter=");
+        const char *ps = nx_chat_find(q, (size_t)(end - q), "<parameter=");
         if (!ps) break;
         const char *kn = ps + 11, *kg = memchr(kn, '>', (size_t)(end - kn));
         if (!kg) break;
-        const char *vs = kg + 1, *ve = find(vs, (size_t)(end - vs), "</parameter>");
-        const char *next_p = find(vs, (size_t)(end - vs), "<parameter=");
-        const char *fe = find(vs, (size_t)(end - vs), "</function>");
+        const char *vs = kg + 1, *ve = nx_chat_find(vs, (size_t)(end - vs), "</parameter>");
+        const char *next_p = nx_chat_find(vs, (size_t)(end - vs), "<parameter=");
+        const char *fe = nx_chat_find(vs, (size_t)(end - vs), "</function>");
         if (!ve || (next_p && next_p < ve)) ve = next_p ? next_p : fe ? fe : end;   /* a missing close tag */
         const char *v = vs;
         size_t vl = (size_t)(ve - vs);
         if (vl && v[0] == '\n') { v++; vl--; }
         if (vl && v[vl - 1] == '\n') vl--;
-        char *key = dupn(kn, (size_t)(kg - kn)), *val = dupn(v, vl);
+        char *key = nx_chat_dupn(kn, (size_t)(kg - kn)), *val = nx_chat_dupn(v, vl);
         cJSON *jv = key && val ? nx_chat_param_value(tools, fname, key, val) : NULL;
         if (!jv) { free(key); free(val); ok = false; break; }
         cJSON_AddItemToObject(args, key, jv);
@@ -180,10 +181,10 @@ static cJSON *g_value(const char **pp, const char *end, int depth);
 static void g_ws(const char **pp, const char *end) { while (*pp < end && isspace((unsigned char)**pp)) (*pp)++; }
 
 static char *g_string(const char **pp, const char *end) {
-    const char *s = *pp + 5, *e = find(s, (size_t)(end - s), QUOTE);
+    const char *s = *pp + 5, *e = nx_chat_find(s, (size_t)(end - s), QUOTE);
     if (!e) return NULL;
     *pp = e + 5;
-    return dupn(s, (size_t)(e - s));
+    return nx_chat_dupn(s, (size_t)(e - s));
 }
 
 static cJSON *g_value(const char **pp, const char *end, int depth) {
@@ -214,7 +215,7 @@ static cJSON *g_value(const char **pp, const char *end, int depth) {
                     while (*pp < end && **pp != ':') (*pp)++;
                     size_t kl = (size_t)(*pp - k);
                     trim_span(&k, &kl);
-                    key = dupn(k, kl);
+                    key = nx_chat_dupn(k, kl);
                 }
                 g_ws(pp, end);
                 if (!key || *pp >= end || **pp != ':') { free(key); cJSON_Delete(v); return NULL; }
@@ -235,7 +236,7 @@ static cJSON *g_value(const char **pp, const char *end, int depth) {
     size_t n = (size_t)(*pp - s);
     trim_span(&s, &n);
     if (!n) return NULL;   /* nothing consumed (a stray '}' or ']'): not a value, and no endless loop */
-    char *t = dupn(s, n);
+    char *t = nx_chat_dupn(s, n);
     if (!t) return NULL;
     cJSON *v = cJSON_Parse(t);
     if (!v) v = cJSON_CreateString(t);
@@ -304,10 +305,10 @@ static void strip_end(tbuf *t) {
 static bool cut_calls(tbuf *t, calls *c, const char *open, const char *close, const cJSON *tools, int kind) {
     size_t from = 0, ol = strlen(open), cl = strlen(close);
     for (;;) {
-        const char *o = find(t->p + from, t->n - from, open);
+        const char *o = nx_chat_find(t->p + from, t->n - from, open);
         if (!o) return true;
         size_t a = (size_t)(o - t->p), bs = a + ol;
-        const char *e = find(t->p + bs, t->n - bs, close);
+        const char *e = nx_chat_find(t->p + bs, t->n - bs, close);
         size_t be = e ? (size_t)(e - t->p) : t->n, b = e ? be + cl : t->n;
         const char *body = t->p + bs;
         size_t bn = be - bs;
@@ -327,26 +328,26 @@ static bool cut_calls(tbuf *t, calls *c, const char *open, const char *close, co
 
 nx_status nx_chat_parse_output(const char *text, size_t len, const cJSON *tools, nx_chat_parsed *out, nx_error *err) {
     memset(out, 0, sizeof *out);
-    tbuf t = { dupn(text, len), len };
+    tbuf t = { nx_chat_dupn(text, len), len };
     if (!t.p) return nx_fail(err, NX_ERR_NOMEM, "out of memory");
     strip_end(&t);
     /* reasoning */
-    const char *ce = find(t.p, t.n, "</think>");
-    const char *ch = find(t.p, t.n, "<channel|>");
+    const char *ce = nx_chat_find(t.p, t.n, "</think>");
+    const char *ch = nx_chat_find(t.p, t.n, "<channel|>");
     if (ce) {
-        const char *cs = find(t.p, (size_t)(ce - t.p), "<think>");
+        const char *cs = nx_chat_find(t.p, (size_t)(ce - t.p), "<think>");
         const char *r = cs ? cs + 7 : t.p;
         size_t rn = (size_t)(ce - r);
         trim_span(&r, &rn);
-        if (rn) out->reasoning = dupn(r, rn);
+        if (rn) out->reasoning = nx_chat_dupn(r, rn);
         cut(&t, cs ? (size_t)(cs - t.p) : 0, (size_t)(ce - t.p) + 8);
     } else if (ch) {
-        const char *cs = find(t.p, (size_t)(ch - t.p), "channel>thought");
+        const char *cs = nx_chat_find(t.p, (size_t)(ch - t.p), "channel>thought");
         if (cs) {
             const char *r = cs + 15;
             size_t rn = (size_t)(ch - r);
             trim_span(&r, &rn);
-            if (rn) out->reasoning = dupn(r, rn);
+            if (rn) out->reasoning = nx_chat_dupn(r, rn);
             size_t a = (size_t)(cs - t.p);
             if (a >= 2 && !memcmp(t.p + a - 2, "<|", 2)) a -= 2;
             cut(&t, a, (size_t)(ch - t.p) + 10);
@@ -369,7 +370,7 @@ nx_status nx_chat_parse_output(const char *text, size_t len, const cJSON *tools,
     const char *p = t.p;
     size_t n = t.n;
     trim_span(&p, &n);
-    out->content = dupn(p, n);
+    out->content = nx_chat_dupn(p, n);
     out->tool_calls = c.arr;
     free(t.p);
     if (!out->content) { nx_chat_parsed_free(out); return nx_fail(err, NX_ERR_NOMEM, "out of memory"); }

@@ -36,6 +36,9 @@ void nx_chat_parsed_free(nx_chat_parsed *p);
 extern const char *const nx_chat_end_markers[];
 /* The longest proper prefix of word that ends p[0..n) (a tag the next bytes may complete). */
 size_t nx_chat_partial_len(const char *p, size_t n, const char *word);
+/* The first needle in h[0..hn) (NULL: none), and a NUL-terminated copy of p[0..n) (NULL: no memory). */
+const char *nx_chat_find(const char *h, size_t hn, const char *needle);
+char *nx_chat_dupn(const char *p, size_t n);
 /* Bytes at the end of p[0..n) that the end of the turn may still trim: whitespace and end
  * markers, and (unless final) a partial marker at the very end. */
 size_t nx_chat_trimmable_tail(const char *p, size_t n, bool final);
