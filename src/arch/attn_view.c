@@ -4,7 +4,8 @@
 #include "arch/attn_view.h"
 
 void nx_attend_rows(const nx_kv *kv, int layer, int H, int Hkv, int D, int n, const nx_seq_id *seq, const int32_t *lo,
-                    const int32_t *hi, const float *q, size_t q_row, float *o, float scale, float *work, int ith, int nth) {
+                    const int32_t *hi, const float *q, size_t q_row, size_t q_head, float *o, float scale, float *work,
+                    int ith, int nth) {
     const int grp = H / Hkv, rb = nx_attn_rows(grp), n_chunks = (n + rb - 1) / rb;
     nx_attn_q qs[NX_ATTN_MAX_Q];
     for (long w = ith; w < (long)n_chunks * Hkv; w += nth) {
@@ -17,7 +18,7 @@ void nx_attend_rows(const nx_kv *kv, int layer, int H, int Hkv, int D, int n, co
             int nq = 0;
             for (int r = r0; r < re; r++)
                 for (int h = kvh * grp; h < (kvh + 1) * grp; h++)
-                    qs[nq++] = (nx_attn_q){q + (size_t)r * q_row + (size_t)h * D, o + ((size_t)r * H + h) * D,
+                    qs[nq++] = (nx_attn_q){q + (size_t)r * q_row + (size_t)h * q_head, o + ((size_t)r * H + h) * D,
                                            lo ? lo[r] : 0, hi[r]};
             const nx_attn_kv v = nx_attn_view(kv, sq, layer, kvh, Hkv, D, D);
             nx_attn(&v, qs, nq, D, D, scale, work);

@@ -36,11 +36,13 @@ static inline size_t nx_attend_work_floats(int H, int Hkv, int D) {
 }
 
 /* Attention of rows [0, n) of a batch over cache layer `layer` (attn_view.c): query head h of
- * row r at q + r*q_row + h*D, its output at o + (r*H + h)*D; row r (sequence seq[r]) sees
+ * row r at q + r*q_row + h*q_head, its output at o + (r*H + h)*D; row r (sequence seq[r]) sees
  * positions lo[r]..hi[r] (lo NULL: from 0). The share of thread ith of nth, for a threadpool
  * task: work items are (chunk of nx_attn_rows rows, KV head), each chunk's rows of one sequence
- * in one kernel call. */
+ * in one kernel call. q_head: floats from one query head of a row to the next (D, or more when
+ * other values sit between the heads). */
 void nx_attend_rows(const nx_kv *kv, int layer, int H, int Hkv, int D, int n, const nx_seq_id *seq, const int32_t *lo,
-                    const int32_t *hi, const float *q, size_t q_row, float *o, float scale, float *work, int ith, int nth);
+                    const int32_t *hi, const float *q, size_t q_row, size_t q_head, float *o, float scale, float *work,
+                    int ith, int nth);
 
 #endif

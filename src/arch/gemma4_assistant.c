@@ -532,7 +532,7 @@ static void attn_task(void *arg, int ith, int nth) {
     nx_assistant *a = j->a;
     const as_layer *l = j->l;
     nx_attend_rows(a->tctx->kv, l->kv_layer, l->nh, l->nkv, l->hd, j->n, j->seq, a->alo, a->ahi, a->q,
-                   (size_t)l->nh * l->hd, a->o, 1.0f, a->thr + (size_t)ith * a->thr_stride, ith, nth);
+                   (size_t)l->nh * l->hd, (size_t)l->hd, a->o, 1.0f, a->thr + (size_t)ith * a->thr_stride, ith, nth);
 }
 
 /* Visible target positions per row: causal by position (the query's own cell is not there), the

@@ -127,7 +127,7 @@ static void attn_task(void *arg, int ith, int nth) {
     const g4_layer *L = j->L;
     /* scale 1.0: the q/k norms replace 1/sqrt(d) */
     nx_attend_rows(j->kv, L->kv_layer, L->nh, L->nkv, L->hd, j->n, j->seq, j->s->alo, j->s->ahi, j->s->q,
-                   (size_t)L->nh * L->hd, j->s->o, 1.0f, j->s->thr + (size_t)ith * j->s->thr_stride, ith, nth);
+                   (size_t)L->nh * L->hd, (size_t)L->hd, j->s->o, 1.0f, j->s->thr + (size_t)ith * j->s->thr_stride, ith, nth);
 }
 
 static nx_status attn_block(nx_ctx *ctx, g4_scratch *s, const g4_layer *L, const nx_ubatch *ub, float *x,

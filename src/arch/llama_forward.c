@@ -82,7 +82,7 @@ typedef struct attn_job {
 static void attn_task(void *arg, int ith, int nth) {
     const attn_job *j = arg;
     const int H = j->hp->n_head, D = j->hp->head_dim;
-    nx_attend_rows(j->kv, j->layer, H, j->hp->n_head_kv, D, j->n, j->seq, NULL, j->pos, j->s->q, (size_t)H * D, j->s->o,
+    nx_attend_rows(j->kv, j->layer, H, j->hp->n_head_kv, D, j->n, j->seq, NULL, j->pos, j->s->q, (size_t)H * D, (size_t)D, j->s->o,
                    j->hp->kq_scale, j->s->thr + (size_t)ith * j->s->thr_stride, ith, nth);
 }
 

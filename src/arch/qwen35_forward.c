@@ -63,8 +63,7 @@ nx_status qw_scratch_create(const qw_model *qm, int n, int n_ctx, int n_threads,
     s->b4 = malloc(N * sb4 * sizeof(float));
     s->win = malloc(K * C * sizeof(float) + 64);
     s->rope = malloc(((size_t)hp->n_rot + 2) * sizeof(float));
-    const int grp = hp->n_head / hp->n_head_kv;
-    s->thr_stride = (maxz(nx_attn_work_floats(nx_attn_rows(grp) * grp, (int)D, (int)D) + D, 3 * maxz(D, (size_t)hp->dv)) + 15) &
+    s->thr_stride = (maxz(nx_attend_work_floats(hp->n_head, hp->n_head_kv, (int)D), 3 * maxz(D, (size_t)hp->dv)) + 15) &
                     ~(size_t)15;
     s->thr = malloc((size_t)n_threads * s->thr_stride * sizeof(float));
     bool ok = s->x && s->u && s->b1 && s->b2 && s->b3 && s->b4 && s->win && s->rope && s->thr;
@@ -122,37 +121,25 @@ typedef struct attn_job {
     float *o;          /* [n][H*D] */
 } attn_job;
 
-/* Work item w = (chunk of NX_ATTN_ROWS rows, KV head): the chunk's rows of one sequence at a
- * time, with the group's heads, in one kernel call (they share each K/V tile). */
 static void attn_task(void *arg, int ith, int nth) {
     const attn_job *j = arg;
     const qw_hparams *hp = &j->qm->hp;
+    const int H = hp->n_head, D = hp->head_dim;
+    nx_attend_rows(j->kv, j->L->kv_layer, H, hp->n_head_kv, D, j->n, j->seq, NULL, j->pos, j->qa, (size_t)2 * H * D,
+                   (size_t)2 * D, j->o, 1.0f / sqrtf((float)D), j->s->thr + (size_t)ith * j->s->thr_stride, ith, nth);
+}
+
+/* out *= sigmoid(gate) per (row, head), after every head's attention is done. */
+static void gate_task(void *arg, int ith, int nth) {
+    const attn_job *j = arg;
     const nx_ops_impl *ops = nx_ops_get();
-    const int H = hp->n_head, D = hp->head_dim, Hkv = hp->n_head_kv, grp = H / Hkv;
-    const int rb = nx_attn_rows(grp), n_chunks = (j->n + rb - 1) / rb;
-    float *work = j->s->thr + (size_t)ith * j->s->thr_stride, *gate = work + nx_attn_work_floats(rb * grp, D, D);
-    const float scale = 1.0f / sqrtf((float)D);
-    nx_attn_q qs[NX_ATTN_MAX_Q];
-    for (long w = ith; w < (long)n_chunks * Hkv; w += nth) {
-        const int c = (int)(w / Hkv), kvh = (int)(w % Hkv);
-        const int r1 = (c + 1) * rb < j->n ? (c + 1) * rb : j->n;
-        for (int r0 = c * rb; r0 < r1;) {
-            const int sq = j->seq[r0];
-            int re = r0 + 1;
-            while (re < r1 && j->seq[re] == sq) re++;
-            int nq = 0;
-            for (int r = r0; r < re; r++)
-                for (int h = kvh * grp; h < (kvh + 1) * grp; h++)
-                    qs[nq++] = (nx_attn_q){j->qa + (size_t)r * 2 * H * D + (size_t)h * 2 * D,
-                                           j->o + (size_t)r * H * D + (size_t)h * D, 0, j->pos[r]};
-            const nx_attn_kv kv = nx_attn_view(j->kv, sq, j->L->kv_layer, kvh, Hkv, D, D);
-            nx_attn(&kv, qs, nq, D, D, scale, work);
-            for (int i = 0; i < nq; i++) {
-                ops->sigmoid(gate, qs[i].q + D, D);
-                ops->mul(qs[i].out, qs[i].out, gate, D);
-            }
-            r0 = re;
-        }
+    const int H = j->qm->hp.n_head, D = j->qm->hp.head_dim;
+    float *gate = j->s->thr + (size_t)ith * j->s->thr_stride;
+    for (long w = ith; w < (long)j->n * H; w += nth) {
+        const int r = (int)(w / H), h = (int)(w % H);
+        ops->sigmoid(gate, j->qa + (size_t)r * 2 * H * D + (size_t)h * 2 * D + D, D);
+        float *out = j->o + (size_t)r * H * D + (size_t)h * D;
+        ops->mul(out, out, gate, D);
     }
 }
 
@@ -182,6 +169,7 @@ nx_status qw_attn_block(nx_ctx *ctx, qw_scratch *s, const qw_layer *L, nx_kv *kv
     }
     attn_job job = {.qm = qm, .L = L, .kv = kv, .s = s, .n = n, .pos = pos, .seq = seq, .qa = qa, .o = o};
     nx_threadpool_run(ctx->tp, attn_task, &job);
+    nx_threadpool_run(ctx->tp, gate_task, &job);
     if ((st = mm(ctx, L->wo, o, n, H * D, s->u, E, err)) != NX_OK) return st;
     nx_add(x, x, s->u, n * E);
     return NX_OK;
