@@ -6,6 +6,9 @@
  * sequence for the positions held by ring rows ([ring layer][cell], -1 = empty), one per
  * sequence for the live recurrent state ([layer][conv | ssm] floats) and one growable block
  * per sequence for snapshot slots (each slot is a copy of the live recurrent layout).
+ * Slots are separate buffers behind pointers: rewinding to a snapshot swaps that slot's
+ * buffer with the live one instead of copying ~the whole recurrent state (tens of MB on real
+ * shapes) on every partly accepted verify.
  */
 #include "kv.h"
 #include <stdlib.h>
@@ -13,11 +16,24 @@
 #include "core/fp16.h"
 #include "quant/quant.h"
 
+/* A recurrent-state buffer: calloc'd (untouched pages stay unallocated), used from a 64-byte
+ * boundary so the DeltaNet kernels' streaming stores apply to whole cache lines. */
+typedef struct rec_buf {
+    void *mem;
+    float *f;
+} rec_buf;
+
+static bool rec_buf_alloc(rec_buf *b, int64_t floats) {
+    b->mem = calloc(1, (size_t)floats * sizeof(float) + 64);
+    b->f = b->mem ? (float *)(((uintptr_t)b->mem + 63) & ~(uintptr_t)63) : NULL;
+    return b->mem != NULL;
+}
+
 typedef struct kv_seq {
     uint8_t *attn;      /* all attention layers */
     int32_t *cell_pos;  /* ring layers: position held by each cell (-1: none) */
-    float *rec;         /* live recurrent state, rec_size floats */
-    float *snap;        /* snap_cap slots of rec_size floats */
+    rec_buf rec;        /* live recurrent state, rec_size floats */
+    rec_buf *snap;      /* snap_cap slots of rec_size floats each, separately allocated */
     int snap_cap;
     int snap_pos0, snap_n;  /* tokens pos0..pos0+n-1 have states: slots 0..n-2 and the live one */
     int len;
@@ -165,10 +181,10 @@ nx_status nx_kv_create(const nx_kv_config *c, nx_kv **out, nx_error *err) {
     for (int s = 0; s < c->n_seq; s++) {
         kv_seq *q = &kv->seqs[s];
         q->attn = kv->attn_size ? calloc(1, kv->attn_size) : NULL;
-        q->rec = kv->rec_size ? calloc((size_t)kv->rec_size, sizeof(float)) : NULL;
+        if (kv->rec_size) rec_buf_alloc(&q->rec, kv->rec_size);
         q->cell_pos = kv->n_cell_pos ? malloc(kv->n_cell_pos * sizeof(int32_t)) : NULL;
         if (q->cell_pos) memset(q->cell_pos, 0xff, kv->n_cell_pos * sizeof(int32_t));   /* -1: empty */
-        if ((kv->attn_size && !q->attn) || (kv->rec_size && !q->rec) || (kv->n_cell_pos && !q->cell_pos)) {
+        if ((kv->attn_size && !q->attn) || (kv->rec_size && !q->rec.mem) || (kv->n_cell_pos && !q->cell_pos)) {
             nx_kv_free(kv);
             return nx_fail(err, NX_ERR_NOMEM, "kv: cannot allocate the cache for %d sequences x %d positions",
                            c->n_seq, c->n_ctx);
@@ -183,7 +199,8 @@ void nx_kv_free(nx_kv *kv) {
     if (kv->seqs)
         for (int s = 0; s < kv->n_seq; s++) {
             free(kv->seqs[s].attn);
-            free(kv->seqs[s].rec);
+            free(kv->seqs[s].rec.mem);
+            for (int i = 0; i < kv->seqs[s].snap_cap; i++) free(kv->seqs[s].snap[i].mem);
             free(kv->seqs[s].snap);
             free(kv->seqs[s].cell_pos);
         }
@@ -289,7 +306,7 @@ void nx_kv_seq_set_len(nx_kv *kv, int seq, int len) { kv->seqs[seq].len = len; }
 
 static float *rec_base(nx_kv *kv, int seq, int slot) {
     kv_seq *q = &kv->seqs[seq];
-    return slot < 0 ? q->rec : q->snap + (size_t)slot * (size_t)kv->rec_size;
+    return slot < 0 ? q->rec.f : q->snap[slot].f;
 }
 
 float *nx_kv_conv(nx_kv *kv, int seq, int rl, int slot) { return rec_base(kv, seq, slot) + kv->conv_off[rl]; }
@@ -298,13 +315,20 @@ float *nx_kv_ssm(nx_kv *kv, int seq, int rl, int slot) { return rec_base(kv, seq
 nx_status nx_kv_snap_reserve(nx_kv *kv, int seq, int n_slots, nx_error *err) {
     kv_seq *q = &kv->seqs[seq];
     if (n_slots <= q->snap_cap || kv->rec_size == 0) return NX_OK;
-    float *p = realloc(q->snap, (size_t)n_slots * (size_t)kv->rec_size * sizeof(float));
-    if (!p)
-        return nx_fail(err, NX_ERR_NOMEM, "kv: cannot allocate %d recurrent snapshots for sequence %d (%.1f MiB each)",
-                       n_slots, seq, (double)kv->rec_size * 4.0 / 1048576.0);
+    rec_buf *p = realloc(q->snap, (size_t)n_slots * sizeof *p);
+    if (!p) goto nomem;
     q->snap = p;
-    q->snap_cap = n_slots;
+    for (; q->snap_cap < n_slots; q->snap_cap++) {
+        /* written now, so the pages are faulted in here and not in a request's first verify
+         * rounds (first-touch faults of tens of MB showed up as ~16% of a short benchmark) */
+        rec_buf *b = &q->snap[q->snap_cap];
+        if (!rec_buf_alloc(b, kv->rec_size)) goto nomem;
+        memset(b->f, 0, (size_t)kv->rec_size * sizeof(float));
+    }
     return NX_OK;
+nomem:
+    return nx_fail(err, NX_ERR_NOMEM, "kv: cannot allocate %d recurrent snapshots for sequence %d (%.1f MiB each)",
+                   n_slots, seq, (double)kv->rec_size * 4.0 / 1048576.0);
 }
 
 void nx_kv_snap_set(nx_kv *kv, int seq, int pos0, int n) {
@@ -318,7 +342,7 @@ void nx_kv_seq_reset(nx_kv *kv, int seq) {
     kv_seq *q = &kv->seqs[seq];
     q->len = 0;
     q->snap_n = 0;
-    if (kv->rec_size) memset(q->rec, 0, (size_t)kv->rec_size * sizeof(float));
+    if (kv->rec_size) memset(q->rec.f, 0, (size_t)kv->rec_size * sizeof(float));
     if (kv->n_cell_pos) memset(q->cell_pos, 0xff, kv->n_cell_pos * sizeof(int32_t));
 }
 
@@ -383,7 +407,11 @@ nx_status nx_kv_seq_rm(nx_kv *kv, int seq, int p0, int p1, nx_error *err) {
                            "kv: sequence %d: cannot rewind the recurrent state to position %d (no snapshot; decode with snapshots first)",
                            seq, p0);
         }
-        memcpy(q->rec, rec_base(kv, seq, slot), (size_t)kv->rec_size * sizeof(float));
+        if (slot >= 0) {   /* swap, not copy: the old live buffer becomes a free slot */
+            rec_buf t = q->rec;
+            q->rec = q->snap[slot];
+            q->snap[slot] = t;
+        }
         q->snap_n = slot + 1;   /* slots 0..slot-1 still valid, slot == live now */
     }
     q->len = p0;
@@ -414,7 +442,7 @@ nx_status nx_kv_seq_cp(nx_kv *kv, int src, int dst, int p0, int p1, nx_error *er
         memcpy(d->attn + kv->v_off[l], s->attn + kv->v_off[l], rows * kv->vrb[l]);
     }
     if (kv->n_cell_pos) memcpy(d->cell_pos, s->cell_pos, kv->n_cell_pos * sizeof(int32_t));
-    if (kv->rec_size) memcpy(d->rec, rec_base(kv, src, slot), (size_t)kv->rec_size * sizeof(float));
+    if (kv->rec_size) memcpy(d->rec.f, rec_base(kv, src, slot), (size_t)kv->rec_size * sizeof(float));
     d->len = n;
     d->snap_n = 0;
     return NX_OK;
@@ -425,7 +453,7 @@ nx_status nx_kv_seq_cp(nx_kv *kv, int src, int dst, int p0, int p1, nx_error *er
 int64_t nx_kv_rec_floats(const nx_kv *kv) { return kv->rec_size; }
 
 void nx_kv_rec_save(const nx_kv *kv, int seq, float *dst) {
-    if (kv->rec_size) memcpy(dst, kv->seqs[seq].rec, (size_t)kv->rec_size * sizeof(float));
+    if (kv->rec_size) memcpy(dst, kv->seqs[seq].rec.f, (size_t)kv->rec_size * sizeof(float));
 }
 
 nx_status nx_kv_seq_restore(nx_kv *kv, int seq, int len, const float *rec, nx_error *err) {
@@ -443,7 +471,7 @@ nx_status nx_kv_seq_restore(nx_kv *kv, int seq, int len, const float *rec, nx_er
         return nx_fail(err, NX_ERR_INVALID_ARG, "kv: sequence %d: restoring %d of %d positions needs a recurrent state",
                        seq, len, q->len);
     if (len < q->len && (st = ring_check(kv, seq, len, "cut the sequence back to", err)) != NX_OK) return st;
-    if (kv->rec_size && rec) memcpy(q->rec, rec, (size_t)kv->rec_size * sizeof(float));
+    if (kv->rec_size && rec) memcpy(q->rec.f, rec, (size_t)kv->rec_size * sizeof(float));
     q->snap_n = 0;
     q->len = len;
     return NX_OK;

@@ -13,8 +13,9 @@
  * (token 0 reads S) and writing Sd[t] (a verify batch's per-token snapshots). The SIMD
  * versions keep each state row in L1 across the T tokens and write snapshots (out of place)
  * with streaming stores: a snapshot is not read again before the weights have swept the
- * caches, so its read-for-ownership would be wasted DRAM traffic; states updated in place
- * (a prompt chunk) take ordinary stores and stay cached. Bit-identical to T calls of the
+ * caches, so its read-for-ownership would be wasted DRAM traffic; a state updated in place
+ * (a prompt chunk, a verify batch's last token on the live state) takes ordinary stores and
+ * stays cached. The choice is made per token (it changes no value). Bit-identical to T calls of the
  * level's head function (the same per-row operations).
  * Must never: allocate or touch memory outside the dv x dk state and the vectors.
  */
@@ -46,6 +47,7 @@ void qw_dn_run_avx512(const float *S, float *const *Sd, int T, int dv, int dk, c
                       const float *const *q, const float *const *v, const float *beta, const float *decay, float scale,
                       float *const *o);
 #define QW_DN_RUN_MAX_DK 512   /* the SIMD runs' row buffer; larger heads go token by token */
+#define QW_DN_RUN_MAX_T 64     /* tokens of one SIMD run call (more go token by token) */
 
 /* The versions for the CPU level in effect now. */
 qw_dn_head_fn qw_dn_head_pick(void);
