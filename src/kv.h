@@ -15,7 +15,8 @@
  * Recurrent: for every sequence and recurrent layer a conv state and an SSM state (F32, layout
  * owned by the architecture). A decode marked "snapshot" keeps the state after every token of
  * a sequence: token t of the batch (t = pos - pos0) writes slot t, the last token writes the
- * live state; so restoring "the first j tokens" copies slot j-1 (or nothing for j = n).
+ * live state; so restoring "the first j tokens" makes slot j-1 live (a buffer swap, not a
+ * copy; nothing for j = n). Slots are zero-filled at reserve, so their pages are faulted in then.
  *
  * Promises: memory is allocated at creation (calloc: pages are touched only when used), except
  * snapshot slots, which grow on nx_kv_snap_reserve() only. seq_rm / seq_cp never leave a
@@ -107,7 +108,8 @@ void nx_kv_seq_set_len(nx_kv *kv, int seq, int len);
 
 /* ---- recurrent state ---- */
 
-/* Live state (slot < 0) or snapshot slot `slot` of a sequence's recurrent layer rl. */
+/* Live state (slot < 0) or snapshot slot `slot` of a sequence's recurrent layer rl. The pointer
+ * is valid until the next sequence operation (a rewind swaps the live and slot buffers). */
 float *nx_kv_conv(nx_kv *kv, int seq, int rl, int slot);
 float *nx_kv_ssm(nx_kv *kv, int seq, int rl, int slot);
 
