@@ -607,6 +607,15 @@ static void test_dn_run(void) {
             for (int t = 0; t < T; t++) { head(A, A, dv, dk, kp[t], qp[t], vp[t], bt[t], dc[t], 0.125f, oa + t * 128); sb[t] = B; }
             run(B, sb, T, dv, dk, kp, qp, vp, bt, dc, 0.125f, op);
             CHECK_MSG(!memcmp(A, B, n * 4) && !memcmp(oa, ob, T * 128 * 4), "dn run in place level %d dk %d", lvl, dk);
+            /* deferred replay: tokens 0..1 without output or store, token 2 stored, 3 stored with
+             * output, 4 output only — each equal to the per-token chain */
+            for (int t = 0; t < T; t++) head(t ? sa[t - 1] : S, sa[t], dv, dk, kp[t], qp[t], vp[t], bt[t], dc[t], 0.125f, oa + t * 128);
+            memset(ob, 0, T * 128 * 4);
+            memset(B, 0, bytes);
+            float *sn[T] = {NULL, NULL, B, B + n, NULL}, *on[T] = {NULL, NULL, NULL, ob + 3 * 128, ob + 4 * 128};
+            run(S, sn, T, dv, dk, kp, qp, vp, bt, dc, 0.125f, on);
+            CHECK_MSG(!memcmp(A + 2 * n, B, 2 * n * 4) && !memcmp(oa + 3 * 128, ob + 3 * 128, 2 * 128 * 4) &&
+                      ob[0] == 0.0f && ob[2 * 128] == 0.0f, "dn run with skipped stores level %d dk %d", lvl, dk);
             free(S); free(A); free(B); free(kq); free(oa); free(ob);
         }
     }

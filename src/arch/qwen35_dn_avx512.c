@@ -45,24 +45,22 @@ void qw_dn_head_avx512(const float *S, float *Sd, int dv, int dk, const float *k
 void qw_dn_run_avx512(const float *S, float *const *Sd, int T, int dv, int dk, const float *const *k,
                       const float *const *q, const float *const *v, const float *beta, const float *decay, float scale,
                       float *const *o) {
-    if (dk > QW_DN_RUN_MAX_DK || T > QW_DN_RUN_MAX_T) {
-        for (int t = 0; t < T; t++) qw_dn_head_avx512(t ? Sd[t - 1] : S, Sd[t], dv, dk, k[t], q[t], v[t], beta[t], decay[t], scale, o[t]);
-        return;
-    }
     float lb[QW_DN_RUN_MAX_DK] __attribute__((aligned(64)));
     const size_t rb = (size_t)dk * sizeof(float);
     /* per token: streaming stores for an out-of-place snapshot; ordinary ones for the state
      * updated in place (a prompt chunk, or a verify batch's last token writing the live state),
      * which the next token or forward reads while it is still cached */
     unsigned char nt[QW_DN_RUN_MAX_T];
-    for (int t = 0; t < T; t++) nt[t] = rb % 64 == 0 && ((uintptr_t)Sd[t] & 63) == 0 && Sd[t] != S;
+    for (int t = 0; t < T; t++) nt[t] = Sd[t] && rb % 64 == 0 && ((uintptr_t)Sd[t] & 63) == 0 && Sd[t] != S;
     for (int i = 0; i < dv; i++) {
         /* the state comes from DRAM (the weights swept it out): keep reads 4 rows ahead */
         if (i + 4 < dv)
             for (size_t b = 0; b < rb; b += 64) _mm_prefetch((const char *)(S + (size_t)(i + 4) * dk) + b, _MM_HINT_T0);
         memcpy(lb, S + (size_t)i * dk, rb);
         for (int t = 0; t < T; t++) {
-            o[t][i] = dn_row(lb, lb, dk, k[t], q[t], v[t][i], beta[t], decay[t], scale);
+            const float oi = dn_row(lb, lb, dk, k[t], q[t], v[t][i], beta[t], decay[t], scale);
+            if (o[t]) o[t][i] = oi;
+            if (!Sd[t]) continue;
             float *di = Sd[t] + (size_t)i * dk;
             if (nt[t])
                 for (int c = 0; c < dk; c += 16) _mm512_stream_ps(di + c, _mm512_load_ps(lb + c));
