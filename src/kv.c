@@ -36,6 +36,8 @@ typedef struct kv_seq {
     rec_buf *snap;      /* snap_cap slots of rec_size floats each, separately allocated */
     int snap_cap;
     int snap_pos0, snap_n;  /* tokens pos0..pos0+n-1 have states: slots 0..n-2 and the live one */
+    float *log[2];      /* deferred: replay logs of log_cap tokens, [cur] = the last snapshot batch's */
+    int log_cap, log_cur, pend;
     int len;
 } kv_seq;
 
@@ -53,6 +55,11 @@ struct nx_kv {
     size_t n_cell_pos;
     int64_t *conv_off, *ssm_off, *conv_n, *ssm_n;  /* float offsets / sizes per recurrent layer */
     int64_t rec_size;
+    /* deferred SSM: per recurrent layer the log offset; log floats per token; conv-only slots */
+    bool deferred;
+    int64_t *log_off, log_tok, *conv_soff, conv_slot;
+    void (*apply)(void *user, const struct nx_kv *kv, int seq, float *rec, int n);
+    void *apply_user;
     kv_seq *seqs;
 };
 
@@ -116,9 +123,11 @@ nx_status nx_kv_create(const nx_kv_config *c, nx_kv **out, nx_error *err) {
     kv->ssm_off = calloc((size_t)nr, sizeof *kv->ssm_off);
     kv->conv_n = calloc((size_t)nr, sizeof *kv->conv_n);
     kv->ssm_n = calloc((size_t)nr, sizeof *kv->ssm_n);
+    kv->log_off = calloc((size_t)nr, sizeof *kv->log_off);
+    kv->conv_soff = calloc((size_t)nr, sizeof *kv->conv_soff);
     kv->seqs = calloc((size_t)c->n_seq, sizeof *kv->seqs);
     if (!kv->kw || !kv->vw || !kv->krb || !kv->vrb || !kv->k_off || !kv->v_off || !kv->cells || !kv->ring || !kv->window || !kv->cp_off ||
-        !kv->conv_off || !kv->ssm_off || !kv->conv_n ||
+        !kv->conv_off || !kv->ssm_off || !kv->conv_n || !kv->log_off || !kv->conv_soff ||
         !kv->ssm_n || !kv->seqs) {
         nx_kv_free(kv);
         return nx_fail(err, NX_ERR_NOMEM, "kv: out of memory");
@@ -178,6 +187,25 @@ nx_status nx_kv_create(const nx_kv_config *c, nx_kv **out, nx_error *err) {
         roff += c->ssm_size[l];
     }
     kv->rec_size = roff;
+    if (c->log_size && c->n_rec > 0) {
+        if (!c->apply) {
+            nx_kv_free(kv);
+            return nx_fail(err, NX_ERR_INVALID_ARG, "kv: a deferred-SSM config needs an apply function");
+        }
+        kv->deferred = true;
+        kv->apply = c->apply;
+        kv->apply_user = c->apply_user;
+        for (int l = 0; l < c->n_rec; l++) {
+            if (c->log_size[l] < 0 || c->log_size[l] > (1ll << 28)) {
+                nx_kv_free(kv);
+                return nx_fail(err, NX_ERR_INVALID_ARG, "kv: recurrent layer %d: bad log size", l);
+            }
+            kv->log_off[l] = kv->log_tok;
+            kv->log_tok += c->log_size[l];
+            kv->conv_soff[l] = kv->conv_slot;
+            kv->conv_slot += c->conv_size[l];
+        }
+    }
     for (int s = 0; s < c->n_seq; s++) {
         kv_seq *q = &kv->seqs[s];
         q->attn = kv->attn_size ? calloc(1, kv->attn_size) : NULL;
@@ -202,9 +230,13 @@ void nx_kv_free(nx_kv *kv) {
             free(kv->seqs[s].rec.mem);
             for (int i = 0; i < kv->seqs[s].snap_cap; i++) free(kv->seqs[s].snap[i].mem);
             free(kv->seqs[s].snap);
+            free(kv->seqs[s].log[0]);
+            free(kv->seqs[s].log[1]);
             free(kv->seqs[s].cell_pos);
         }
     free(kv->seqs);
+    free(kv->log_off);
+    free(kv->conv_soff);
     free(kv->kw);
     free(kv->vw);
     free(kv->krb);
@@ -309,12 +341,61 @@ static float *rec_base(nx_kv *kv, int seq, int slot) {
     return slot < 0 ? q->rec.f : q->snap[slot].f;
 }
 
-float *nx_kv_conv(nx_kv *kv, int seq, int rl, int slot) { return rec_base(kv, seq, slot) + kv->conv_off[rl]; }
-float *nx_kv_ssm(nx_kv *kv, int seq, int rl, int slot) { return rec_base(kv, seq, slot) + kv->ssm_off[rl]; }
+float *nx_kv_conv(nx_kv *kv, int seq, int rl, int slot) {
+    if (kv->deferred && slot >= 0) return kv->seqs[seq].snap[slot].f + kv->conv_soff[rl];
+    return rec_base(kv, seq, slot) + kv->conv_off[rl];
+}
+float *nx_kv_ssm(nx_kv *kv, int seq, int rl, int slot) {
+    if (kv->deferred && slot >= 0) return NULL;
+    return rec_base(kv, seq, slot) + kv->ssm_off[rl];
+}
+
+bool nx_kv_deferred(const nx_kv *kv) { return kv->deferred; }
+int64_t nx_kv_ssm_offset(const nx_kv *kv, int rl) { return kv->ssm_off[rl]; }
+int nx_kv_pending(const nx_kv *kv, int seq) { return kv->deferred ? kv->seqs[seq].pend : 0; }
+const float *nx_kv_log_prev(const nx_kv *kv, int seq, int rl, int t) {
+    const kv_seq *q = &kv->seqs[seq];
+    return q->log[q->log_cur] + (size_t)t * (size_t)kv->log_tok + (size_t)kv->log_off[rl];
+}
+float *nx_kv_log_next(nx_kv *kv, int seq, int rl, int t) {
+    kv_seq *q = &kv->seqs[seq];
+    return q->log[1 - q->log_cur] + (size_t)t * (size_t)kv->log_tok + (size_t)kv->log_off[rl];
+}
+void nx_kv_log_commit(nx_kv *kv, int seq, int n) {
+    if (!kv->deferred) return;
+    kv_seq *q = &kv->seqs[seq];
+    if (n > 1) {
+        q->log_cur = 1 - q->log_cur;
+        q->pend = n;
+    } else {
+        q->pend = 0;
+    }
+}
+
+/* rec (live layout) := seq's whole state after the first `pend` logged tokens of its last
+ * snapshot batch (deferred) with conv parts from slot `cslot` (>= 0) or live. */
+static void rec_materialize(const nx_kv *kv, int seq, int cslot, int pend, float *rec) {
+    const kv_seq *q = &kv->seqs[seq];
+    if (rec != q->rec.f) memcpy(rec, q->rec.f, (size_t)kv->rec_size * sizeof(float));
+    if (cslot >= 0)
+        for (int l = 0; l < kv->n_rec; l++)
+            memcpy(rec + kv->conv_off[l], q->snap[cslot].f + kv->conv_soff[l], (size_t)kv->conv_n[l] * sizeof(float));
+    if (pend > 0) kv->apply(kv->apply_user, kv, seq, rec, pend);
+}
 
 nx_status nx_kv_snap_reserve(nx_kv *kv, int seq, int n_slots, nx_error *err) {
     kv_seq *q = &kv->seqs[seq];
-    if (n_slots <= q->snap_cap || kv->rec_size == 0) return NX_OK;
+    if ((n_slots <= q->snap_cap && (!kv->deferred || n_slots + 1 <= q->log_cap)) || kv->rec_size == 0) return NX_OK;
+    if (kv->deferred && n_slots + 1 > q->log_cap) {
+        /* both logs grow together; prev's pending entries are kept */
+        for (int i = 0; i < 2; i++) {
+            float *l = realloc(q->log[i], (size_t)(n_slots + 1) * (size_t)kv->log_tok * sizeof(float));
+            if (!l) goto nomem;
+            q->log[i] = l;
+        }
+        q->log_cap = n_slots + 1;
+    }
+    const int64_t slot_floats = kv->deferred ? kv->conv_slot : kv->rec_size;
     rec_buf *p = realloc(q->snap, (size_t)n_slots * sizeof *p);
     if (!p) goto nomem;
     q->snap = p;
@@ -322,8 +403,8 @@ nx_status nx_kv_snap_reserve(nx_kv *kv, int seq, int n_slots, nx_error *err) {
         /* written now, so the pages are faulted in here and not in a request's first verify
          * rounds (first-touch faults of tens of MB showed up as ~16% of a short benchmark) */
         rec_buf *b = &q->snap[q->snap_cap];
-        if (!rec_buf_alloc(b, kv->rec_size)) goto nomem;
-        memset(b->f, 0, (size_t)kv->rec_size * sizeof(float));
+        if (!rec_buf_alloc(b, slot_floats)) goto nomem;
+        memset(b->f, 0, (size_t)slot_floats * sizeof(float));
     }
     return NX_OK;
 nomem:
@@ -342,6 +423,7 @@ void nx_kv_seq_reset(nx_kv *kv, int seq) {
     kv_seq *q = &kv->seqs[seq];
     q->len = 0;
     q->snap_n = 0;
+    q->pend = 0;
     if (kv->rec_size) memset(q->rec.f, 0, (size_t)kv->rec_size * sizeof(float));
     if (kv->n_cell_pos) memset(q->cell_pos, 0xff, kv->n_cell_pos * sizeof(int32_t));
 }
@@ -407,7 +489,14 @@ nx_status nx_kv_seq_rm(nx_kv *kv, int seq, int p0, int p1, nx_error *err) {
                            "kv: sequence %d: cannot rewind the recurrent state to position %d (no snapshot; decode with snapshots first)",
                            seq, p0);
         }
-        if (slot >= 0) {   /* swap, not copy: the old live buffer becomes a free slot */
+        if (kv->deferred) {   /* conv from its slot; the SSM needs only the count of pending tokens */
+            if (slot >= 0) {
+                for (int l = 0; l < kv->n_rec; l++)
+                    memcpy(q->rec.f + kv->conv_off[l], q->snap[slot].f + kv->conv_soff[l],
+                           (size_t)kv->conv_n[l] * sizeof(float));
+                q->pend = p0 - q->snap_pos0 ;
+            }
+        } else if (slot >= 0) {   /* swap, not copy: the old live buffer becomes a free slot */
             rec_buf t = q->rec;
             q->rec = q->snap[slot];
             q->snap[slot] = t;
@@ -442,9 +531,13 @@ nx_status nx_kv_seq_cp(nx_kv *kv, int src, int dst, int p0, int p1, nx_error *er
         memcpy(d->attn + kv->v_off[l], s->attn + kv->v_off[l], rows * kv->vrb[l]);
     }
     if (kv->n_cell_pos) memcpy(d->cell_pos, s->cell_pos, kv->n_cell_pos * sizeof(int32_t));
-    if (kv->rec_size) memcpy(d->rec.f, rec_base(kv, src, slot), (size_t)kv->rec_size * sizeof(float));
+    if (kv->rec_size && kv->deferred)
+        rec_materialize(kv, src, slot, slot >= 0 ? n - s->snap_pos0 : s->pend, d->rec.f);
+    else if (kv->rec_size)
+        memcpy(d->rec.f, rec_base(kv, src, slot), (size_t)kv->rec_size * sizeof(float));
     d->len = n;
     d->snap_n = 0;
+    d->pend = 0;
     return NX_OK;
 }
 
@@ -453,7 +546,8 @@ nx_status nx_kv_seq_cp(nx_kv *kv, int src, int dst, int p0, int p1, nx_error *er
 int64_t nx_kv_rec_floats(const nx_kv *kv) { return kv->rec_size; }
 
 void nx_kv_rec_save(const nx_kv *kv, int seq, float *dst) {
-    if (kv->rec_size) memcpy(dst, kv->seqs[seq].rec.f, (size_t)kv->rec_size * sizeof(float));
+    if (kv->rec_size && kv->deferred) rec_materialize(kv, seq, -1, kv->seqs[seq].pend, dst);
+    else if (kv->rec_size) memcpy(dst, kv->seqs[seq].rec.f, (size_t)kv->rec_size * sizeof(float));
 }
 
 nx_status nx_kv_seq_restore(nx_kv *kv, int seq, int len, const float *rec, nx_error *err) {
@@ -471,7 +565,10 @@ nx_status nx_kv_seq_restore(nx_kv *kv, int seq, int len, const float *rec, nx_er
         return nx_fail(err, NX_ERR_INVALID_ARG, "kv: sequence %d: restoring %d of %d positions needs a recurrent state",
                        seq, len, q->len);
     if (len < q->len && (st = ring_check(kv, seq, len, "cut the sequence back to", err)) != NX_OK) return st;
-    if (kv->rec_size && rec) memcpy(q->rec.f, rec, (size_t)kv->rec_size * sizeof(float));
+    if (kv->rec_size && rec) {
+        memcpy(q->rec.f, rec, (size_t)kv->rec_size * sizeof(float));
+        q->pend = 0;
+    }   /* else the live state stays, pending tokens included (the log outlives the slots) */
     q->snap_n = 0;
     q->len = len;
     return NX_OK;

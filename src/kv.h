@@ -32,6 +32,8 @@
 #include "core/error.h"
 #include "tensor.h"
 
+typedef struct nx_kv nx_kv;
+
 typedef struct nx_kv_config {
     int n_seq;                  /* sequences (ids 0..n_seq-1) */
     int n_ctx;                  /* positions per sequence */
@@ -47,9 +49,13 @@ typedef struct nx_kv_config {
      * last window[l] positions (self included); a ring as large as n_ctx is a plain cache. */
     const int *ring_cells;
     const int *window;
+    /* Optional deferred SSM updates (NULL: snapshot slots hold whole states). log_size: per
+     * recurrent layer, floats per token of the architecture's replay log; apply: see "deferred
+     * SSM" below. */
+    const int64_t *log_size;
+    void (*apply)(void *user, const nx_kv *kv, int seq, float *rec, int n);
+    void *apply_user;
 } nx_kv_config;
-
-typedef struct nx_kv nx_kv;
 
 /* Cache types a KV cache can store. */
 bool nx_kv_type_ok(nx_type t);
@@ -109,15 +115,40 @@ void nx_kv_seq_set_len(nx_kv *kv, int seq, int len);
 /* ---- recurrent state ---- */
 
 /* Live state (slot < 0) or snapshot slot `slot` of a sequence's recurrent layer rl. The pointer
- * is valid until the next sequence operation (a rewind swaps the live and slot buffers). */
+ * is valid until the next sequence operation (a rewind swaps the live and slot buffers).
+ * Deferred: nx_kv_ssm has no slots (NULL) and the live SSM lacks the pending tokens. */
 float *nx_kv_conv(nx_kv *kv, int seq, int rl, int slot);
 float *nx_kv_ssm(nx_kv *kv, int seq, int rl, int slot);
 
-/* Make room for n_slots snapshot slots of a sequence (grows only; NX_ERR_NOMEM on failure). */
+/* Make room for n_slots snapshot slots of a sequence (grows only; NX_ERR_NOMEM on failure);
+ * deferred: conv-only slots and logs for n_slots + 1 tokens. */
 nx_status nx_kv_snap_reserve(nx_kv *kv, int seq, int n_slots, nx_error *err);
 /* Record that the batch just started holds snapshots for tokens at pos0..pos0+n-1 of seq
  * (n = 0: none; any later decode of the sequence must call this again). */
 void nx_kv_snap_set(nx_kv *kv, int seq, int pos0, int n);
+
+/* ---- deferred SSM (configs with log_size) ----
+ * A snapshot batch of n > 1 tokens leaves the live SSM state as it was before the batch and
+ * logs each token's inputs instead (nx_kv_log_next, written by the architecture); the conv
+ * state and its slots behave as above (slots then hold conv states only). After the batch n
+ * logged tokens are pending; rewinding to "the first j tokens" makes j pending, with no copy.
+ * The next forward of the sequence replays the pending tokens onto the state it reads anyway
+ * (writing it back once), so a verify batch costs one state read + write like one token, and
+ * a rewind costs nothing. Readers of the whole state outside a forward (rec_save, seq_cp) get
+ * it with the pending tokens applied through cfg->apply(user, kv, seq, rec, n), which must
+ * apply the first n tokens of nx_kv_log_prev to the SSM parts of rec (live layout) in place. */
+bool   nx_kv_deferred(const nx_kv *kv);
+/* Float offset of recurrent layer rl's SSM state in the live layout (nx_kv_rec_save's). */
+int64_t nx_kv_ssm_offset(const nx_kv *kv, int rl);
+/* Tokens of seq's last snapshot batch applied to nothing yet (0 when none). */
+int    nx_kv_pending(const nx_kv *kv, int seq);
+/* Log entry t (nx_kv_config.log_size[rl] floats) of recurrent layer rl: of the last snapshot
+ * batch (prev; t < pending), or of the batch being decoded (next; t < its tokens). */
+const float *nx_kv_log_prev(const nx_kv *kv, int seq, int rl, int t);
+float       *nx_kv_log_next(nx_kv *kv, int seq, int rl, int t);
+/* After a decode of seq: n > 1 tokens were a snapshot batch (they become pending, the next
+ * log becomes prev), else the forward applied everything (nothing pending). */
+void   nx_kv_log_commit(nx_kv *kv, int seq, int n);
 
 /* ---- sequence operations ---- */
 

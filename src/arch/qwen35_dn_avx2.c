@@ -13,8 +13,9 @@ static inline float hsum8(__m256 x) {
 }
 
 /* One state row: si -> di (may be equal), returns o_i. */
-static inline __attribute__((always_inline)) float dn_row(const float *si, float *di, int dk, const float *k, const float *q,
-                                                          float vi, float beta, float decay, float scale) {
+static inline __attribute__((always_inline)) float dn_row_o(const int WANT_O, const float *si, float *di, int dk,
+                                                            const float *k, const float *q, float vi, float beta,
+                                                            float decay, float scale) {
     const int nf = dk & ~7, rem = dk & 7;
     const __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
     const __m256i tm = _mm256_cmpgt_epi32(_mm256_set1_epi32(rem), idx);
@@ -34,16 +35,17 @@ static inline __attribute__((always_inline)) float dn_row(const float *si, float
         __m256 y = _mm256_fmadd_ps(vdec, _mm256_loadu_ps(si + c), _mm256_mul_ps(vvn, _mm256_loadu_ps(k + c)));
         y = _mm256_min_ps(_mm256_max_ps(y, lo), hi);
         _mm256_storeu_ps(di + c, y);
-        b0 = _mm256_fmadd_ps(y, _mm256_loadu_ps(q + c), b0);
+        if (WANT_O) b0 = _mm256_fmadd_ps(y, _mm256_loadu_ps(q + c), b0);
     }
     if (rem) {
         __m256 y = _mm256_fmadd_ps(vdec, _mm256_maskload_ps(si + c, tm), _mm256_mul_ps(vvn, _mm256_maskload_ps(k + c, tm)));
         y = _mm256_min_ps(_mm256_max_ps(y, lo), hi);
         _mm256_maskstore_ps(di + c, tm, y);
-        b0 = _mm256_fmadd_ps(y, _mm256_maskload_ps(q + c, tm), b0);
+        if (WANT_O) b0 = _mm256_fmadd_ps(y, _mm256_maskload_ps(q + c, tm), b0);
     }
-    return hsum8(b0) * scale;
+    return WANT_O ? hsum8(b0) * scale : 0.0f;
 }
+#define dn_row(...) dn_row_o(1, __VA_ARGS__)
 
 void qw_dn_head_avx2(const float *S, float *Sd, int dv, int dk, const float *k, const float *q, const float *v,
                      float beta, float decay, float scale, float *o) {
@@ -53,27 +55,40 @@ void qw_dn_head_avx2(const float *S, float *Sd, int dv, int dk, const float *k, 
 void qw_dn_run_avx2(const float *S, float *const *Sd, int T, int dv, int dk, const float *const *k,
                     const float *const *q, const float *const *v, const float *beta, const float *decay, float scale,
                     float *const *o) {
-    float lb[QW_DN_RUN_MAX_DK] __attribute__((aligned(32)));
+    float lb[2][QW_DN_RUN_MAX_DK] __attribute__((aligned(32)));
     const size_t rb = (size_t)dk * sizeof(float);
     /* per token: streaming stores for an out-of-place snapshot; ordinary ones for the state
      * updated in place (a prompt chunk, or a verify batch's last token writing the live state),
      * which the next token or forward reads while it is still cached */
     unsigned char nt[QW_DN_RUN_MAX_T];
     for (int t = 0; t < T; t++) nt[t] = Sd[t] && rb % 32 == 0 && ((uintptr_t)Sd[t] & 31) == 0 && Sd[t] != S;
-    for (int i = 0; i < dv; i++) {
+    /* two state rows at a time: a row's tokens are one serial chain (dot, reduce, update, dot,
+     * reduce), so a second independent chain fills the latency; each row's arithmetic is
+     * unchanged. Replayed tokens (o[t] NULL) skip the output dot. */
+    for (int i = 0; i < dv; i += 2) {
+        const int nr = i + 1 < dv ? 2 : 1;
         /* the state comes from DRAM (the weights swept it out): keep reads 4 rows ahead */
-        if (i + 4 < dv)
-            for (size_t b = 0; b < rb; b += 64) _mm_prefetch((const char *)(S + (size_t)(i + 4) * dk) + b, _MM_HINT_T0);
-        memcpy(lb, S + (size_t)i * dk, rb);
+        for (int p = 4; p < 4 + nr; p++)
+            if (i + p < dv)
+                for (size_t b = 0; b < rb; b += 64) _mm_prefetch((const char *)(S + (size_t)(i + p) * dk) + b, _MM_HINT_T0);
+        for (int r = 0; r < nr; r++) memcpy(lb[r], S + (size_t)(i + r) * dk, rb);
         for (int t = 0; t < T; t++) {
-            const float oi = dn_row(lb, lb, dk, k[t], q[t], v[t][i], beta[t], decay[t], scale);
-            if (o[t]) o[t][i] = oi;
+            if (o[t]) {
+                const float o0 = dn_row_o(1, lb[0], lb[0], dk, k[t], q[t], v[t][i], beta[t], decay[t], scale);
+                if (nr == 2) o[t][i + 1] = dn_row_o(1, lb[1], lb[1], dk, k[t], q[t], v[t][i + 1], beta[t], decay[t], scale);
+                o[t][i] = o0;
+            } else {
+                dn_row_o(0, lb[0], lb[0], dk, k[t], q[t], v[t][i], beta[t], decay[t], scale);
+                if (nr == 2) dn_row_o(0, lb[1], lb[1], dk, k[t], q[t], v[t][i + 1], beta[t], decay[t], scale);
+            }
             if (!Sd[t]) continue;
-            float *di = Sd[t] + (size_t)i * dk;
-            if (nt[t])
-                for (int c = 0; c < dk; c += 8) _mm256_stream_ps(di + c, _mm256_load_ps(lb + c));
-            else
-                memcpy(di, lb, rb);
+            for (int r = 0; r < nr; r++) {
+                float *di = Sd[t] + (size_t)(i + r) * dk;
+                if (nt[t])
+                    for (int c = 0; c < dk; c += 8) _mm256_stream_ps(di + c, _mm256_load_ps(lb[r] + c));
+                else
+                    memcpy(di, lb[r], rb);
+            }
         }
     }
     _mm_sfence();   /* streaming stores are weakly ordered: visible before the next reader */
