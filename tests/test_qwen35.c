@@ -700,6 +700,16 @@ static void test_dn_run(void) {
             run(S, sn, T, dv, dk, kp, qp, vp, bt, dc, 0.125f, on);
             CHECK_MSG(!memcmp(A + 2 * n, B, 2 * n * 4) && !memcmp(oa + 3 * 128, ob + 3 * 128, 2 * 128 * 4) &&
                       ob[0] == 0.0f && ob[2 * 128] == 0.0f, "dn run with skipped stores level %d dk %d", lvl, dk);
+            /* the runs' multi-row blocks == their one-row path (a head of one row at a time) */
+            for (int i = 0; i < dv; i++) {
+                float *s1[T], *o1[T];
+                const float *v1[T];
+                for (int t = 0; t < T; t++) { s1[t] = A + (size_t)t * n + (size_t)i * dk; o1[t] = oa + t * 128 + i; v1[t] = vp[t] + i; }
+                run(S + (size_t)i * dk, s1, T, 1, dk, kp, qp, v1, bt, dc, 0.125f, o1);
+            }
+            for (int t = 0; t < T; t++) sb[t] = B + (size_t)t * n;
+            run(S, sb, T, dv, dk, kp, qp, vp, bt, dc, 0.125f, op);
+            CHECK_MSG(!memcmp(A, B, T * n * 4) && !memcmp(oa, ob, T * 128 * 4), "dn run rows level %d dk %d dv %d", lvl, dk, dv);
             free(S); free(A); free(B); free(kq); free(oa); free(ob);
         }
     }
