@@ -131,6 +131,10 @@ void nx_attn(const nx_attn_kv *kv, const nx_attn_q *q, int nq, int D, int Dv, fl
      * loops instead of through the tile buffer (same bits: the conversion is exact). Many
      * queries convert once into the buffer and reuse it. Probe the tier once per call. */
     const bool few = nq <= NX_ATTN_FUSED_Q;
+    /* Prefetch 2- and 4-byte rows only: Q8_0 / Q4_0 rows keep the loops busy converting, the
+     * hardware prefetchers keep up with them, and the prefetches only add work (measured). */
+    const size_t kbytes = nx_row_size(kv->tk, D), vbytes = nx_row_size(kv->tv, Dv);
+    const bool pfk = kbytes >= 2 * (size_t)D, pfv = vbytes >= 2 * (size_t)Dv;
     const bool fk = few && kv->tk != NX_TYPE_F32 && t->scores_kv && t->scores_kv(qp, 0, kraw, kv->tk, 0, D, scale, S, T);
     const bool fv = few && kv->tv != NX_TYPE_F32 && t->pv_kv && t->pv_kv(S, T, 0, vraw, kv->tv, 0, op, Dv);
     int glo = 0, ghi = -1;
@@ -157,8 +161,8 @@ void nx_attn(const nx_attn_kv *kv, const nx_attn_q *q, int nq, int D, int Dv, fl
             if (b > pb) pb = b;
         }
         if (pa >= pb) continue;
-        prefetch_rows(kv->k, kv->k_stride, nx_row_size(kv->tk, D), kv->cells, t1, t1 + T < ghi + 1 ? t1 + T : ghi + 1);
-        prefetch_rows(kv->v, kv->v_stride, nx_row_size(kv->tv, Dv), kv->cells, t1, t1 + T < ghi + 1 ? t1 + T : ghi + 1);
+        if (pfk) prefetch_rows(kv->k, kv->k_stride, kbytes, kv->cells, t1, t1 + T < ghi + 1 ? t1 + T : ghi + 1);
+        if (pfv) prefetch_rows(kv->v, kv->v_stride, vbytes, kv->cells, t1, t1 + T < ghi + 1 ? t1 + T : ghi + 1);
         if (fk) tile_raw(kv->k, kv->k_stride, kv->cells, pa, pb, kraw);
         else tile_rows(t, kv->k, kv->k_stride, kv->tk, kv->cells, pa, pb, D, kt, kr);
         if (fv) tile_raw(kv->v, kv->v_stride, kv->cells, pa, pb, vraw);
