@@ -1,8 +1,9 @@
 /*
  * kv.c — attention KV cache and recurrent state per sequence (see kv.h for the contract).
  *
- * Layout: one calloc per sequence for the attention rows ([layer][K: row][V: row], each row
- * k_width / v_width values of the cache type; n_ctx rows, or `cells` for a ring layer), one per
+ * Layout: one calloc per sequence for the attention rows ([layer][K: head][row][V: head][row],
+ * each head's row k_width / heads values of the cache type; n_ctx rows, or `cells` for a ring
+ * layer: head-major, so attention streams one head's rows contiguously), one per
  * sequence for the positions held by ring rows ([ring layer][cell], -1 = empty), one per
  * sequence for the live recurrent state ([layer][conv | ssm] floats) and one growable block
  * per sequence for snapshot slots (each slot is a copy of the live recurrent layout).
@@ -45,7 +46,8 @@ struct nx_kv {
     int n_seq, n_ctx, n_attn, n_rec;
     nx_type tk, tv;
     int64_t *kw, *vw;       /* values per row, per attention layer */
-    size_t *krb, *vrb;      /* bytes per row, per attention layer */
+    size_t *krb, *vrb;      /* bytes per row (all heads), per attention layer */
+    int *heads;             /* heads per row, per attention layer (each head's rows a plane) */
     size_t *k_off, *v_off;  /* byte offsets of a layer's K / V block in kv_seq.attn */
     size_t attn_size;
     int *cells;             /* rows per attention layer (n_ctx, or the ring size) */
@@ -116,6 +118,7 @@ nx_status nx_kv_create(const nx_kv_config *c, nx_kv **out, nx_error *err) {
     kv->k_off = calloc((size_t)na, sizeof *kv->k_off);
     kv->v_off = calloc((size_t)na, sizeof *kv->v_off);
     kv->cells = calloc((size_t)na, sizeof *kv->cells);
+    kv->heads = calloc((size_t)na, sizeof *kv->heads);
     kv->ring = calloc((size_t)na, sizeof *kv->ring);
     kv->window = calloc((size_t)na, sizeof *kv->window);
     kv->cp_off = calloc((size_t)na, sizeof *kv->cp_off);
@@ -126,7 +129,7 @@ nx_status nx_kv_create(const nx_kv_config *c, nx_kv **out, nx_error *err) {
     kv->log_off = calloc((size_t)nr, sizeof *kv->log_off);
     kv->conv_soff = calloc((size_t)nr, sizeof *kv->conv_soff);
     kv->seqs = calloc((size_t)c->n_seq, sizeof *kv->seqs);
-    if (!kv->kw || !kv->vw || !kv->krb || !kv->vrb || !kv->k_off || !kv->v_off || !kv->cells || !kv->ring || !kv->window || !kv->cp_off ||
+    if (!kv->kw || !kv->vw || !kv->krb || !kv->vrb || !kv->k_off || !kv->v_off || !kv->cells || !kv->heads || !kv->ring || !kv->window || !kv->cp_off ||
         !kv->conv_off || !kv->ssm_off || !kv->conv_n || !kv->log_off || !kv->conv_soff ||
         !kv->ssm_n || !kv->seqs) {
         nx_kv_free(kv);
@@ -142,11 +145,18 @@ nx_status nx_kv_create(const nx_kv_config *c, nx_kv **out, nx_error *err) {
                            (long long)c->k_width[l], (long long)c->v_width[l]);
         }
         const int bk = nx_kv_type_block(c->type_k), bv = nx_kv_type_block(c->type_v);
-        if (c->k_width[l] % bk != 0 || c->v_width[l] % bv != 0) {
+        const int nh = c->heads && c->heads[l] > 0 ? c->heads[l] : 1;
+        if (nh > 4096 || c->k_width[l] % nh != 0 || c->v_width[l] % nh != 0) {
+            nx_kv_free(kv);
+            return nx_fail(err, NX_ERR_INVALID_ARG, "kv: attention layer %d: rows of %lld / %lld values do not split "
+                           "into %d heads", l, (long long)c->k_width[l], (long long)c->v_width[l], nh);
+        }
+        kv->heads[l] = nh;
+        if ((c->k_width[l] / nh) % bk != 0 || (c->v_width[l] / nh) % bv != 0) {
             nx_kv_free(kv);
             return nx_fail(err, NX_ERR_UNSUPPORTED,
                            "kv: attention layer %d: K / V rows of %lld / %lld values cannot be stored as %s / %s "
-                           "(blocks of %d / %d values)", l, (long long)c->k_width[l], (long long)c->v_width[l],
+                           "(blocks of %d / %d values per head)", l, (long long)c->k_width[l], (long long)c->v_width[l],
                            nx_type_name(c->type_k), nx_type_name(c->type_v), bk, bv);
         }
         int ring = c->ring_cells ? c->ring_cells[l] : 0;
@@ -244,6 +254,7 @@ void nx_kv_free(nx_kv *kv) {
     free(kv->k_off);
     free(kv->v_off);
     free(kv->cells);
+    free(kv->heads);
     free(kv->ring);
     free(kv->window);
     free(kv->cp_off);
@@ -298,38 +309,46 @@ static void put_row(void *dst, nx_type t, const float *src, int64_t n) {
 int nx_kv_cells(const nx_kv *kv, int l) { return kv->cells[l]; }
 int nx_kv_slot(const nx_kv *kv, int l, int pos) { return nx_kv_slot_of(kv->cells[l], pos); }
 
-static inline uint8_t *k_row(const nx_kv *kv, int seq, int l, int pos) {
-    return kv->seqs[seq].attn + kv->k_off[l] + (size_t)nx_kv_slot_of(kv->cells[l], pos) * kv->krb[l];
-}
-
-static inline uint8_t *v_row(const nx_kv *kv, int seq, int l, int pos) {
-    return kv->seqs[seq].attn + kv->v_off[l] + (size_t)nx_kv_slot_of(kv->cells[l], pos) * kv->vrb[l];
+/* Row of head h at position pos: heads are planes of `cells` rows each. */
+static inline uint8_t *head_row(const nx_kv *kv, int seq, int l, int pos, int h, bool v) {
+    const size_t hb = (v ? kv->vrb[l] : kv->krb[l]) / (size_t)kv->heads[l];
+    return kv->seqs[seq].attn + (v ? kv->v_off[l] : kv->k_off[l]) +
+           ((size_t)h * (size_t)kv->cells[l] + (size_t)nx_kv_slot_of(kv->cells[l], pos)) * hb;
 }
 
 static inline void note_cell(nx_kv *kv, int seq, int l, int pos) {
     if (kv->ring[l]) kv->seqs[seq].cell_pos[kv->cp_off[l] + (size_t)(pos % kv->ring[l])] = pos;
 }
 
-void nx_kv_put_k(nx_kv *kv, int seq, int l, int pos, const float *src) {
-    put_row(k_row(kv, seq, l, pos), kv->tk, src, kv->kw[l]);
+static void put(nx_kv *kv, int seq, int l, int pos, const float *src, bool v) {
+    const int nh = kv->heads[l];
+    const int64_t hw = (v ? kv->vw[l] : kv->kw[l]) / nh;
+    for (int h = 0; h < nh; h++) put_row(head_row(kv, seq, l, pos, h, v), v ? kv->tv : kv->tk, src + h * hw, hw);
     note_cell(kv, seq, l, pos);
 }
 
-void nx_kv_put_v(nx_kv *kv, int seq, int l, int pos, const float *src) {
-    put_row(v_row(kv, seq, l, pos), kv->tv, src, kv->vw[l]);
-    note_cell(kv, seq, l, pos);
+void nx_kv_put_k(nx_kv *kv, int seq, int l, int pos, const float *src) { put(kv, seq, l, pos, src, false); }
+void nx_kv_put_v(nx_kv *kv, int seq, int l, int pos, const float *src) { put(kv, seq, l, pos, src, true); }
+
+static const float *get(const nx_kv *kv, int seq, int l, int pos, float *tmp, bool v) {
+    const int nh = kv->heads[l];
+    const nx_type t = v ? kv->tv : kv->tk;
+    const int64_t hw = (v ? kv->vw[l] : kv->kw[l]) / nh;
+    if (nh == 1) return nx_kv_to_f32(t, head_row(kv, seq, l, pos, 0, v), hw, tmp);
+    for (int h = 0; h < nh; h++) {
+        const float *r = nx_kv_to_f32(t, head_row(kv, seq, l, pos, h, v), hw, tmp + h * hw);
+        if (r != tmp + h * hw) memcpy(tmp + h * hw, r, (size_t)hw * sizeof(float));
+    }
+    return tmp;
 }
 
-const float *nx_kv_get_k(const nx_kv *kv, int seq, int l, int pos, float *tmp) {
-    return nx_kv_to_f32(kv->tk, k_row(kv, seq, l, pos), kv->kw[l], tmp);
-}
-
-const float *nx_kv_get_v(const nx_kv *kv, int seq, int l, int pos, float *tmp) {
-    return nx_kv_to_f32(kv->tv, v_row(kv, seq, l, pos), kv->vw[l], tmp);
-}
+const float *nx_kv_get_k(const nx_kv *kv, int seq, int l, int pos, float *tmp) { return get(kv, seq, l, pos, tmp, false); }
+const float *nx_kv_get_v(const nx_kv *kv, int seq, int l, int pos, float *tmp) { return get(kv, seq, l, pos, tmp, true); }
 
 const void *nx_kv_k_base(const nx_kv *kv, int seq, int l) { return kv->seqs[seq].attn + kv->k_off[l]; }
 const void *nx_kv_v_base(const nx_kv *kv, int seq, int l) { return kv->seqs[seq].attn + kv->v_off[l]; }
+int nx_kv_heads(const nx_kv *kv, int l) { return kv->heads[l]; }
+const void *nx_kv_head(const nx_kv *kv, int seq, int l, int h, bool v) { return head_row(kv, seq, l, 0, h, v); }
 
 int nx_kv_seq_len(const nx_kv *kv, int seq) { return kv->seqs[seq].len; }
 void nx_kv_seq_set_len(nx_kv *kv, int seq, int len) { kv->seqs[seq].len = len; }
@@ -527,8 +546,12 @@ nx_status nx_kv_seq_cp(nx_kv *kv, int src, int dst, int p0, int p1, nx_error *er
     for (int l = 0; l < kv->n_attn; l++) {
         /* a ring is copied whole: its rows are not in position order */
         size_t rows = kv->ring[l] ? (size_t)kv->ring[l] : (size_t)n;
-        memcpy(d->attn + kv->k_off[l], s->attn + kv->k_off[l], rows * kv->krb[l]);
-        memcpy(d->attn + kv->v_off[l], s->attn + kv->v_off[l], rows * kv->vrb[l]);
+        const int nh = kv->heads[l];
+        const size_t kb = kv->krb[l] / (size_t)nh, vb = kv->vrb[l] / (size_t)nh, cells = (size_t)kv->cells[l];
+        for (int h = 0; h < nh; h++) {
+            memcpy(d->attn + kv->k_off[l] + h * cells * kb, s->attn + kv->k_off[l] + h * cells * kb, rows * kb);
+            memcpy(d->attn + kv->v_off[l] + h * cells * vb, s->attn + kv->v_off[l] + h * cells * vb, rows * vb);
+        }
     }
     if (kv->n_cell_pos) memcpy(d->cell_pos, s->cell_pos, kv->n_cell_pos * sizeof(int32_t));
     if (kv->rec_size && kv->deferred)

@@ -55,6 +55,10 @@ typedef struct nx_kv_config {
     const int64_t *log_size;
     void (*apply)(void *user, const nx_kv *kv, int seq, float *rec, int n);
     void *apply_user;
+    /* Optional (NULL: 1 each). Per attention layer: heads a row holds (k_width and v_width
+     * split evenly). Each head's rows are stored as their own plane (nx_kv_head), so attention
+     * over one head streams contiguous memory instead of every other part of a line. */
+    const int *heads;
 } nx_kv_config;
 
 /* Cache types a KV cache can store. */
@@ -84,8 +88,7 @@ size_t  nx_kv_bytes(const nx_kv *kv);
  * recurrent state). nx_kv_bytes = n_seq * (n_ctx * per_pos + fixed). */
 size_t  nx_kv_bytes_per_pos(const nx_kv *kv);
 size_t  nx_kv_bytes_fixed(const nx_kv *kv);
-/* Bytes of one K (v = false) or V (v = true) row of an attention layer: the stride between the
- * rows nx_kv_k_base / nx_kv_v_base point at. */
+/* Bytes of one K (v = false) or V (v = true) row (every head) of an attention layer. */
 size_t  nx_kv_row_bytes(const nx_kv *kv, int layer, bool v);
 
 /* ---- attention rows (callers pass valid seq / layer / pos: no checks in the hot path) ---- */
@@ -103,10 +106,15 @@ int nx_kv_cells(const nx_kv *kv, int layer);
 static inline int nx_kv_slot_of(int cells, int pos) { return pos < cells ? pos : pos % cells; }
 int nx_kv_slot(const nx_kv *kv, int layer, int pos);
 
-/* Raw row 0 of a sequence's K / V block (rows follow every nx_kv_row_bytes() bytes, in the cache
- * type; position pos is row nx_kv_slot(pos)), for kernels that read many positions. */
+/* Raw row 0 of a sequence's K / V block, for kernels that read many positions. With one head
+ * per row (the default) rows follow every nx_kv_row_bytes() bytes, in the cache type; position
+ * pos is row nx_kv_slot(pos). With more, use nx_kv_head. */
 const void *nx_kv_k_base(const nx_kv *kv, int seq, int layer);
 const void *nx_kv_v_base(const nx_kv *kv, int seq, int layer);
+/* Heads per row of a layer (nx_kv_config.heads), and row 0 of head h's plane of K (v false) or
+ * V: its rows follow every nx_kv_row_bytes() / heads bytes (position pos at row nx_kv_slot). */
+int nx_kv_heads(const nx_kv *kv, int layer);
+const void *nx_kv_head(const nx_kv *kv, int seq, int layer, int h, bool v);
 
 /* Positions held by a sequence ([0, len)); set by the decoder after a step. */
 int  nx_kv_seq_len(const nx_kv *kv, int seq);

@@ -478,19 +478,24 @@ nx_status qw_ctx_init(nx_ctx *ctx, nx_error *err) {
         if (hst != NX_OK) return hst;
     }
     int64_t *w = calloc((size_t)(2 * na + 2 * nr), sizeof *w);
-    if (!w) return nx_fail(err, NX_ERR_NOMEM, "out of memory");
+    int *heads = calloc((size_t)na, sizeof *heads);
+    if (!w || !heads) {
+        free(w); free(heads);
+        return nx_fail(err, NX_ERR_NOMEM, "out of memory");
+    }
     for (int i = 0; i < qm->n_attn; i++) w[i] = w[na + i] = (int64_t)hp->n_head_kv * hp->head_dim;
+    for (int i = 0; i < qm->n_attn; i++) heads[i] = hp->n_head_kv;
     for (int i = 0; i < qm->n_rec; i++) {
         w[2 * na + i] = (int64_t)(hp->d_conv - 1) * hp->conv_dim;
         w[2 * na + nr + i] = (int64_t)hp->nv * hp->dv * hp->dk;
     }
     int64_t *lw = malloc((size_t)nr * sizeof *lw);
-    if (!lw) { free(w); return nx_fail(err, NX_ERR_NOMEM, "out of memory"); }
+    if (!lw) { free(w); free(heads); return nx_fail(err, NX_ERR_NOMEM, "out of memory"); }
     for (int i = 0; i < nr; i++) lw[i] = dn_log_floats(hp);
     nx_kv_config kc = {
         .n_seq = ctx->params.n_seq_max, .n_ctx = ctx->params.n_ctx,
         .type_k = nx_ctx_kv_type(ctx->params.type_k), .type_v = nx_ctx_kv_type(ctx->params.type_v),
-        .n_attn = qm->n_attn, .k_width = w, .v_width = w + na,
+        .n_attn = qm->n_attn, .k_width = w, .v_width = w + na, .heads = heads,
         .n_rec = qm->n_rec, .conv_size = w + 2 * na, .ssm_size = w + 2 * na + nr,
         /* the SSM state is tens of MB per sequence: verify batches log their tokens instead of
          * snapshotting it per token (kv.h "deferred SSM") */
@@ -499,6 +504,7 @@ nx_status qw_ctx_init(nx_ctx *ctx, nx_error *err) {
     nx_status st = nx_kv_create(&kc, &ctx->kv, err);
     free(w);
     free(lw);
+    free(heads);
     if (st != NX_OK) return st;
     qw_scratch *s = NULL;
     st = qw_scratch_create(qm, ctx->params.n_ubatch, ctx->params.n_ctx, nx_threadpool_size(ctx->tp), &s, err);
