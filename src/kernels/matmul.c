@@ -128,6 +128,9 @@ static nx_mm_quant_fn pick_quant(void) {
     case NX_CPU_AVX512: return nx_mm_quantize_avx512;
     case NX_CPU_AVX2: return nx_mm_quantize_avx2;
 #endif
+#if NX_MM_NEON
+    case NX_CPU_NEON_DOT: case NX_CPU_NEON: return nx_mm_quantize_neon;
+#endif
     default: return nx_mm_quantize_scalar;
     }
 }

@@ -9,9 +9,13 @@
  * row, activation row) the integer dot product of each block (super-block for the 256-types) is
  * exact, as in the scalar kernels, and the float operations are the scalar kernels' own, in the
  * same order, one activation row per vector lane (the build has -ffp-contract=off, and no fused
- * multiply-add is written here). So every result equals the scalar level's bit for bit, whatever
+ * multiply-add is written in the integer kernels). So every result equals the scalar level's bit for bit, whatever
  * the batch, the row's lane or the thread count: batch invariance follows from the reference's.
- * Float weights have no kernel here: they fall back to the scalar level.
+ * Float weights (F32 / F16 / BF16) are the exception: a sequential float sum per pair would
+ * leave decode no faster than scalar, so they take the AVX2 kernel's order instead (8 lanes,
+ * lane i mod 8 by fused multiply-add, a zero-padded last chunk, then the lanes folded as
+ * (l + l+4), then (0 + 2) + (1 + 3)): the same bits as the AVX2 level, batch invariant, and
+ * within float rounding of scalar (tests/test_matmul.c test_float_order checks the order).
  * Must never: read outside the weight rows and activation rows it is given.
  */
 #include "kernels/matmul_impl.h"
@@ -44,6 +48,78 @@ static inline float h2f(const uint8_t *p) {
     memcpy(&h, p, 2);
     return (float)h;
 }
+
+/* ===== Float weights: 8 lanes (two vectors) per activation row, AVX2's order ===== */
+
+/* Four weights from i on as floats: FCVT widens fp16 exactly, BF16 is a float's top half. */
+static inline float32x4_t wload4(nx_type t, const uint8_t *w, int64_t i) {
+    if (t == NX_TYPE_F32) return vld1q_f32((const float *)w + i);
+    const uint16x4_t h = vld1_u16((const uint16_t *)w + i);
+    if (t == NX_TYPE_F16) return vcvt_f32_f16(vreinterpret_f16_u16(h));
+    return vreinterpretq_f32_u32(vshll_n_u16(h, 16));
+}
+
+/* NR (<= 8) activation rows against weight row wr; y[r * ldy] for r < NR. */
+static inline __attribute__((always_inline)) void float_rows(nx_type t, const int NR, int64_t n, const uint8_t *wr,
+                                                             const float *x, int64_t ldx, float *y, int64_t ldy) {
+    float32x4_t acc[8][2];
+    for (int r = 0; r < NR; r++) acc[r][0] = acc[r][1] = vdupq_n_f32(0.0f);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const float32x4_t w0 = wload4(t, wr, i), w1 = wload4(t, wr, i + 4);
+        for (int r = 0; r < NR; r++) {
+            acc[r][0] = vfmaq_f32(acc[r][0], w0, vld1q_f32(x + r * ldx + i));
+            acc[r][1] = vfmaq_f32(acc[r][1], w1, vld1q_f32(x + r * ldx + i + 4));
+        }
+    }
+    if (i < n) {   /* tail: the last < 8 values in zero-padded buffers, every lane updated (as AVX2) */
+        const size_t es = t == NX_TYPE_F32 ? 4 : 2;
+        uint8_t wt[32] = {0};
+        memcpy(wt, wr + (size_t)i * es, (size_t)(n - i) * es);
+        const float32x4_t w0 = wload4(t, wt, 0), w1 = wload4(t, wt, 4);
+        for (int r = 0; r < NR; r++) {
+            float xt[8] = {0};
+            memcpy(xt, x + r * ldx + i, (size_t)(n - i) * sizeof(float));
+            acc[r][0] = vfmaq_f32(acc[r][0], w0, vld1q_f32(xt));
+            acc[r][1] = vfmaq_f32(acc[r][1], w1, vld1q_f32(xt + 4));
+        }
+    }
+    for (int r = 0; r < NR; r++) {
+        const float32x4_t s = vaddq_f32(acc[r][0], acc[r][1]);
+        const float32x2_t s2 = vadd_f32(vget_low_f32(s), vget_high_f32(s));
+        y[r * ldy] = vget_lane_f32(s2, 0) + vget_lane_f32(s2, 1);
+    }
+}
+
+/* Rows in balanced groups of at most 8 (9 rows: 5 + 4), each group size its own body with
+ * the accumulators in registers; a row's group changes nothing in its arithmetic. */
+static inline __attribute__((always_inline)) void kern_float(nx_type t, int64_t n, const uint8_t *w, size_t ws, int64_t nw,
+                                                             const nx_mm_act *a, int na, float *y, int64_t ldy) {
+    for (int64_t o = 0; o < nw; o++) {
+        const uint8_t *wr = w + (size_t)o * ws;
+        for (int r0 = 0; r0 < na;) {
+            const int ng = (na - r0 + 7) / 8, nr = (na - r0 + ng - 1) / ng;
+            const float *x = a->x + r0 * a->ldx;
+            float *yo = y + (int64_t)r0 * ldy + o;
+            switch (nr) {
+            case 1: float_rows(t, 1, n, wr, x, a->ldx, yo, ldy); break;
+            case 2: float_rows(t, 2, n, wr, x, a->ldx, yo, ldy); break;
+            case 3: float_rows(t, 3, n, wr, x, a->ldx, yo, ldy); break;
+            case 4: float_rows(t, 4, n, wr, x, a->ldx, yo, ldy); break;
+            case 5: float_rows(t, 5, n, wr, x, a->ldx, yo, ldy); break;
+            case 6: float_rows(t, 6, n, wr, x, a->ldx, yo, ldy); break;
+            case 7: float_rows(t, 7, n, wr, x, a->ldx, yo, ldy); break;
+            default: float_rows(t, 8, n, wr, x, a->ldx, yo, ldy); break;
+            }
+            r0 += nr;
+        }
+    }
+}
+
+#define KF(name, T) static void name(int64_t n, const uint8_t *w, size_t ws, int64_t nw, const nx_mm_act *a, int na, float *y, int64_t ldy) { kern_float(T, n, w, ws, nw, a, na, y, ldy); }
+KF(k_f32, NX_TYPE_F32)
+KF(k_f16, NX_TYPE_F16)
+KF(k_bf16, NX_TYPE_BF16)
 
 /* ===== 32-value blocks: y = sum_b (dw_b * da_b) * I_b (+ mw_b * s_b) ===== */
 
@@ -324,6 +400,9 @@ K256(k_iq4_xs, NX_TYPE_IQ4_XS)
 
 nx_mm_kernel NX_NEON_FN(nx_type type) {
     switch (type) {
+    case NX_TYPE_F32: return k_f32;
+    case NX_TYPE_F16: return k_f16;
+    case NX_TYPE_BF16: return k_bf16;
     case NX_TYPE_Q8_0: return k_q8_0;
     case NX_TYPE_Q4_0: return k_q4_0;
     case NX_TYPE_Q4_1: return k_q4_1;
