@@ -125,7 +125,8 @@ static nx_status run_mm(nx_threadpool *tp, const wmat *m, const float *x, int64_
 }
 
 /* Scalar first (the reference); a level this machine lacks is skipped (nx_cpu_set_level). */
-static const nx_cpu_level k_levels[] = {NX_CPU_SCALAR, NX_CPU_AVX2, NX_CPU_AVX512, NX_CPU_NEON, NX_CPU_NEON_DOT};
+static const nx_cpu_level k_levels[] = {NX_CPU_SCALAR, NX_CPU_AVX2, NX_CPU_AVX512, NX_CPU_NEON, NX_CPU_NEON_DOT,
+                                        NX_CPU_NEON_I8MM};
 
 /* Accuracy against the references and the scalar level, for one shape. */
 static void check_accuracy(nx_type t, int64_t n_in, int64_t n_out, int64_t n_rows) {
@@ -455,10 +456,11 @@ static void test_extremes(void) {
 #if defined(__aarch64__)
 /* The NEON levels keep the scalar kernels' float operations, one activation row per lane
  * (matmul_neon_kernels.h): every output equals the scalar level's bit for bit, for batches
- * 1..17 (lanes and 16-row tiles, partial lane groups), 1 and 2 threads, random and extreme
- * codes. Built on aarch64 only (every aarch64 CPU has NEON). */
+ * 1..17 (lanes, i8mm row pairs and 16-row tiles, partial groups; 9 weight rows: a lone last
+ * row for i8mm, other pairs under 2 threads), random and extreme codes. Built on aarch64 only
+ * (every aarch64 CPU has NEON). */
 static void test_neon_exact(void) {
-    nx_cpu_level neon[2] = {NX_CPU_NEON, NX_CPU_NEON_DOT};
+    nx_cpu_level neon[3] = {NX_CPU_NEON, NX_CPU_NEON_DOT, NX_CPU_NEON_I8MM};
     static const uint8_t fills[4] = {0x00, 0xFF, 0x80, 0x7F};
     nx_error err = {0};
     nx_threadpool *tp = nx_threadpool_create(2, &err);
@@ -485,7 +487,7 @@ static void test_neon_exact(void) {
         float *ys = malloc(sizeof(float) * R * (size_t)n_out), *y = malloc(sizeof(float) * R * (size_t)n_out);
         nx_cpu_set_level(NX_CPU_SCALAR);
         CHECK(run_mm(NULL, &m, x, R, ldx, ys, n_out) == NX_OK);
-        for (int l = 0; l < 2; l++) {
+        for (int l = 0; l < 3; l++) {
             if (nx_cpu_set_level(neon[l]) != neon[l]) continue;
             for (int n = 1; n <= R; n++)
                 for (int th = 0; th < 2; th++) {
@@ -520,11 +522,11 @@ static float float_order8(const float *w, const float *x, int64_t n) {
 }
 
 static void test_float_order(void) {
-    static const nx_cpu_level lv[3] = {NX_CPU_AVX2, NX_CPU_NEON, NX_CPU_NEON_DOT};
+    static const nx_cpu_level lv[4] = {NX_CPU_AVX2, NX_CPU_NEON, NX_CPU_NEON_DOT, NX_CPU_NEON_I8MM};
     static const nx_type ft[3] = {NX_TYPE_F32, NX_TYPE_F16, NX_TYPE_BF16};
     static const int64_t sizes[3] = {8, 83, 520};
     enum { R = 11 };
-    for (int l = 0; l < 3; l++) {
+    for (int l = 0; l < 4; l++) {
         if (nx_cpu_set_level(lv[l]) != lv[l]) continue;
         for (int ti = 0; ti < 3; ti++)
             for (int si = 0; si < 3; si++) {

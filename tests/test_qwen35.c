@@ -538,7 +538,7 @@ static void test_dn_kernels(void) {
     if (nx_cpu_level_detected() >= NX_CPU_AVX2) fns[n_fn++] = qw_dn_head_avx2;
     if (nx_cpu_level_detected() >= NX_CPU_AVX512) fns[n_fn++] = qw_dn_head_avx512;
 #elif defined(__aarch64__)
-    fns[n_fn++] = qw_dn_head_neon;   /* both NEON levels */
+    fns[n_fn++] = qw_dn_head_neon;   /* every NEON level */
 #endif
     for (int lvl = 0; lvl < n_fn; lvl++) {
         qw_dn_head_fn f = fns[lvl];
@@ -572,7 +572,7 @@ static void test_dn_run(void) {
 #if defined(__x86_64__) || defined(__i386__)
     const int top = NX_CPU_AVX512;
 #elif defined(__aarch64__)
-    const int top = NX_CPU_NEON;     /* both NEON levels run the same kernel */
+    const int top = NX_CPU_NEON;     /* every NEON level runs the same kernel */
 #else
     const int top = NX_CPU_SCALAR;
 #endif

@@ -1,5 +1,5 @@
 /* matmul_neon.c — the aarch64 base level's matmul kernels (matmul_neon_kernels.h, no dot
- * product instructions) and the NEON activation quantizer, which both NEON levels use. */
+ * product instructions) and the NEON activation quantizer, which every NEON level uses. */
 #define NX_NEON_DOT 0
 #define NX_NEON_FN nx_mm_kernel_neon
 #include "kernels/matmul_neon_kernels.h"

@@ -172,7 +172,7 @@ const nx_ops_impl *nx_ops_get(void) {
     case NX_CPU_AVX2:   if (nx_ops_avx2.dot) return &nx_ops_avx2;     __attribute__((fallthrough));
 #endif
 #if defined(__aarch64__)
-    case NX_CPU_NEON_DOT: case NX_CPU_NEON: return &nx_ops_neon;
+    case NX_CPU_NEON_I8MM: case NX_CPU_NEON_DOT: case NX_CPU_NEON: return &nx_ops_neon;
 #endif
     default: break;
     }

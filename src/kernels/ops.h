@@ -152,7 +152,7 @@ extern const nx_ops_impl nx_ops_scalar;
 extern const nx_ops_impl nx_ops_avx2;     /* only meaningful when the CPU level allows it */
 extern const nx_ops_impl nx_ops_avx512;
 #if defined(__aarch64__)
-extern const nx_ops_impl nx_ops_neon;     /* ops_neon.c: both NEON levels */
+extern const nx_ops_impl nx_ops_neon;     /* ops_neon.c: every NEON level */
 #endif
 
 /* The table for the level in effect now. */

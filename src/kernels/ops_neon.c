@@ -1,6 +1,6 @@
 /*
  * ops_neon.c — aarch64 Advanced SIMD versions of the ops in ops.h (4 floats per vector), for
- * both NEON levels (the ops need no dot product instructions).
+ * every NEON level (the ops need no integer dot or matrix products).
  *
  * The formulas are ops_avx2.c's (polynomial exp / expm1 / log1p, 2^n in two halves), with
  * the multiply-adds written as vfmaq / vfmsq (the aarch64 build has -ffp-contract=off, so
