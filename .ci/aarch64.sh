@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # aarch64 CI: cross-build with Debian's gcc-aarch64-linux-gnu into build-aarch64/ and run the
 # tests labelled "aarch64" (kernels, models, golden and bit-identity tests) under qemu-aarch64.
-# qemu emulates a CPU with the dot product, so both NEON levels run (the tests force each).
+# qemu emulates a CPU with the dot product and i8mm, so every NEON level runs (the tests force each).
 # Speed means nothing under qemu; correctness does. Extra arguments go to ctest.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -125,7 +125,8 @@ static nx_status run_mm(nx_threadpool *tp, const wmat *m, const float *x, int64_
 }
 
 /* Scalar first (the reference); a level this machine lacks is skipped (nx_cpu_set_level). */
-static const nx_cpu_level k_levels[] = {NX_CPU_SCALAR, NX_CPU_AVX2, NX_CPU_AVX512, NX_CPU_NEON, NX_CPU_NEON_DOT};
+static const nx_cpu_level k_levels[] = {NX_CPU_SCALAR, NX_CPU_AVX2, NX_CPU_AVX512, NX_CPU_NEON, NX_CPU_NEON_DOT,
+                                        NX_CPU_NEON_I8MM};
 
 /* Accuracy against the references and the scalar level, for one shape. */
 static void check_accuracy(nx_type t, int64_t n_in, int64_t n_out, int64_t n_rows) {
@@ -455,10 +456,11 @@ static void test_extremes(void) {
 #if defined(__aarch64__)
 /* The NEON levels keep the scalar kernels' float operations, one activation row per lane
  * (matmul_neon_kernels.h): every output equals the scalar level's bit for bit, for batches
- * 1..17 (lanes and 16-row tiles, partial lane groups), 1 and 2 threads, random and extreme
- * codes. Built on aarch64 only (every aarch64 CPU has NEON). */
+ * 1..17 (lanes, i8mm row pairs and 16-row tiles, partial groups; 9 weight rows: a lone last
+ * row for i8mm, other pairs under 2 threads), random and extreme codes. Built on aarch64 only
+ * (every aarch64 CPU has NEON). */
 static void test_neon_exact(void) {
-    nx_cpu_level neon[2] = {NX_CPU_NEON, NX_CPU_NEON_DOT};
+    nx_cpu_level neon[3] = {NX_CPU_NEON, NX_CPU_NEON_DOT, NX_CPU_NEON_I8MM};
     static const uint8_t fills[4] = {0x00, 0xFF, 0x80, 0x7F};
     nx_error err = {0};
     nx_threadpool *tp = nx_threadpool_create(2, &err);
@@ -467,7 +469,7 @@ static void test_neon_exact(void) {
     for (int ti = 0; ti < N_TYPES; ti++) {
         const nx_type t = k_types[ti];
         const nx_type_traits *tt = nx_type_info(t);
-        if (tt->blck_size == 1) continue;   /* float weights: the scalar kernel on NEON levels */
+        if (tt->blck_size == 1) continue;   /* float weights: AVX2's order (test_float_order) */
         const int64_t n_in = 512, n_out = 9, nb = n_in / tt->blck_size, ldx = n_in + 3;
         wmat m;
         wmat_make(&m, t, n_in, n_out);
@@ -485,7 +487,7 @@ static void test_neon_exact(void) {
         float *ys = malloc(sizeof(float) * R * (size_t)n_out), *y = malloc(sizeof(float) * R * (size_t)n_out);
         nx_cpu_set_level(NX_CPU_SCALAR);
         CHECK(run_mm(NULL, &m, x, R, ldx, ys, n_out) == NX_OK);
-        for (int l = 0; l < 2; l++) {
+        for (int l = 0; l < 3; l++) {
             if (nx_cpu_set_level(neon[l]) != neon[l]) continue;
             for (int n = 1; n <= R; n++)
                 for (int th = 0; th < 2; th++) {
@@ -502,6 +504,52 @@ static void test_neon_exact(void) {
     if (tp) nx_threadpool_free(tp);
 }
 #endif
+
+/* The float weights' order on the AVX2 and NEON levels (matmul_neon_kernels.h): 8 lanes by
+ * fused multiply-add (lane i mod 8), a zero-padded last chunk that updates every lane, then
+ * s = lane l + lane l+4, (s0 + s2) + (s1 + s3). Written out here in plain C, it must give the
+ * kernels' bits: so NEON results equal AVX2's although no machine runs both. */
+static float float_order8(const float *w, const float *x, int64_t n) {
+    float acc[8] = {0};
+    for (int64_t i = 0; i < n; i += 8)
+        for (int l = 0; l < 8; l++) {
+            const int in = i + l < n;
+            acc[l] = fmaf(in ? w[i + l] : 0.0f, in ? x[i + l] : 0.0f, acc[l]);
+        }
+    float s[4];
+    for (int l = 0; l < 4; l++) s[l] = acc[l] + acc[l + 4];
+    return (s[0] + s[2]) + (s[1] + s[3]);
+}
+
+static void test_float_order(void) {
+    static const nx_cpu_level lv[4] = {NX_CPU_AVX2, NX_CPU_NEON, NX_CPU_NEON_DOT, NX_CPU_NEON_I8MM};
+    static const nx_type ft[3] = {NX_TYPE_F32, NX_TYPE_F16, NX_TYPE_BF16};
+    static const int64_t sizes[3] = {8, 83, 520};
+    enum { R = 11 };
+    for (int l = 0; l < 4; l++) {
+        if (nx_cpu_set_level(lv[l]) != lv[l]) continue;
+        for (int ti = 0; ti < 3; ti++)
+            for (int si = 0; si < 3; si++) {
+                const int64_t n_in = sizes[si], n_out = 5, ldx = n_in + 1;
+                wmat m;
+                wmat_make(&m, ft[ti], n_in, n_out);
+                float *x = make_x(R, ldx), *y = malloc(sizeof(float) * R * n_out);
+                x[3] = -0.0f;
+                for (int n = 1; n <= R; n += 3) {
+                    CHECK(run_mm(NULL, &m, x, n, ldx, y, n_out) == NX_OK);
+                    int bad = 0;
+                    for (int r = 0; r < n; r++)
+                        for (int64_t o = 0; o < n_out; o++)
+                            bad += !same_bits(&y[r * n_out + o], &(float){float_order8(m.wf + o * n_in, x + r * ldx, n_in)}, 1);
+                    CHECK_MSG(bad == 0, "%s level %s n_in %lld batch %d: %d outputs off the 8-lane order", nx_type_name(ft[ti]),
+                              nx_cpu_level_name(lv[l]), (long long)n_in, n, bad);
+                }
+                free(x); free(y);
+                wmat_free(&m);
+            }
+    }
+    nx_cpu_set_level(NX_CPU_AVX512);
+}
 
 /* Non-finite activations must not crash or hang (values are then unspecified). */
 static void test_nonfinite(void) {
@@ -550,7 +598,22 @@ static void test_quantize_levels(void) {
         float d0[N / 32], s0[N / 32];
         int16_t b0[N / 16];
         nx_mm_quantize_scalar(x, N, B, bias, q0, d0, B == 32 ? s0 : NULL, B == 256 ? b0 : NULL);
-#if NX_MM_X86   /* aarch64 quantizes with the scalar reference */
+#if NX_MM_NEON   /* both biases: the byte wraps the same way */
+        {
+            uint8_t q1[N], q3[N];
+            float d1[N / 32], s1[N / 32];
+            int16_t b1[N / 16];
+            nx_mm_quantize_neon(x, N, B, bias, q1, d1, B == 32 ? s1 : NULL, B == 256 ? b1 : NULL);
+            CHECK(!memcmp(q0, q1, N) && !memcmp(d0, d1, sizeof(float) * (size_t)(N / B)));
+            if (B == 32) CHECK(!memcmp(s0, s1, sizeof(float) * (N / 32)));
+            else CHECK(!memcmp(b0, b1, sizeof(int16_t) * (N / 16)));
+            const int ob = bias ? 0 : 128;   /* the other bias: scalar and NEON again */
+            nx_mm_quantize_scalar(x, N, B, ob, q1, d1, NULL, NULL);
+            nx_mm_quantize_neon(x, N, B, ob, q3, d1, NULL, NULL);
+            CHECK_MSG(!memcmp(q1, q3, N), "B %d bias %d", B, ob);
+        }
+#endif
+#if NX_MM_X86
         uint8_t q1[N], q2[N];
         float d1[N / 32], d2[N / 32], s1[N / 32], s2[N / 32];
         int16_t b1[N / 16], b2[N / 16];
@@ -778,6 +841,7 @@ int main(void) {
 #if defined(__aarch64__)
     RUN(test_neon_exact);   /* the aarch64 subset (.ci/aarch64.sh) */
 #endif
+    RUN(test_float_order);
     RUN(test_packed);
     return test_summary();
 }

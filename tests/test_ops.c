@@ -77,7 +77,7 @@ static void test_simd_vs_scalar_unary(void) {
         {"mul", -100, 100, 0, 0, 1, NULL, nx_mul},
         {"swiglu", -20, 20, 4e-7, 1e-37, 1, NULL, nx_swiglu},
     };
-    nx_cpu_level lv[3];
+    nx_cpu_level lv[NX_CPU_MAX_LEVELS];
     int nl = levels(lv);
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         const op_case *oc = &cases[c];
@@ -110,7 +110,7 @@ static void test_simd_vs_scalar_unary(void) {
 
 /* GELU: the ggml formula 0.5x(1+tanh(u)) cancels for negative x, so the tolerance is absolute in |x|. */
 static void test_gelu(void) {
-    nx_cpu_level lv[3];
+    nx_cpu_level lv[NX_CPU_MAX_LEVELS];
     int nl = levels(lv);
     for (int li = 0; li < N_LENS; li++) {
         int n = LENS[li];
@@ -137,7 +137,7 @@ static void test_gelu(void) {
 
 /* axpy / mul_add / dot are fused and bit-identical at every level. */
 static void test_fused_exact(void) {
-    nx_cpu_level lv[3];
+    nx_cpu_level lv[NX_CPU_MAX_LEVELS];
     int nl = levels(lv);
     for (int li = 0; li < N_LENS; li++) {
         int n = LENS[li];
@@ -171,7 +171,7 @@ static void test_fused_exact(void) {
 /* ===== accuracy sweeps against double precision (every level) ===== */
 
 static void test_accuracy_sweeps(void) {
-    nx_cpu_level lv[3];
+    nx_cpu_level lv[NX_CPU_MAX_LEVELS];
     int nl = levels(lv);
     static float xs[20001], ys[20001];
     const int n = 20001;
@@ -230,7 +230,7 @@ static void test_accuracy_sweeps(void) {
 /* ===== known values and non-finite inputs ===== */
 
 static void test_known_values(void) {
-    nx_cpu_level lv[3];
+    nx_cpu_level lv[NX_CPU_MAX_LEVELS];
     int nl = levels(lv);
     for (int l = 0; l < nl; l++) {
         nx_cpu_set_level(lv[l]);
@@ -279,7 +279,7 @@ static void test_known_values(void) {
 /* ===== norms ===== */
 
 static void test_norms(void) {
-    nx_cpu_level lv[3];
+    nx_cpu_level lv[NX_CPU_MAX_LEVELS];
     int nl = levels(lv);
     static float w[MAXN];
     for (int li = 0; li < N_LENS; li++) {
@@ -334,7 +334,7 @@ static void test_norms(void) {
 /* ===== softmax ===== */
 
 static void test_softmax(void) {
-    nx_cpu_level lv[3];
+    nx_cpu_level lv[NX_CPU_MAX_LEVELS];
     int nl = levels(lv);
     static float mask[MAXN];
     for (int li = 0; li < N_LENS; li++) {
@@ -395,7 +395,7 @@ static void test_softmax(void) {
 /* ===== argmax, argmax_prob, top-k ===== */
 
 static void test_argmax(void) {
-    nx_cpu_level lv[3];
+    nx_cpu_level lv[NX_CPU_MAX_LEVELS];
     int nl = levels(lv);
     for (int l = 0; l < nl; l++) {
         nx_cpu_set_level(lv[l]);
@@ -462,7 +462,7 @@ static void topk_ref(const float *x, int n, int k, int *idx, float *val, int *cn
 }
 
 static void test_topk(void) {
-    nx_cpu_level lv[3];
+    nx_cpu_level lv[NX_CPU_MAX_LEVELS];
     int nl = levels(lv);
     const int ks[] = {1, 2, 5, 40, 64};
     for (int li = 0; li < N_LENS; li++) {
@@ -539,7 +539,7 @@ static void rope_ref(double *out, const float *x, int head_dim, const nx_rope_pa
 }
 
 static void test_rope(void) {
-    nx_cpu_level lv[3];
+    nx_cpu_level lv[NX_CPU_MAX_LEVELS];
     int nl = levels(lv);
     enum { HD = 256, NH = 3, STRIDE = 2 * HD };      /* q interleaved with gate: stride 2*head_dim */
     static float x[NH * STRIDE], y[NH * STRIDE];

@@ -536,9 +536,11 @@ static void test_dn_kernels(void) {
           *q = malloc(128 * 4), *v = malloc(128 * 4), o[128], o2[128];
     qw_dn_head_fn fns[2];
     int n_fn = 0;
-#if defined(__x86_64__) || defined(__i386__)   /* aarch64 has the scalar kernel only, so far */
+#if defined(__x86_64__) || defined(__i386__)
     if (nx_cpu_level_detected() >= NX_CPU_AVX2) fns[n_fn++] = qw_dn_head_avx2;
     if (nx_cpu_level_detected() >= NX_CPU_AVX512) fns[n_fn++] = qw_dn_head_avx512;
+#elif defined(__aarch64__)
+    fns[n_fn++] = qw_dn_head_neon;   /* every NEON level */
 #endif
     for (int lvl = 0; lvl < n_fn; lvl++) {
         qw_dn_head_fn f = fns[lvl];
@@ -653,8 +655,10 @@ static void test_dn_run(void) {
     uint64_t rng = 7;
 #if defined(__x86_64__) || defined(__i386__)
     const int top = NX_CPU_AVX512;
+#elif defined(__aarch64__)
+    const int top = NX_CPU_NEON;     /* every NEON level runs the same kernel */
 #else
-    const int top = NX_CPU_SCALAR;   /* aarch64: the scalar run only, so far */
+    const int top = NX_CPU_SCALAR;
 #endif
     for (int lvl = NX_CPU_SCALAR; lvl <= top; lvl++) {
         qw_dn_head_fn head = qw_dn_head_scalar;
@@ -663,6 +667,9 @@ static void test_dn_run(void) {
         if (nx_cpu_level_detected() < (nx_cpu_level)lvl) continue;
         if (lvl == NX_CPU_AVX2) { head = qw_dn_head_avx2; run = qw_dn_run_avx2; }
         if (lvl == NX_CPU_AVX512) { head = qw_dn_head_avx512; run = qw_dn_run_avx512; }
+#elif defined(__aarch64__)
+        if (lvl != NX_CPU_SCALAR && lvl != NX_CPU_NEON) continue;
+        if (lvl == NX_CPU_NEON) { head = qw_dn_head_neon; run = qw_dn_run_neon; }
 #endif
         for (int d = 0; d < 3; d++) {
             const int dk = dims[d][0], dv = dims[d][1];

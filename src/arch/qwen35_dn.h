@@ -1,6 +1,6 @@
 /*
  * qwen35_dn.h — the Gated DeltaNet recurrence of one V head for one token (the hot loop of
- * the recurrent layers), with a scalar reference and AVX2 / AVX-512 versions.
+ * the recurrent layers), with a scalar reference and AVX2 / AVX-512 / NEON versions.
  *
  * For every state row i (v index; S is dv rows of dk floats, row-major):
  *   vn   = beta * (v[i] - decay * (S_i . k))
@@ -35,6 +35,8 @@ void qw_dn_head_avx2(const float *S, float *Sd, int dv, int dk, const float *k, 
                      float beta, float decay, float scale, float *o);
 void qw_dn_head_avx512(const float *S, float *Sd, int dv, int dk, const float *k, const float *q, const float *v,
                        float beta, float decay, float scale, float *o);
+void qw_dn_head_neon(const float *S, float *Sd, int dv, int dk, const float *k, const float *q, const float *v,
+                     float beta, float decay, float scale, float *o);
 
 typedef void (*qw_dn_run_fn)(const float *S, float *const *Sd, int T, int dv, int dk, const float *const *k,
                              const float *const *q, const float *const *v, const float *beta, const float *decay,
@@ -48,6 +50,9 @@ void qw_dn_run_avx2(const float *S, float *const *Sd, int T, int dv, int dk, con
 void qw_dn_run_avx512(const float *S, float *const *Sd, int T, int dv, int dk, const float *const *k,
                       const float *const *q, const float *const *v, const float *beta, const float *decay, float scale,
                       float *const *o);
+void qw_dn_run_neon(const float *S, float *const *Sd, int T, int dv, int dk, const float *const *k,
+                    const float *const *q, const float *const *v, const float *beta, const float *decay, float scale,
+                    float *const *o);
 #define QW_DN_RUN_MAX_DK 512   /* the runs' row buffer (the loader refuses larger heads) */
 #define QW_DN_RUN_MAX_T 128    /* tokens of one run call: a deferred replay (<= NX_SNAPSHOT_MAX) + a verify batch */
 

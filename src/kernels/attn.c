@@ -73,6 +73,8 @@ static const nx_attn_tier *tier(void) {
     case NX_CPU_AVX2: return &nx_attn_tier_avx2;
     default: break;
     }
+#elif defined(__aarch64__)
+    if (nx_cpu_level_get() != NX_CPU_SCALAR) return &nx_attn_tier_neon;
 #endif
     return &nx_attn_tier_scalar;
 }

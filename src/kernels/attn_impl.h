@@ -31,6 +31,9 @@ extern const nx_attn_tier nx_attn_tier_scalar;
 extern const nx_attn_tier nx_attn_tier_avx2;
 extern const nx_attn_tier nx_attn_tier_avx512;
 #endif
+#if defined(__aarch64__)
+extern const nx_attn_tier nx_attn_tier_neon;   /* every NEON level (no integer products here) */
+#endif
 
 /* The contract's constants, shared by every tier. */
 #define NX_ATTN_EXP_MIN   (-87.0f)

@@ -9,6 +9,9 @@
 #ifndef HWCAP_ASIMDDP
 #define HWCAP_ASIMDDP (1 << 20)
 #endif
+#ifndef HWCAP2_I8MM
+#define HWCAP2_I8MM (1 << 13)
+#endif
 #endif
 
 static atomic_int g_level = -1;     /* the CPU feature table: level in effect, -1 = not yet set */
@@ -49,7 +52,8 @@ nx_cpu_level nx_cpu_level_detected(void) {
     if (ymm && avx2 && fma && f16c && bmi2) return NX_CPU_AVX2;
 #elif defined(__aarch64__)
 #if defined(__linux__)
-    if (getauxval(AT_HWCAP) & HWCAP_ASIMDDP) return NX_CPU_NEON_DOT;
+    if (getauxval(AT_HWCAP) & HWCAP_ASIMDDP)
+        return getauxval(AT_HWCAP2) & HWCAP2_I8MM ? NX_CPU_NEON_I8MM : NX_CPU_NEON_DOT;
 #elif defined(__APPLE__)
     return NX_CPU_NEON_DOT;   /* every Apple aarch64 core has the dot product */
 #endif
@@ -61,7 +65,7 @@ nx_cpu_level nx_cpu_level_detected(void) {
 /* The machine's architecture owns a level. */
 static bool level_native(nx_cpu_level l) {
 #if defined(__aarch64__)
-    return l == NX_CPU_SCALAR || l == NX_CPU_NEON || l == NX_CPU_NEON_DOT;
+    return l == NX_CPU_SCALAR || l == NX_CPU_NEON || l == NX_CPU_NEON_DOT || l == NX_CPU_NEON_I8MM;
 #else
     return l == NX_CPU_SCALAR || l == NX_CPU_AVX2 || l == NX_CPU_AVX512;
 #endif
@@ -103,7 +107,10 @@ nx_cpu_level nx_cpu_level_get(void) {
     if (env) {
         if (!strcmp(env, "scalar")) want = NX_CPU_SCALAR;
         else if (!strcmp(env, "avx2")) want = NX_CPU_AVX2;
+        else if (!strcmp(env, "avx512")) want = NX_CPU_AVX512;
         else if (!strcmp(env, "neon")) want = NX_CPU_NEON;
+        else if (!strcmp(env, "neon_dot")) want = NX_CPU_NEON_DOT;
+        else if (!strcmp(env, "neon_i8mm")) want = NX_CPU_NEON_I8MM;
     }
     return nx_cpu_set_level(want);
 }
@@ -115,6 +122,7 @@ const char *nx_cpu_level_name(nx_cpu_level level) {
     case NX_CPU_AVX512: return "avx512";
     case NX_CPU_NEON: return "neon";
     case NX_CPU_NEON_DOT: return "neon_dot";
+    case NX_CPU_NEON_I8MM: return "neon_i8mm";
     }
     return "?";
 }

@@ -2,7 +2,7 @@
  * cpu.h — run-time CPU feature detection and the SIMD level the kernels use.
  *
  * The level is detected once (x86: CPUID; aarch64: the kernel's HWCAP bits) and capped by the
- * env var NEXTN_CPU=scalar|avx2|avx512 (x86) or scalar|neon|neon_dot (aarch64; a name of the
+ * env var NEXTN_CPU=scalar|avx2|avx512 (x86) or scalar|neon|neon_dot|neon_i8mm (aarch64; a name of the
  * other architecture is ignored). Tests force each level with nx_cpu_set_level() to cover
  * every path. This table is the one global besides the logger.
  *
@@ -19,9 +19,10 @@ typedef enum nx_cpu_level {
     NX_CPU_AVX512 = 2,   /* AVX-512 F/BW/VL/DQ + VNNI (+ BF16 where present) */
     NX_CPU_NEON   = 3,   /* aarch64 Advanced SIMD (every aarch64 CPU) */
     NX_CPU_NEON_DOT = 4, /* + the int8 dot product (SDOT/UDOT, FEAT_DotProd; armv8.2-a and later) */
+    NX_CPU_NEON_I8MM = 5, /* + the int8 matrix multiply (SMMLA, FEAT_I8MM; armv8.6-a, Neoverse V1/N2 and later) */
 } nx_cpu_level;
 
-#define NX_CPU_MAX_LEVELS 3   /* levels of one architecture, scalar included */
+#define NX_CPU_MAX_LEVELS 4   /* levels of one architecture, scalar included */
 
 nx_cpu_level nx_cpu_level_get(void);          /* current level (detected, capped by NEXTN_CPU) */
 nx_cpu_level nx_cpu_level_detected(void);     /* best the hardware supports */

@@ -128,6 +128,9 @@ static nx_mm_quant_fn pick_quant(void) {
     case NX_CPU_AVX512: return nx_mm_quantize_avx512;
     case NX_CPU_AVX2: return nx_mm_quantize_avx2;
 #endif
+#if NX_MM_NEON
+    case NX_CPU_NEON_I8MM: case NX_CPU_NEON_DOT: case NX_CPU_NEON: return nx_mm_quantize_neon;
+#endif
     default: return nx_mm_quantize_scalar;
     }
 }
@@ -195,6 +198,7 @@ static nx_mm_kernel pick_kernel(nx_type type, int *tile, int *bias) {
     case NX_CPU_AVX2:   k = nx_mm_kernel_avx2(type); if (k) { *bias = nx_mm_act_bias_avx2(type); break; } __attribute__((fallthrough));
 #endif
 #if NX_MM_NEON
+    case NX_CPU_NEON_I8MM: k = nx_mm_kernel_neon_i8mm(type); if (k) { *bias = 0; break; } __attribute__((fallthrough));
     case NX_CPU_NEON_DOT: k = nx_mm_kernel_neon_dot(type); if (k) { *bias = 0; break; } __attribute__((fallthrough));
     case NX_CPU_NEON:     k = nx_mm_kernel_neon(type); if (k) { *bias = 0; break; } __attribute__((fallthrough));
 #endif

@@ -133,11 +133,13 @@ typedef void (*nx_mm_kernel)(int64_t n_in, const uint8_t *w, size_t w_stride, in
 nx_mm_kernel nx_mm_kernel_scalar(nx_type type);
 nx_mm_kernel nx_mm_kernel_avx2(nx_type type);
 nx_mm_kernel nx_mm_kernel_avx512(nx_type type);
-/* aarch64 (matmul_neon.c, matmul_neon_dot.c): signed activation codes (bias 0) for every type,
+/* aarch64 (matmul_neon.c, matmul_neon_dot.c, matmul_neon_i8mm.c): signed activation codes (bias 0) for every type,
  * NX_MM_TILE rows per call, and the scalar kernels' float operations in the same order per
- * (weight row, activation row), so their results equal the scalar level's bit for bit. */
+ * (weight row, activation row), so their results equal the scalar level's bit for bit; float
+ * weights take the AVX2 kernel's order instead (matmul_neon_kernels.h), the AVX2 level's bits. */
 nx_mm_kernel nx_mm_kernel_neon(nx_type type);
 nx_mm_kernel nx_mm_kernel_neon_dot(nx_type type);
+nx_mm_kernel nx_mm_kernel_neon_i8mm(nx_type type);   /* SMMLA for 2+ activation rows */
 /* Activation rows the AVX-512 kernel of a type takes per call (NX_MM_TILE .. NX_MM_TILE_MAX):
  * kernels that decode a weight panel once per call amortize it over more rows. */
 int nx_mm_tile_avx512(nx_type type);
@@ -150,6 +152,7 @@ typedef void (*nx_mm_quant_fn)(const float *x, int64_t n, int B, int bias, uint8
 void nx_mm_quantize_scalar(const float *x, int64_t n, int B, int bias, uint8_t *q, float *d, float *s, int16_t *bs);
 void nx_mm_quantize_avx512(const float *x, int64_t n, int B, int bias, uint8_t *q, float *d, float *s, int16_t *bs);
 void nx_mm_quantize_avx2(const float *x, int64_t n, int B, int bias, uint8_t *q, float *d, float *s, int16_t *bs);
+void nx_mm_quantize_neon(const float *x, int64_t n, int B, int bias, uint8_t *q, float *d, float *s, int16_t *bs);
 
 /* The bias of the scalar and AVX-512 kernels. */
 static inline int nx_mm_act_bias(nx_type t) { return t == NX_TYPE_Q4_K || t == NX_TYPE_Q5_K ? 0 : 128; }

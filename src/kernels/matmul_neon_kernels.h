@@ -1,22 +1,32 @@
 /*
  * matmul_neon_kernels.h — the aarch64 Advanced SIMD matmul kernels, written once and compiled
- * twice: by matmul_neon.c (NX_NEON_DOT 0: the aarch64 base, integer dot products from
- * SMULL/SMLAL2 + SADALP) and by matmul_neon_dot.c (NX_NEON_DOT 1, built with
- * -march=armv8.2-a+dotprod: SDOT). Each includer defines NX_NEON_DOT and NX_NEON_FN (the name
- * of the kernel table function). Not a header of any module: include it nowhere else.
+ * three times: by matmul_neon.c (NX_NEON_DOT 0: the aarch64 base, integer dot products from
+ * SMULL/SMLAL2 + SADALP), by matmul_neon_dot.c (NX_NEON_DOT 1, built with
+ * -march=armv8.2-a+dotprod: SDOT) and by matmul_neon_i8mm.c (NX_NEON_I8MM 1 as well, built
+ * with +i8mm: SMMLA for two weight rows x two activation rows). Each includer defines
+ * NX_NEON_DOT, NX_NEON_FN (the name of the kernel table function) and optionally NX_NEON_I8MM.
+ * Not a header of any module: include it nowhere else.
  *
  * Contract (matmul_impl.h): activations are signed codes (bias 0) for every type. Per (weight
  * row, activation row) the integer dot product of each block (super-block for the 256-types) is
  * exact, as in the scalar kernels, and the float operations are the scalar kernels' own, in the
  * same order, one activation row per vector lane (the build has -ffp-contract=off, and no fused
- * multiply-add is written here). So every result equals the scalar level's bit for bit, whatever
+ * multiply-add is written in the integer kernels). So every result equals the scalar level's bit for bit, whatever
  * the batch, the row's lane or the thread count: batch invariance follows from the reference's.
- * Float weights have no kernel here: they fall back to the scalar level.
+ * Float weights (F32 / F16 / BF16) are the exception: a sequential float sum per pair would
+ * leave decode no faster than scalar, so they take the AVX2 kernel's order instead (8 lanes,
+ * lane i mod 8 by fused multiply-add, a zero-padded last chunk, then the lanes folded as
+ * (l + l+4), then (0 + 2) + (1 + 3)): the same bits as the AVX2 level, batch invariant, and
+ * within float rounding of scalar (tests/test_matmul.c test_float_order checks the order).
  * Must never: read outside the weight rows and activation rows it is given.
  */
 #include "kernels/matmul_impl.h"
 #include "quant/blocks.h"
 #include <arm_neon.h>
+
+#ifndef NX_NEON_I8MM
+#define NX_NEON_I8MM 0
+#endif
 #include <string.h>
 
 /* ===== Integer dot products and conversions ===== */
@@ -44,6 +54,78 @@ static inline float h2f(const uint8_t *p) {
     memcpy(&h, p, 2);
     return (float)h;
 }
+
+/* ===== Float weights: 8 lanes (two vectors) per activation row, AVX2's order ===== */
+
+/* Four weights from i on as floats: FCVT widens fp16 exactly, BF16 is a float's top half. */
+static inline float32x4_t wload4(nx_type t, const uint8_t *w, int64_t i) {
+    if (t == NX_TYPE_F32) return vld1q_f32((const float *)w + i);
+    const uint16x4_t h = vld1_u16((const uint16_t *)w + i);
+    if (t == NX_TYPE_F16) return vcvt_f32_f16(vreinterpret_f16_u16(h));
+    return vreinterpretq_f32_u32(vshll_n_u16(h, 16));
+}
+
+/* NR (<= 8) activation rows against weight row wr; y[r * ldy] for r < NR. */
+static inline __attribute__((always_inline)) void float_rows(nx_type t, const int NR, int64_t n, const uint8_t *wr,
+                                                             const float *x, int64_t ldx, float *y, int64_t ldy) {
+    float32x4_t acc[8][2];
+    for (int r = 0; r < NR; r++) acc[r][0] = acc[r][1] = vdupq_n_f32(0.0f);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const float32x4_t w0 = wload4(t, wr, i), w1 = wload4(t, wr, i + 4);
+        for (int r = 0; r < NR; r++) {
+            acc[r][0] = vfmaq_f32(acc[r][0], w0, vld1q_f32(x + r * ldx + i));
+            acc[r][1] = vfmaq_f32(acc[r][1], w1, vld1q_f32(x + r * ldx + i + 4));
+        }
+    }
+    if (i < n) {   /* tail: the last < 8 values in zero-padded buffers, every lane updated (as AVX2) */
+        const size_t es = t == NX_TYPE_F32 ? 4 : 2;
+        uint8_t wt[32] = {0};
+        memcpy(wt, wr + (size_t)i * es, (size_t)(n - i) * es);
+        const float32x4_t w0 = wload4(t, wt, 0), w1 = wload4(t, wt, 4);
+        for (int r = 0; r < NR; r++) {
+            float xt[8] = {0};
+            memcpy(xt, x + r * ldx + i, (size_t)(n - i) * sizeof(float));
+            acc[r][0] = vfmaq_f32(acc[r][0], w0, vld1q_f32(xt));
+            acc[r][1] = vfmaq_f32(acc[r][1], w1, vld1q_f32(xt + 4));
+        }
+    }
+    for (int r = 0; r < NR; r++) {
+        const float32x4_t s = vaddq_f32(acc[r][0], acc[r][1]);
+        const float32x2_t s2 = vadd_f32(vget_low_f32(s), vget_high_f32(s));
+        y[r * ldy] = vget_lane_f32(s2, 0) + vget_lane_f32(s2, 1);
+    }
+}
+
+/* Rows in balanced groups of at most 8 (9 rows: 5 + 4), each group size its own body with
+ * the accumulators in registers; a row's group changes nothing in its arithmetic. */
+static inline __attribute__((always_inline)) void kern_float(nx_type t, int64_t n, const uint8_t *w, size_t ws, int64_t nw,
+                                                             const nx_mm_act *a, int na, float *y, int64_t ldy) {
+    for (int64_t o = 0; o < nw; o++) {
+        const uint8_t *wr = w + (size_t)o * ws;
+        for (int r0 = 0; r0 < na;) {
+            const int ng = (na - r0 + 7) / 8, nr = (na - r0 + ng - 1) / ng;
+            const float *x = a->x + r0 * a->ldx;
+            float *yo = y + (int64_t)r0 * ldy + o;
+            switch (nr) {
+            case 1: float_rows(t, 1, n, wr, x, a->ldx, yo, ldy); break;
+            case 2: float_rows(t, 2, n, wr, x, a->ldx, yo, ldy); break;
+            case 3: float_rows(t, 3, n, wr, x, a->ldx, yo, ldy); break;
+            case 4: float_rows(t, 4, n, wr, x, a->ldx, yo, ldy); break;
+            case 5: float_rows(t, 5, n, wr, x, a->ldx, yo, ldy); break;
+            case 6: float_rows(t, 6, n, wr, x, a->ldx, yo, ldy); break;
+            case 7: float_rows(t, 7, n, wr, x, a->ldx, yo, ldy); break;
+            default: float_rows(t, 8, n, wr, x, a->ldx, yo, ldy); break;
+            }
+            r0 += nr;
+        }
+    }
+}
+
+#define KF(name, T) static void name(int64_t n, const uint8_t *w, size_t ws, int64_t nw, const nx_mm_act *a, int na, float *y, int64_t ldy) { kern_float(T, n, w, ws, nw, a, na, y, ldy); }
+KF(k_f32, NX_TYPE_F32)
+KF(k_f16, NX_TYPE_F16)
+KF(k_bf16, NX_TYPE_BF16)
 
 /* ===== 32-value blocks: y = sum_b (dw_b * da_b) * I_b (+ mw_b * s_b) ===== */
 
@@ -165,12 +247,14 @@ static inline __attribute__((always_inline)) void kern_b32(nx_type t, int64_t n_
 }
 
 #define K32(name, T) static void name(int64_t n, const uint8_t *w, size_t ws, int64_t nw, const nx_mm_act *a, int na, float *y, int64_t ldy) { kern_b32(T, n, w, ws, nw, a, na, y, ldy); }
+#if !NX_NEON_I8MM   /* the i8mm build wraps kern_b32 itself */
 K32(k_q8_0, NX_TYPE_Q8_0)
 K32(k_q4_0, NX_TYPE_Q4_0)
 K32(k_q4_1, NX_TYPE_Q4_1)
 K32(k_q5_0, NX_TYPE_Q5_0)
 K32(k_q5_1, NX_TYPE_Q5_1)
 K32(k_iq4_nl, NX_TYPE_IQ4_NL)
+#endif
 
 /* ===== 256-value super-blocks: y = sum_sb da * (d * I - dmin * M) ===== */
 
@@ -317,23 +401,185 @@ static inline __attribute__((always_inline)) void kern_b256(nx_type t, int64_t n
 }
 
 #define K256(name, T) static void name(int64_t n, const uint8_t *w, size_t ws, int64_t nw, const nx_mm_act *a, int na, float *y, int64_t ldy) { kern_b256(T, n, w, ws, nw, a, na, y, ldy); }
+#if !NX_NEON_I8MM   /* the i8mm build wraps kern_b256 itself */
 K256(k_q4_K, NX_TYPE_Q4_K)
 K256(k_q5_K, NX_TYPE_Q5_K)
 K256(k_q6_K, NX_TYPE_Q6_K)
 K256(k_iq4_xs, NX_TYPE_IQ4_XS)
+#endif
+
+#if NX_NEON_I8MM
+/* ===== i8mm: SMMLA multiplies a 2x8 block of two weight rows by two activation rows =====
+ * The 2x2 result [w0.x0, w0.x1, w1.x0, w1.x1] is exact in int32, so a pair's integer dot
+ * products are the ones above, and the float operations per lane are the same as there: the
+ * scalar level's bits again, whichever rows share a register. A lone weight or activation
+ * row is paired with itself and the duplicate lanes are dropped. */
+
+/* rows a, b of 8 bytes each from the halves (lo: bytes 0-7, hi: 8-15) of two vectors */
+static inline int8x16_t zlo(int8x16_t a, int8x16_t b) {
+    return vreinterpretq_s8_s64(vzip1q_s64(vreinterpretq_s64_s8(a), vreinterpretq_s64_s8(b)));
+}
+static inline int8x16_t zhi(int8x16_t a, int8x16_t b) {
+    return vreinterpretq_s8_s64(vzip2q_s64(vreinterpretq_s64_s8(a), vreinterpretq_s64_s8(b)));
+}
+
+/* Lane 0: (r0, o), 1: (r1, o), 2: (r0, o + 1), 3: (r1, o + 1); missing ones are skipped. */
+static inline void store_2x2(float32x4_t v, float *y, int64_t ldy, int64_t o, int r0, int two_r, int two_o) {
+    float t[4];
+    vst1q_f32(t, v);
+    y[r0 * ldy + o] = t[0];
+    if (two_r) y[(r0 + 1) * ldy + o] = t[1];
+    if (two_o) {
+        y[r0 * ldy + o + 1] = t[2];
+        if (two_r) y[(r0 + 1) * ldy + o + 1] = t[3];
+    }
+}
+
+static inline __attribute__((always_inline)) void kern_b32_mm(nx_type t, int64_t n_in, const uint8_t *w, size_t w_stride,
+                                                              int64_t n_w, const nx_mm_act *a, int n_act, float *y, int64_t ldy) {
+    const int64_t nb = n_in / 32;
+    const size_t bsz = bsize32(t);
+    const int has_m = t == NX_TYPE_Q4_1 || t == NX_TYPE_Q5_1;
+    const int np = (n_act + 1) / 2;
+    for (int64_t o = 0; o < n_w; o += 2) {
+        const int two_o = o + 1 < n_w;
+        const uint8_t *w0 = w + (size_t)o * w_stride, *w1 = two_o ? w0 + w_stride : w0;
+        float32x4_t acc[NX_MM_TILE / 2];
+        for (int p = 0; p < np; p++) acc[p] = vdupq_n_f32(0.0f);
+        for (int64_t b = 0; b < nb; b++) {
+            const nb32 k0 = dec32(t, w0 + (size_t)b * bsz), k1 = dec32(t, w1 + (size_t)b * bsz);
+            const int8x16_t A0 = zlo(k0.w0, k1.w0), A1 = zhi(k0.w0, k1.w0), A2 = zlo(k0.w1, k1.w1), A3 = zhi(k0.w1, k1.w1);
+            const float dwa[4] = {k0.d, k0.d, k1.d, k1.d}, mwa[4] = {k0.m, k0.m, k1.m, k1.m};
+            const float32x4_t dw = vld1q_f32(dwa), mw = vld1q_f32(mwa);
+            for (int p = 0; p < np; p++) {
+                const int r0 = 2 * p, r1 = r0 + 1 < n_act ? r0 + 1 : r0;
+                const int8_t *q0 = (const int8_t *)a->q + r0 * a->q_stride + 32 * b;
+                const int8_t *q1 = (const int8_t *)a->q + r1 * a->q_stride + 32 * b;
+                const int8x16_t x0 = vld1q_s8(q0), x1 = vld1q_s8(q1), x0h = vld1q_s8(q0 + 16), x1h = vld1q_s8(q1 + 16);
+                int32x4_t i4 = vmmlaq_s32(vdupq_n_s32(0), A0, zlo(x0, x1));
+                i4 = vmmlaq_s32(i4, A1, zhi(x0, x1));
+                i4 = vmmlaq_s32(i4, A2, zlo(x0h, x1h));
+                i4 = vmmlaq_s32(i4, A3, zhi(x0h, x1h));
+                const float d0 = a->d[r0 * a->d_stride + b], d1 = a->d[r1 * a->d_stride + b];
+                const float daa[4] = {d0, d1, d0, d1};
+                acc[p] = vaddq_f32(acc[p], vmulq_f32(vmulq_f32(dw, vld1q_f32(daa)), vcvtq_f32_s32(i4)));
+                if (has_m) {
+                    const float s0 = a->s[r0 * a->s_stride + b], s1 = a->s[r1 * a->s_stride + b];
+                    const float saa[4] = {s0, s1, s0, s1};
+                    acc[p] = vaddq_f32(acc[p], vmulq_f32(mw, vld1q_f32(saa)));
+                }
+            }
+        }
+        for (int p = 0; p < np; p++) store_2x2(acc[p], y, ldy, o, 2 * p, 2 * p + 1 < n_act, two_o);
+    }
+}
+
+static inline void dec256(nx_type t, const uint8_t *blk, nb256 *k) {
+    if (t == NX_TYPE_Q4_K) dec_q4_K(blk, k);
+    else if (t == NX_TYPE_Q5_K) dec_q5_K(blk, k);
+    else if (t == NX_TYPE_Q6_K) dec_q6_K(blk, k);
+    else dec_iq4_xs(blk, k);
+}
+
+/* The 8 sub-block sums of an activation row's super-block (pairs of its 16-value group sums). */
+static inline void sub_sums(const int16_t *bs, int32x4_t *s0, int32x4_t *s1) {
+    *s0 = vpaddlq_s16(vld1q_s16(bs));
+    *s1 = vpaddlq_s16(vld1q_s16(bs + 8));
+}
+static inline int32_t min_sum(const nb256 *k, int32x4_t s0, int32x4_t s1) {
+    return vaddvq_s32(vaddq_s32(vmulq_s32(s0, vld1q_s32(k->m)), vmulq_s32(s1, vld1q_s32(k->m + 4))));
+}
+
+static inline __attribute__((always_inline)) void kern_b256_mm(nx_type t, int64_t n_in, const uint8_t *w, size_t w_stride,
+                                                               int64_t n_w, const nx_mm_act *a, int n_act, float *y, int64_t ldy) {
+    const int64_t nsb = n_in / 256;
+    const int has_m = t == NX_TYPE_Q4_K || t == NX_TYPE_Q5_K;
+    const size_t bsz = t == NX_TYPE_Q4_K ? sizeof(nx_block_q4_K) : t == NX_TYPE_Q5_K ? sizeof(nx_block_q5_K)
+                     : t == NX_TYPE_Q6_K ? sizeof(nx_block_q6_K) : sizeof(nx_block_iq4_xs);
+    const int np = (n_act + 1) / 2;
+    nb256 k0, k1;
+    for (int64_t o = 0; o < n_w; o += 2) {
+        const int two_o = o + 1 < n_w;
+        const uint8_t *w0 = w + (size_t)o * w_stride, *w1 = two_o ? w0 + w_stride : w0;
+        float32x4_t acc[NX_MM_TILE / 2];
+        for (int p = 0; p < np; p++) acc[p] = vdupq_n_f32(0.0f);
+        for (int64_t b = 0; b < nsb; b++) {
+            dec256(t, w0 + (size_t)b * bsz, &k0);
+            dec256(t, w1 + (size_t)b * bsz, &k1);
+            int8x16_t A[32];
+            int32x4_t sc[16];
+            for (int g = 0; g < 16; g++) {
+                const int8x16_t u = vld1q_s8(k0.q + 16 * g), v = vld1q_s8(k1.q + 16 * g);
+                A[2 * g] = zlo(u, v);
+                A[2 * g + 1] = zhi(u, v);
+                const int32_t sca[4] = {k0.sc[g], k0.sc[g], k1.sc[g], k1.sc[g]};
+                sc[g] = vld1q_s32(sca);
+            }
+            const float dwa[4] = {k0.d, k0.d, k1.d, k1.d}, mwa[4] = {k0.dmin, k0.dmin, k1.dmin, k1.dmin};
+            const float32x4_t dw = vld1q_f32(dwa), dm = vld1q_f32(mwa);
+            for (int p = 0; p < np; p++) {
+                const int r0 = 2 * p, r1 = r0 + 1 < n_act ? r0 + 1 : r0;
+                const int8_t *q0 = (const int8_t *)a->q + r0 * a->q_stride + 256 * b;
+                const int8_t *q1 = (const int8_t *)a->q + r1 * a->q_stride + 256 * b;
+                int32x4_t i4 = vdupq_n_s32(0);
+                for (int g = 0; g < 16; g++) {
+                    const int8x16_t x0 = vld1q_s8(q0 + 16 * g), x1 = vld1q_s8(q1 + 16 * g);
+                    const int32x4_t gd = vmmlaq_s32(vmmlaq_s32(vdupq_n_s32(0), A[2 * g], zlo(x0, x1)), A[2 * g + 1], zhi(x0, x1));
+                    i4 = vmlaq_s32(i4, gd, sc[g]);
+                }
+                int32_t ms[4] = {0, 0, 0, 0};
+                if (has_m) {
+                    int32x4_t s00, s01, s10, s11;
+                    sub_sums(a->bs + r0 * a->bs_stride + 16 * b, &s00, &s01);
+                    sub_sums(a->bs + r1 * a->bs_stride + 16 * b, &s10, &s11);
+                    ms[0] = min_sum(&k0, s00, s01);
+                    ms[1] = min_sum(&k0, s10, s11);
+                    ms[2] = min_sum(&k1, s00, s01);
+                    ms[3] = min_sum(&k1, s10, s11);
+                }
+                const float d0 = a->d[r0 * a->d_stride + b], d1 = a->d[r1 * a->d_stride + b];
+                const float daa[4] = {d0, d1, d0, d1};
+                const float32x4_t v = vsubq_f32(vmulq_f32(vcvtq_f32_s32(i4), dw), vmulq_f32(vcvtq_f32_s32(vld1q_s32(ms)), dm));
+                acc[p] = vaddq_f32(acc[p], vmulq_f32(vld1q_f32(daa), v));
+            }
+        }
+        for (int p = 0; p < np; p++) store_2x2(acc[p], y, ldy, o, 2 * p, 2 * p + 1 < n_act, two_o);
+    }
+}
+
+/* One activation row (a decode) wastes half of each SMMLA: the dot product kernels serve it. */
+#define KMM(name, T, MM, ONE) static void name(int64_t n, const uint8_t *w, size_t ws, int64_t nw, const nx_mm_act *a, int na, float *y, int64_t ldy) { \
+        if (na == 1) ONE(T, n, w, ws, nw, a, na, y, ldy); else MM(T, n, w, ws, nw, a, na, y, ldy); }
+KMM(m_q8_0, NX_TYPE_Q8_0, kern_b32_mm, kern_b32)
+KMM(m_q4_0, NX_TYPE_Q4_0, kern_b32_mm, kern_b32)
+KMM(m_q4_1, NX_TYPE_Q4_1, kern_b32_mm, kern_b32)
+KMM(m_q5_0, NX_TYPE_Q5_0, kern_b32_mm, kern_b32)
+KMM(m_q5_1, NX_TYPE_Q5_1, kern_b32_mm, kern_b32)
+KMM(m_iq4_nl, NX_TYPE_IQ4_NL, kern_b32_mm, kern_b32)
+KMM(m_q4_K, NX_TYPE_Q4_K, kern_b256_mm, kern_b256)
+KMM(m_q5_K, NX_TYPE_Q5_K, kern_b256_mm, kern_b256)
+KMM(m_q6_K, NX_TYPE_Q6_K, kern_b256_mm, kern_b256)
+KMM(m_iq4_xs, NX_TYPE_IQ4_XS, kern_b256_mm, kern_b256)
+#define K_(x) m_##x
+#else
+#define K_(x) k_##x
+#endif
 
 nx_mm_kernel NX_NEON_FN(nx_type type) {
     switch (type) {
-    case NX_TYPE_Q8_0: return k_q8_0;
-    case NX_TYPE_Q4_0: return k_q4_0;
-    case NX_TYPE_Q4_1: return k_q4_1;
-    case NX_TYPE_Q5_0: return k_q5_0;
-    case NX_TYPE_Q5_1: return k_q5_1;
-    case NX_TYPE_IQ4_NL: return k_iq4_nl;
-    case NX_TYPE_Q4_K: return k_q4_K;
-    case NX_TYPE_Q5_K: return k_q5_K;
-    case NX_TYPE_Q6_K: return k_q6_K;
-    case NX_TYPE_IQ4_XS: return k_iq4_xs;
+    case NX_TYPE_F32: return k_f32;
+    case NX_TYPE_F16: return k_f16;
+    case NX_TYPE_BF16: return k_bf16;
+    case NX_TYPE_Q8_0: return K_(q8_0);
+    case NX_TYPE_Q4_0: return K_(q4_0);
+    case NX_TYPE_Q4_1: return K_(q4_1);
+    case NX_TYPE_Q5_0: return K_(q5_0);
+    case NX_TYPE_Q5_1: return K_(q5_1);
+    case NX_TYPE_IQ4_NL: return K_(iq4_nl);
+    case NX_TYPE_Q4_K: return K_(q4_K);
+    case NX_TYPE_Q5_K: return K_(q5_K);
+    case NX_TYPE_Q6_K: return K_(q6_K);
+    case NX_TYPE_IQ4_XS: return K_(iq4_xs);
     default: return NULL;
     }
 }

@@ -171,7 +171,10 @@ const nx_ops_impl *nx_ops_get(void) {
     case NX_CPU_AVX512: if (nx_ops_avx512.dot) return &nx_ops_avx512; /* fall through */
     case NX_CPU_AVX2:   if (nx_ops_avx2.dot) return &nx_ops_avx2;     __attribute__((fallthrough));
 #endif
-    default: break;   /* aarch64: the scalar ops for now */
+#if defined(__aarch64__)
+    case NX_CPU_NEON_I8MM: case NX_CPU_NEON_DOT: case NX_CPU_NEON: return &nx_ops_neon;
+#endif
+    default: break;
     }
     return &nx_ops_scalar;
 }

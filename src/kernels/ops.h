@@ -2,8 +2,8 @@
  * ops.h — the non-matmul kernels of a transformer step on F32 vectors: RMS/L2 norms, RoPE,
  * softmax, activations, element-wise arithmetic, dot product, argmax and top-k.
  *
- * Each op has a scalar reference (ops.c) and AVX2 / AVX-512 versions (ops_avx2.c,
- * ops_avx512.c); the public functions dispatch on nx_cpu_level_get() at every call, so
+ * Each op has a scalar reference (ops.c) and AVX2 / AVX-512 / NEON versions (ops_avx2.c,
+ * ops_avx512.c, ops_neon.c); the public functions dispatch on nx_cpu_level_get() at every call, so
  * nx_cpu_set_level() switches them at once. Formulas follow ggml's CPU ops (noted per op)
  * so results agree with the reference engine to float rounding.
  *
@@ -151,6 +151,9 @@ typedef struct nx_ops_impl {
 extern const nx_ops_impl nx_ops_scalar;
 extern const nx_ops_impl nx_ops_avx2;     /* only meaningful when the CPU level allows it */
 extern const nx_ops_impl nx_ops_avx512;
+#if defined(__aarch64__)
+extern const nx_ops_impl nx_ops_neon;     /* ops_neon.c: every NEON level */
+#endif
 
 /* The table for the level in effect now. */
 const nx_ops_impl *nx_ops_get(void);
