@@ -84,7 +84,10 @@ static inline __attribute__((always_inline)) void dn_rows4(const int WANT_O, flo
      * stalls store forwarding), then broadcast */
     const __m512 R = red4(_mm512_add_ps(a0[0], a1[0]), _mm512_add_ps(a0[1], a1[1]), _mm512_add_ps(a0[2], a1[2]),
                           _mm512_add_ps(a0[3], a1[3]));
-    const __m512 VN = _mm512_mul_ps(_mm512_set1_ps(beta), _mm512_fnmadd_ps(vdec, R, _mm512_maskz_expandloadu_ps(0x1111, v)));
+    /* v[r] into lanes 4r..4r+3 (expand loads and compress stores are slow on some cores) */
+    const __m512 V = _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3),
+                                           _mm512_castps128_ps512(_mm_loadu_ps(v)));
+    const __m512 VN = _mm512_mul_ps(_mm512_set1_ps(beta), _mm512_fnmadd_ps(vdec, R, V));
     __m512 vvn[4], b[4];
 #pragma GCC unroll 4
     for (int r = 0; r < 4; r++) {
@@ -108,7 +111,10 @@ static inline __attribute__((always_inline)) void dn_rows4(const int WANT_O, flo
             if (WANT_O) b[r] = _mm512_fmadd_ps(y, qc, b[r]);
         }
     }
-    if (WANT_O) _mm512_mask_compressstoreu_ps(o, 0x1111, _mm512_mul_ps(red4(b[0], b[1], b[2], b[3]), _mm512_set1_ps(scale)));
+    if (WANT_O) {
+        const __m512 O = _mm512_mul_ps(red4(b[0], b[1], b[2], b[3]), _mm512_set1_ps(scale));
+        _mm_storeu_ps(o, _mm512_castps512_ps128(_mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), O)));
+    }
 }
 
 void qw_dn_head_avx512(const float *S, float *Sd, int dv, int dk, const float *k, const float *q, const float *v,
