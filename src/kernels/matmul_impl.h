@@ -54,8 +54,15 @@ typedef struct nx_mm_act {
     const float   *de;
     const float   *x;
     const int32_t *cs;   /* packed kernels: cs[r*cs_stride + b] = -128 * sum of block b's signed codes */
-    int64_t q_stride, d_stride, s_stride, bs_stride, de_stride, ldx, cs_stride;
+    /* Prefill copy for the AVX-512 packed Q8_0 kernel (NULL when absent, or when the view does
+     * not start on a tile): the same codes, cs and d, interleaved per tile of NX_MM_ITILE rows so
+     * one pointer walks a tile's blocks: tile t, block b, row r at qi + t*qi_stride + 256b + 32r;
+     * ci + t*ci_stride + 64b holds the tile's 8 cs (int32), then its 8 d (float). */
+    const uint8_t *qi, *ci;
+    int64_t q_stride, d_stride, s_stride, bs_stride, de_stride, ldx, cs_stride, qi_stride, ci_stride;
 } nx_mm_act;
+
+#define NX_MM_ITILE 8
 
 /* The view advanced by r activation rows. */
 static inline nx_mm_act nx_mm_act_rows(const nx_mm_act *a, int64_t r) {
@@ -67,6 +74,12 @@ static inline nx_mm_act nx_mm_act_rows(const nx_mm_act *a, int64_t r) {
     if (a->de) o.de = a->de + r * a->de_stride;
     if (a->x) o.x = a->x + r * a->ldx;
     if (a->cs) o.cs = a->cs + r * a->cs_stride;
+    if (a->qi && r % NX_MM_ITILE == 0) {
+        o.qi = a->qi + r / NX_MM_ITILE * a->qi_stride;
+        o.ci = a->ci + r / NX_MM_ITILE * a->ci_stride;
+    } else {
+        o.qi = o.ci = NULL;
+    }
     return o;
 }
 

@@ -108,7 +108,73 @@ AI void q8_step(const int NR, const uint8_t *bp, const nx_mm_act *a, int64_t b, 
         acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(I0, I1)), S, acc[r]);
     }
 }
-PK_KERNELS(nx_mm_pk_q8_0_avx512, q8_step, NX_MM_Q8X16_BLOCK)
+NX_MM_PK_DECL(nx_mm_pk_q8_0_avx512_plain)
+PK_KERNELS(nx_mm_pk_q8_0_avx512_plain, q8_step, NX_MM_Q8X16_BLOCK)
+
+/* Prefill: one group of 16 weight rows against one tile of 8 activation rows in the
+ * interleaved copy (matmul_impl.h: qi, ci), every accumulator in a register and every
+ * activation operand an embedded broadcast off one pointer. q8_step's arithmetic exactly:
+ * the integer sum from cs (exact, so one chain or two is the same value), then
+ * fma(cvt(I), d_w * d_x, acc). */
+#define Q8T_ROW(r) do { \
+        __m512i I = _mm512_set1_epi32(cs[r]), J = _mm512_setzero_si512(); \
+        I = _mm512_dpbusd_epi32(I, W0, _mm512_set1_epi32((int)ld32(q + 32 * (r) + 0))); \
+        J = _mm512_dpbusd_epi32(J, W1, _mm512_set1_epi32((int)ld32(q + 32 * (r) + 4))); \
+        I = _mm512_dpbusd_epi32(I, W2, _mm512_set1_epi32((int)ld32(q + 32 * (r) + 8))); \
+        J = _mm512_dpbusd_epi32(J, W3, _mm512_set1_epi32((int)ld32(q + 32 * (r) + 12))); \
+        I = _mm512_dpbusd_epi32(I, W4, _mm512_set1_epi32((int)ld32(q + 32 * (r) + 16))); \
+        J = _mm512_dpbusd_epi32(J, W5, _mm512_set1_epi32((int)ld32(q + 32 * (r) + 20))); \
+        I = _mm512_dpbusd_epi32(I, W6, _mm512_set1_epi32((int)ld32(q + 32 * (r) + 24))); \
+        J = _mm512_dpbusd_epi32(J, W7, _mm512_set1_epi32((int)ld32(q + 32 * (r) + 28))); \
+        acc##r = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(I, J)), _mm512_mul_ps(dw, _mm512_set1_ps(d[r])), acc##r); \
+    } while (0)
+
+static void q8_tile8(int64_t nb, const uint8_t *g, const uint8_t *qi, const uint8_t *ci, float *y, int64_t ldy) {
+    const __m512i flip = _mm512_set1_epi8((char)0x80);
+    __m512 acc0 = _mm512_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0, acc4 = acc0, acc5 = acc0, acc6 = acc0, acc7 = acc0;
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *bp = g + (size_t)b * NX_MM_Q8X16_BLOCK, *q = qi + 256 * b;
+        const int32_t *cs = (const int32_t *)(ci + 64 * b);
+        const float *d = (const float *)(ci + 64 * b + 32);
+        prefetch_blk(bp, NX_MM_Q8X16_BLOCK);
+        const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)bp));
+        const __m512i W0 = _mm512_xor_si512(_mm512_loadu_si512(bp + 32), flip);
+        const __m512i W1 = _mm512_xor_si512(_mm512_loadu_si512(bp + 96), flip);
+        const __m512i W2 = _mm512_xor_si512(_mm512_loadu_si512(bp + 160), flip);
+        const __m512i W3 = _mm512_xor_si512(_mm512_loadu_si512(bp + 224), flip);
+        const __m512i W4 = _mm512_xor_si512(_mm512_loadu_si512(bp + 288), flip);
+        const __m512i W5 = _mm512_xor_si512(_mm512_loadu_si512(bp + 352), flip);
+        const __m512i W6 = _mm512_xor_si512(_mm512_loadu_si512(bp + 416), flip);
+        const __m512i W7 = _mm512_xor_si512(_mm512_loadu_si512(bp + 480), flip);
+        Q8T_ROW(0); Q8T_ROW(1); Q8T_ROW(2); Q8T_ROW(3);
+        Q8T_ROW(4); Q8T_ROW(5); Q8T_ROW(6); Q8T_ROW(7);
+    }
+    _mm512_storeu_ps(y, acc0);
+    _mm512_storeu_ps(y + ldy, acc1);
+    _mm512_storeu_ps(y + 2 * ldy, acc2);
+    _mm512_storeu_ps(y + 3 * ldy, acc3);
+    _mm512_storeu_ps(y + 4 * ldy, acc4);
+    _mm512_storeu_ps(y + 5 * ldy, acc5);
+    _mm512_storeu_ps(y + 6 * ldy, acc6);
+    _mm512_storeu_ps(y + 7 * ldy, acc7);
+}
+
+/* Whole tiles of the interleaved copy through q8_tile8 (each group against every tile while
+ * it is in L1), the remaining rows through the plain kernel. */
+void nx_mm_pk_q8_0_avx512(int64_t nb, const uint8_t *wp, int64_t n_groups, const nx_mm_act *a, int n_act, float *y, int64_t ldy) {
+    const int nt = a->qi ? n_act / NX_MM_ITILE : 0;
+    if (nt) {
+        const size_t gs = (size_t)nb * NX_MM_Q8X16_BLOCK;
+        for (int64_t g = 0; g < n_groups; g++)
+            for (int t = 0; t < nt; t++)
+                q8_tile8(nb, wp + (size_t)g * gs, a->qi + t * a->qi_stride, a->ci + t * a->ci_stride,
+                         y + (int64_t)t * NX_MM_ITILE * ldy + NX_MM_PACK_ROWS * g, ldy);
+    }
+    if (n_act > nt * NX_MM_ITILE) {
+        const nx_mm_act sub = nx_mm_act_rows(a, nt * NX_MM_ITILE);
+        nx_mm_pk_q8_0_avx512_plain(nb, wp, n_groups, &sub, n_act - nt * NX_MM_ITILE, y + (int64_t)nt * NX_MM_ITILE * ldy, ldy);
+    }
+}
 
 /* ===== Q4_K x16 =====
  * Per super-block, shared by the activation rows: the 8 scale vectors d*sc_j and the mins as
