@@ -54,15 +54,19 @@ typedef struct nx_mm_act {
     const float   *de;
     const float   *x;
     const int32_t *cs;   /* packed kernels: cs[r*cs_stride + b] = -128 * sum of block b's signed codes */
-    /* Prefill copy for the AVX-512 packed Q8_0 kernel (NULL when absent, or when the view does
-     * not start on a tile): the same codes, cs and d, interleaved per tile of NX_MM_ITILE rows so
-     * one pointer walks a tile's blocks: tile t, block b, row r at qi + t*qi_stride + 256b + 32r;
-     * ci + t*ci_stride + 64b holds the tile's 8 cs (int32), then its 8 d (float). */
+    /* Prefill copy for the AVX-512 packed kernels (NULL when absent, or when the view does not
+     * start on a tile): the same codes, cs / bs and d, interleaved per tile of NX_MM_ITILE = 8
+     * rows so one pointer walks a tile's blocks of B values: tile t, block b, row r at
+     * qi + t*qi_stride + 8Bb + Br; at ci + t*ci_stride + b*NX_MM_ICI_B<B>: B = 32 (Q8_0): the
+     * 8 rows' cs (int32), then their d (float); B = 256 (K-quants): the 8 rows' 16 bs (int16),
+     * then their d (float). */
     const uint8_t *qi, *ci;
     int64_t q_stride, d_stride, s_stride, bs_stride, de_stride, ldx, cs_stride, qi_stride, ci_stride;
 } nx_mm_act;
 
 #define NX_MM_ITILE 8
+#define NX_MM_ICI_B32 64
+#define NX_MM_ICI_B256 288
 
 /* The view advanced by r activation rows. */
 static inline nx_mm_act nx_mm_act_rows(const nx_mm_act *a, int64_t r) {
