@@ -3,7 +3,8 @@
  *
  * Three steps: read the config into a plan of hparams; map every checkpoint tensor to its GGUF
  * name, shape, type and value transform (one cv_tensor each); register each with the GGUF writer
- * as a streamed tensor whose fill callback reads, transforms and converts it. The metadata keys
+ * as a streamed tensor whose stream callback reads, transforms, converts and writes it chunk by
+ * chunk (gemma4 names and keys: convert_gemma4.c). The metadata keys
  * go in first, then the tokenizer's.
  */
 #include "convert.h"
