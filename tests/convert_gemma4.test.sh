@@ -11,6 +11,8 @@
 #   (b) the assistant (centroid head included) -> its drafts fed the target's hidden states the
 #       way nextn's assistant does: dense-head draft logits within 1e-3 and the same draft ids,
 #       and the masked (centroid) head chain's ids and logits;
+#       the golden gemma4-tiny(-centroid) target and assistant exported to HF checkpoints and
+#       converted back: every tensor bit-identical, every gemma4.* / gemma4-assistant.* key equal;
 #   (c) f16 / bf16 / q8_0 outputs load and draft;
 #   (d) clear errors: FP8 checkpoint (quantization_config, F8_E4M3 tensor), missing layer_types,
 #       an assistant tensor in a target, missing shard.
@@ -128,6 +130,20 @@ vs_reference moe "$work/m32.gguf" "$work/hfm" moe
   "$py" tests/ref/hf_qwen35.py compare "$work/t32.gguf" "$work/c32.gguf" >"$work/cmpc.out" 2>&1
 check "Gemma4ForConditionalGeneration layout (text_config, model.language_model.*, vision skipped) gives the same GGUF" \
   "[ $? -eq 0 ]" "$(cat "$work/convc.out"; grep -E 'FAIL|passed' "$work/cmpc.out" | head -5)"
+
+# ---- (b2) round trip of the golden gemma4 files ---------------------------------
+for case in gemma4-tiny gemma4-tiny-centroid; do
+  for f in model assistant; do
+    G=tests/data/golden/$case/$f.gguf
+    "$py" "$REF" export "$G" "$work/rt_${case}_$f" &&
+      "$NEXTN" convert "$work/rt_${case}_$f" --out "$work/rt_${case}_$f.gguf" --outtype f32 -q >"$work/rt.out" 2>&1 &&
+      "$py" "$REF" compare "$G" "$work/rt_${case}_$f.gguf" >"$work/cmp.out" 2>&1
+    check "round trip $case/$f.gguf (HF export, convert): every tensor bit-identical, every model key equal" \
+      "[ $? -eq 0 ]" "$(cat "$work/rt.out"; grep -E 'FAIL|passed' "$work/cmp.out" | head -5)"
+    grep -E 'tensors' "$work/cmp.out" | sed 's/^/     /'
+    rm -rf "$work/rt_${case}_$f"
+  done
+done
 
 # ---- (c) other output types -------------------------------------------------------
 for t in f16 bf16 q8_0; do

@@ -13,6 +13,10 @@
   synth-asst DIR TARGET_DIR [--seed S]
                  a Gemma4AssistantForCausalLM checkpoint for that target (backbone_hidden_size,
                  pre/post projection, Q-only layers, masked_embedding centroids + I64 ordering).
+  export GGUF DIR  a gemma4 / gemma4-assistant GGUF back to an HF checkpoint (config.json from the
+                 keys, HF names and shapes, layer_scalar, int64 token ordering; the synthetic
+                 tokenizer padded to the vocabulary): converting it back must give the same tensors
+                 and model keys.
   ref TARGET_DIR ASST_DIR OUT --prompt-ids ... --drafts K
                  float64 forward of the HF weights in HF layout: logits / hidden (after the final
                  norm) of every prompt row, the assistant's draft chain (dense head) and the
@@ -410,6 +414,88 @@ def ref(tdir, adir, out, ids, K):
         json.dump(res, f)
 
 
+# GGUF suffix -> HF suffix (the inverse of the converter's map, written out here independently)
+INV_LAYER = {"attn_norm.weight": "input_layernorm.weight", "attn_q.weight": "self_attn.q_proj.weight",
+             "attn_k.weight": "self_attn.k_proj.weight", "attn_v.weight": "self_attn.v_proj.weight",
+             "attn_output.weight": "self_attn.o_proj.weight", "attn_q_norm.weight": "self_attn.q_norm.weight",
+             "attn_k_norm.weight": "self_attn.k_norm.weight", "post_attention_norm.weight": "post_attention_layernorm.weight",
+             "ffn_norm.weight": "pre_feedforward_layernorm.weight", "post_ffw_norm.weight": "post_feedforward_layernorm.weight",
+             "ffn_gate.weight": "mlp.gate_proj.weight", "ffn_up.weight": "mlp.up_proj.weight",
+             "ffn_down.weight": "mlp.down_proj.weight", "layer_output_scale.weight": "layer_scalar",
+             "inp_gate.weight": "per_layer_input_gate.weight", "proj.weight": "per_layer_projection.weight",
+             "post_norm.weight": "post_per_layer_input_norm.weight", "ffn_gate_inp.weight": "router.proj.weight",
+             "ffn_gate_inp.scale": "router.scale", "ffn_down_exps.scale": "router.per_expert_scale",
+             "ffn_gate_up_exps.weight": "experts.gate_up_proj", "ffn_down_exps.weight": "experts.down_proj",
+             "pre_ffw_norm_2.weight": "pre_feedforward_layernorm_2.weight",
+             "post_ffw_norm_1.weight": "post_feedforward_layernorm_1.weight",
+             "post_ffw_norm_2.weight": "post_feedforward_layernorm_2.weight"}
+INV_TOP = {"token_embd.weight": "model.embed_tokens.weight", "output_norm.weight": "model.norm.weight",
+           "output.weight": "lm_head.weight", "per_layer_token_embd.weight": "model.embed_tokens_per_layer.weight",
+           "per_layer_model_proj.weight": "model.per_layer_model_projection.weight",
+           "per_layer_proj_norm.weight": "model.per_layer_projection_norm.weight",
+           "nextn.pre_projection.weight": "pre_projection.weight",
+           "nextn.post_projection.weight": "post_projection.weight",
+           "masked_embd_centroids.weight": "masked_embedding.centroids.weight",
+           "masked_embd_ordering": "masked_embedding.token_ordering"}
+
+
+def export(gpath, d):
+    g = hq.gguf_np.GGUF(gpath)
+    kv = g.kv
+    A = kv["general.architecture"]
+    k = lambda s, dflt=None: kv.get(A + "." + s, dflt)  # noqa: E731
+    L = k("block_count")
+    pat = list(k("attention.sliding_window_pattern"))
+    hkv = k("attention.head_count_kv")
+    hkv = list(hkv) if isinstance(hkv, (list, tuple)) else [hkv] * L
+    ff = k("feed_forward_length")
+    wide = isinstance(ff, (list, tuple))
+    hd_full, hd_swa = k("attention.key_length"), k("attention.key_length_swa")
+    rf = g.tensor("rope_freqs.weight").astype(np.float64).reshape(-1)
+    cfg = dict(hidden_size=k("embedding_length"), num_hidden_layers=L, intermediate_size=ff[0] if wide else ff,
+               num_attention_heads=k("attention.head_count"),
+               num_key_value_heads=next(h for h, s in zip(hkv, pat) if s),
+               num_global_key_value_heads=next((h for h, s in zip(hkv, pat) if not s), hkv[0]),
+               head_dim=hd_swa, global_head_dim=hd_full, vocab_size=g.tensors["token_embd.weight"].ne[1],
+               sliding_window=k("attention.sliding_window"), num_kv_shared_layers=k("attention.shared_kv_layers", 0),
+               hidden_size_per_layer_input=k("embedding_length_per_layer_input", 0),
+               layer_types=["sliding_attention" if s else "full_attention" for s in pat],
+               rope_parameters={"full_attention": {"rope_type": "proportional", "rope_theta": k("rope.freq_base"),
+                                                   "partial_rotary_factor": 2.0 * int(np.sum(rf == 1.0)) / hd_full},
+                                "sliding_attention": {"rope_type": "default", "rope_theta": k("rope.freq_base_swa"),
+                                                      "partial_rotary_factor": k("rope.dimension_count_swa") / hd_swa}},
+               rms_norm_eps=k("attention.layer_norm_rms_epsilon"), max_position_embeddings=k("context_length"),
+               tie_word_embeddings="output.weight" not in g.tensors, use_double_wide_mlp=wide)
+    if k("final_logit_softcapping"):
+        cfg["final_logit_softcapping"] = k("final_logit_softcapping")
+    if k("expert_count"):
+        cfg.update(num_experts=k("expert_count"), top_k_experts=k("expert_used_count"),
+                   expert_intermediate_size=k("expert_feed_forward_length"))
+    if A == "gemma4-assistant":
+        cfg = {"architectures": ["Gemma4AssistantForCausalLM"], "text_config": cfg,
+               "backbone_hidden_size": k("embedding_length_out")}
+        if k("n_centroids"):
+            cfg.update(num_centroids=k("n_centroids"), centroid_intermediate_top_k=k("centroid_top_k"),
+                       use_ordered_embeddings=bool(k("use_ordered_embeddings", True)))
+    else:
+        cfg["architectures"] = ["Gemma4ForCausalLM"]
+    T = {}
+    for name in g.tensors:
+        if name == "rope_freqs.weight":
+            continue   # generated by the converter
+        a = g.tensor(name)
+        if name in INV_TOP:
+            hf = INV_TOP[name]
+        else:
+            _, il, rest = name.split(".", 2)
+            hf = "model.layers.%s.%s" % (il, INV_LAYER[rest])
+        T[hf] = a.astype(np.int64) if name == "masked_embd_ordering" else np.ascontiguousarray(a, np.float32)
+    hq.write_checkpoint(d, T)
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=1)
+    tokenizer_files(d, cfg.get("text_config", cfg)["vocab_size"])
+
+
 def main(argv):
     cmd = argv[1]
     opt = lambda k, d=None: argv[argv.index(k) + 1] if k in argv else d  # noqa: E731
@@ -417,6 +503,10 @@ def main(argv):
         synth(argv[2], int(opt("--seed", 3)), "--moe" in argv, "--big" in argv, "--cond" in argv)
     elif cmd == "synth-asst":
         synth_asst(argv[2], argv[3], int(opt("--seed", 4)))
+    elif cmd == "export":
+        export(argv[2], argv[3])
+    elif cmd == "compare":   # tensors and model keys (the tokenizer is the synthetic one)
+        sys.exit(0 if hq.compare(argv[2], argv[3], tokenizer=False) else 1)
     elif cmd == "ref":
         adir = argv[3] if argv[3] != "-" else None
         ref(argv[2], adir, argv[4], [int(x) for x in opt("--prompt-ids").split(",")], int(opt("--drafts", 3)))
