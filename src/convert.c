@@ -755,7 +755,8 @@ nx_status nx_convert_hf(const nx_convert_opts *o, nx_error *err) {
     s = cx.g4.on ? nx_cv_g4_kv(w, &cx.g4, name, o->outtype) : set_model_kv(w, &cx.hp, name, o->outtype);
     if (s) { nx_fail(err, s, "building the GGUF metadata failed"); goto done; }
     nx_tok_convert_opts to = {.tokenizer_json = tok_path, .config_json = have_tok_cfg ? tok_cfg : NULL,
-                              .n_vocab = cx.g4.on ? cx.g4.n_vocab : cx.hp.n_vocab};
+                              .n_vocab = cx.g4.on ? cx.g4.n_vocab : cx.hp.n_vocab,
+                              .user_defined = cx.g4.on ? nx_cv_g4_visible_tokens : NULL};
     if ((s = nx_tokenizer_convert_kv(&to, w, err))) goto done;
     if ((s = set_chat_template(w, o->hf_dir, have_tok_cfg ? tok_cfg : NULL, err))) goto done;
     if ((s = set_sampling(w, o->hf_dir, err))) goto done;

@@ -297,6 +297,9 @@ nx_status nx_cv_g4_extra(cv_ctx *cx, nx_error *err) {
 
 /* ===== Metadata ===== */
 
+const char *const nx_cv_g4_visible_tokens[] = {"<|channel>", "<channel|>", "<|tool_call>", "<tool_call|>",
+                                               "<|tool_response>", "<tool_response|>", "<|\"|>", NULL};
+
 /* The keys of llama.cpp's TextModel -> Gemma3Model -> Gemma4Model (-> Gemma4AssistantModel)
  * set_gguf_parameters, with the values they end with. */
 nx_status nx_cv_g4_kv(nx_gguf_writer *w, const cv_g4 *g, const char *name, nx_type outtype) {

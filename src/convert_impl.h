@@ -110,6 +110,8 @@ nx_status nx_cv_g4_hparams(const cv_config *c, bool assistant, cv_g4 *g, nx_erro
 void      nx_cv_g4_free(cv_g4 *g);
 int       nx_cv_g4_map(const cv_g4 *g, const nx_st_tensor *s, cv_tensor *t, char *why, size_t why_cap);
 nx_status nx_cv_g4_extra(cv_ctx *cx, nx_error *err);
+/* Added tokens llama.cpp's Gemma4Model types USER_DEFINED so the chat parser sees them. */
+extern const char *const nx_cv_g4_visible_tokens[];
 nx_status nx_cv_g4_kv(nx_gguf_writer *w, const cv_g4 *g, const char *name, nx_type outtype);
 
 #endif

@@ -100,6 +100,17 @@ for k in 'general.architecture = "gemma4"' 'gemma4.block_count = 6' 'gemma4.atte
          '\[8, 64\] .* blk.0.proj.weight' 'blk.0.post_norm.weight' 'blk.0.attn_v.weight' '\[256, 64\] .* blk.5.attn_output.weight'; do
   check "metadata / tensor: $k" "grep -Eq '$k' '$work/info.txt'"
 done
+"$py" - "$work/t32.gguf" <<'PYEOF'
+import sys
+sys.path.insert(0, "tests/ref")
+import gguf_np
+g = gguf_np.GGUF(sys.argv[1])
+tok, ty = list(g.kv["tokenizer.ggml.tokens"]), list(g.kv["tokenizer.ggml.token_type"])
+# llama.cpp's Gemma4Model: the channel / tool-call markers USER_DEFINED (4), other specials CONTROL (3)
+want = {"<|channel>": 4, "<channel|>": 4, "<start_of_turn>": 3, "<bos>": 3, "<0x41>": 6, "[PAD299]": 5}
+sys.exit(0 if all(ty[tok.index(t)] == v for t, v in want.items()) else 1)
+PYEOF
+check "token types: <|channel> / <channel|> USER_DEFINED, other specials CONTROL, <0xNN> BYTE, padding UNUSED" "[ $? -eq 0 ]"
 check "k_eq_v full layers have no attn_v; KV-shared layers no attn_k" \
   "! grep -Eq 'blk\.1\.attn_v|blk\.3\.attn_v|blk\.4\.attn_k\.|blk\.5\.attn_k\.' '$work/info.txt'"
 "$NEXTN" gguf-info "$work/a32.gguf" --tensors >"$work/infoa.txt" 2>&1

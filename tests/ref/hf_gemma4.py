@@ -45,8 +45,8 @@ def tokenizer_files(d, n_vocab):
     toks = ["<pad>", "<eos>", "<bos>", "<unk>"] + ["<0x%02X>" % b for b in range(256)]
     pieces = ["▁", "a", "b", "c", "t", "h", "e", "▁t", "he", "▁the"]
     merges = [["▁", "t"], ["h", "e"], ["▁t", "he"]]
-    toks += pieces
-    special = {0, 1, 2, 3}
+    toks += pieces + ["<|channel>", "<channel|>", "<start_of_turn>"]
+    special = {0, 1, 2, 3, len(toks) - 3, len(toks) - 2, len(toks) - 1}
     assert len(toks) <= n_vocab
     vocab = {t: i for i, t in enumerate(toks) if i not in special}
     added = [{"id": i, "content": toks[i], "single_word": False, "lstrip": False, "rstrip": False,
