@@ -714,7 +714,9 @@ nx_status nx_convert_hf(const nx_convert_opts *o, nx_error *err) {
     snprintf(tok_path, sizeof tok_path, "%s/tokenizer.json", o->hf_dir);
     snprintf(tok_cfg, sizeof tok_cfg, "%s/tokenizer_config.json", o->hf_dir);
     if (!nx_cv_is_file(cfg_path)) return nx_fail(err, NX_ERR_IO, "missing %s", cfg_path);
-    if (!nx_cv_is_file(tok_path)) return nx_fail(err, NX_ERR_IO, "missing %s (only tokenizer.json vocabularies are supported)", tok_path);
+    if (!nx_cv_is_file(tok_path))
+        return nx_fail(err, NX_ERR_IO, "missing %s (only tokenizer.json vocabularies are supported; a Gemma 4 assistant "
+                       "uses its target's: copy the target's tokenizer.json and tokenizer_config.json)", tok_path);
     bool have_tok_cfg = nx_cv_is_file(tok_cfg);
 
     cv_config c = {.path = cfg_path};

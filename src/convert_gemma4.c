@@ -107,7 +107,8 @@ nx_status nx_cv_g4_hparams(const cv_config *c, bool assistant, cv_g4 *g, nx_erro
                            c->path, il);
         g->swa[il] = !strcmp(t, "sliding_attention");
     }
-    /* rope_parameters.{full_attention, sliding_attention} (transformers' per-layer-type form) */
+    /* rope_parameters.{full_attention, sliding_attention} (transformers' per-layer-type form); the
+     * sliding layers' partial factor: theirs, else rope_parameters' own (llama.cpp reads that), else 1 */
     const cJSON *full = obj_get(c->rope, "full_attention"), *slide = obj_get(c->rope, "sliding_attention");
     if (!cJSON_IsObject(full))
         return nx_fail(err, NX_ERR_FORMAT, "%s: missing 'rope_parameters.full_attention'", c->path);
@@ -119,7 +120,9 @@ nx_status nx_cv_g4_hparams(const cv_config *c, bool assistant, cv_g4 *g, nx_erro
                  err)) ||
         (s = num(c, obj_get(full, "partial_rotary_factor"), "rope_parameters.full_attention.partial_rotary_factor", true,
                  0, &g->prf_full, err)) ||
-        (s = num(c, obj_get(slide, "partial_rotary_factor"), "partial_rotary_factor", false, 1.0, &g->prf_swa, err)))
+        (s = num(c, obj_get(slide, "partial_rotary_factor") ? obj_get(slide, "partial_rotary_factor")
+                                                            : obj_get(c->rope, "partial_rotary_factor"),
+                 "partial_rotary_factor", false, 1.0, &g->prf_swa, err)))
         return s;
     g->have_theta_swa = obj_get(slide, "rope_theta") != NULL;
     if (g->have_theta_swa &&

@@ -15,7 +15,8 @@
 #       converted back: every tensor bit-identical, every gemma4.* / gemma4-assistant.* key equal;
 #   (c) f16 / bf16 / q8_0 outputs load and draft;
 #   (d) clear errors: FP8 checkpoint (quantization_config, F8_E4M3 tensor), missing layer_types,
-#       an assistant tensor in a target, missing shard.
+#       an assistant tensor in a target, missing weights, an assistant without a tokenizer,
+#       unsupported architecture.
 # Needs Debian's numpy (/usr/bin/python3). A few seconds.
 set -u
 NEXTN=${NEXTN:-build/nextn}
@@ -207,6 +208,8 @@ cp -r "$work/hf" "$work/x4" && sed -i 's/model.layers.0.layer_scalar/model.pre_p
 err_case "assistant tensor in a target" "model.pre_projection.weight.*assistant tensor in a target" "$work/x4"
 cp -r "$work/as" "$work/x5" && rm "$work/x5/model.safetensors"
 err_case "missing weights" "model.safetensors" "$work/x5"
+cp -r "$work/as" "$work/x7" && rm "$work/x7/tokenizer.json"
+err_case "assistant without a tokenizer" "missing .*tokenizer.json .*copy the target.s tokenizer.json" "$work/x7"
 cp -r "$work/hf" "$work/x6" && sed -i 's/Gemma4ForCausalLM/Gemma3ForCausalLM/' "$work/x6/config.json"
 err_case "unsupported architecture" "architecture Gemma3ForCausalLM is not supported .*Gemma4AssistantForCausalLM" "$work/x6"
 
