@@ -129,56 +129,8 @@ void qw_dn_head_avx2(const float *S, float *Sd, int dv, int dk, const float *k, 
     qw_dn_run_avx2(S, sd, 1, dv, dk, kp, qp, vp, &beta, &decay, scale, op);
 }
 
-void qw_dn_run_avx2(const float *S, float *const *Sd, int T, int dv, int dk, const float *const *k,
-                    const float *const *q, const float *const *v, const float *beta, const float *decay, float scale,
-                    float *const *o) {
-    float lb[4][QW_DN_RUN_MAX_DK] __attribute__((aligned(32)));
-    const size_t rb = (size_t)dk * sizeof(float);
-    /* per token: streaming stores for an out-of-place snapshot; ordinary ones for the state
-     * updated in place (a prompt chunk, or a verify batch's last token writing the live state),
-     * which the next token or forward reads while it is still cached */
-    unsigned char nt[QW_DN_RUN_MAX_T];
-    for (int t = 0; t < T; t++) nt[t] = Sd[t] && rb % 32 == 0 && ((uintptr_t)Sd[t] & 31) == 0 && Sd[t] != S;
-    /* four state rows at a time (dn_rows4), a single-row tail; replayed tokens (o[t] NULL) skip
-     * the output dot */
-    const int step = dk % 8 == 0 ? 4 : 1;
-    for (int i = 0; i < dv; i += step) {
-        const int nr = step == 4 && i + 4 <= dv ? 4 : 1;
-        if (nr == 1 && step == 4) {   /* the tail rows of a 4-row head */
-            for (; i < dv; i++) {
-                memcpy(lb[0], S + (size_t)i * dk, rb);
-                for (int t = 0; t < T; t++) {
-                    const float oi = dn_row_o(o[t] != NULL, lb[0], lb[0], dk, k[t], q[t], v[t][i], beta[t], decay[t], scale);
-                    if (o[t]) o[t][i] = oi;
-                    if (Sd[t]) memcpy(Sd[t] + (size_t)i * dk, lb[0], rb);
-                }
-            }
-            break;
-        }
-        /* the state comes from DRAM (the weights swept it out): the first token's pass
-         * prefetches the rows 8 ahead, spread over its loop */
-        const float *pf = i + 12 <= dv ? S + (size_t)(i + 8) * dk : NULL;
-        if (nr == 1 && i + 4 < dv)
-            for (size_t bo = 0; bo < rb; bo += 64) _mm_prefetch((const char *)(S + (size_t)(i + 4) * dk) + bo, _MM_HINT_T0);
-        for (int r = 0; r < nr; r++) memcpy(lb[r], S + (size_t)(i + r) * dk, rb);
-        for (int t = 0; t < T; t++) {
-            if (nr == 4) {
-                if (o[t]) dn_rows4(1, lb, dk, k[t], q[t], v[t] + i, beta[t], decay[t], scale, o[t] + i, t ? NULL : pf);
-                else dn_rows4(0, lb, dk, k[t], q[t], v[t] + i, beta[t], decay[t], scale, NULL, t ? NULL : pf);
-            } else if (o[t]) {
-                o[t][i] = dn_row_o(1, lb[0], lb[0], dk, k[t], q[t], v[t][i], beta[t], decay[t], scale);
-            } else {
-                dn_row_o(0, lb[0], lb[0], dk, k[t], q[t], v[t][i], beta[t], decay[t], scale);
-            }
-            if (!Sd[t]) continue;
-            for (int r = 0; r < nr; r++) {
-                float *di = Sd[t] + (size_t)(i + r) * dk;
-                if (nt[t])
-                    for (int c = 0; c < dk; c += 8) _mm256_stream_ps(di + c, _mm256_load_ps(lb[r] + c));
-                else
-                    memcpy(di, lb[r], rb);
-            }
-        }
-    }
-    _mm_sfence();   /* streaming stores are weakly ordered: visible before the next reader */
-}
+#define DN_RUN_NAME qw_dn_run_avx2
+#define DN_LANES 8
+#define DN_BYTES 32
+#define DN_STREAM(d, x) _mm256_stream_ps((d), _mm256_load_ps(x))
+#include "arch/qwen35_dn_run.h"
