@@ -6,7 +6,8 @@
 # the context is refused with the counts; bad flags, a missing prompt and a missing model file
 # each give exactly one line on stderr and the documented exit code. Speculative decoding: greedy
 # output identical with --spec-type off / mtp / ngram / ngram,mtp (fixed and adaptive k), the
-# acceptance summary, unknown types listed, `bench --spec-type mtp` table, `--verify-sweep` rows.
+# acceptance summary, unknown types listed, `bench --spec-type mtp` table, `--verify-sweep` rows;
+# `bench-kernels --attn` rows.
 # Runs in a few seconds.
 set -u
 NEXTN=${NEXTN:-build/nextn}
@@ -182,6 +183,13 @@ if [ "$nrows" -eq 16 ] && grep -qE '^\| +1 \| +[0-9.]+ \| +1\.000 \|$' "$work/be
 then ok "--verify-sweep: 16 rows and projections at a = 0.6 / 0.8 / 0.9"
 else bad "--verify-sweep: 16 rows ($nrows)" "$(cat "$work/bench_spec.out")"; fi
 expect_error bench_spec_unknown 2 "known: mtp" bench -m "$MODEL" --spec-type mpt
+
+# `bench-kernels --attn`: a decode and a prefill line per type and depth; a non-KV type refused
+run bench_attn bench-kernels --attn -d 64,96 --types f16,q4_0 -r 1
+if [ "$rc" = 0 ] && [ "$(grep -cE '^(f16|q4_0) +d +(64|96) (decode|prefill) ' "$work/bench_attn.out")" = 8 ]; then
+    ok "bench-kernels --attn: 8 rows"
+else bad "bench-kernels --attn: 8 rows (rc $rc)" "$(cat "$work/bench_attn.out" "$work/bench_attn.err")"; fi
+expect_error bench_attn_type 2 "not a KV cache type" bench-kernels --attn --types q4_K
 
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

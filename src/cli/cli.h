@@ -26,5 +26,7 @@ int nx_cmd_perplexity(int argc, char **argv);
 int nx_cmd_imatrix(int argc, char **argv);
 /* `bench-kernels --contended` (owned by the threads module, called from cmd_bench_kernels.c). */
 int nx_bench_kernels_contended(int argc, char **argv);
+/* `bench-kernels --attn` (bench_attn.c): the attention kernel alone, per KV type and depth. */
+int nx_bench_kernels_attn(int argc, char **argv);
 
 #endif

@@ -7,8 +7,9 @@
  * (cycling through copies totalling --stream-mb MB, more than L3, so the weight comes from
  * DRAM as in a real model). Each figure is the weight bytes streamed per second, its ratio to
  * the measured bandwidth, and the time relative to batch 1. `--contended` hands over to the
- * threads module's benchmark. Timings take the fastest of three segments, which discounts
- * (but cannot remove) other load on a shared machine.
+ * threads module's benchmark, `--attn` to the attention kernel's (bench_attn.c). Timings
+ * take the fastest of three segments, which discounts (but cannot remove) other load on a
+ * shared machine.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,10 +31,12 @@ static double now_s(void) {
 
 static void bk_usage(FILE *f) {
     fprintf(f, "usage: nextn bench-kernels [--types q8_0,q4_K,...] [-t N] [--stream-mb N] [--contended]\n"
+               "       nextn bench-kernels --attn [-d 4096,16384] [--types f16,q8_0,q4_0] [-r N]\n"
                "  --types      weight types to time (default: every type with a matmul kernel)\n"
                "  -t N         threads (default: physical cores)\n"
                "  --stream-mb  size of the set of weight copies for the DRAM-bound figure (default 512)\n"
-               "  --contended  run the threads module's contended-core benchmark instead\n");
+               "  --contended  run the threads module's contended-core benchmark instead\n"
+               "  --attn       time the attention kernel instead (1 thread; decode and 16-row prefill blocks)\n");
 }
 
 /* ===== Bandwidth ===== */
@@ -171,6 +174,7 @@ int nx_cmd_bench_kernels(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--contended")) return nx_bench_kernels_contended(argc, argv);
+        if (!strcmp(a, "--attn")) return nx_bench_kernels_attn(argc, argv);
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) { bk_usage(stdout); return 0; }
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!v) { fprintf(stderr, "nextn bench-kernels: %s needs a value\n", a); return 2; }
