@@ -3,9 +3,11 @@
  * input is one .safetensors file. A failure must be NX_ERR_FORMAT / NX_ERR_NOMEM with a message
  * and no handle; a success must give tensors whose byte ranges lie inside the input and match
  * shape x dtype, whose names are found again, and whose float ones read back (as f32 and f64) with
- * the same values. Anything else traps.
+ * the same values, and whose integer ones read as int32 (or fail as out of range). Anything else
+ * traps.
  */
 #include <math.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -27,6 +29,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             __builtin_trap();
         if (!nx_st_dtype_is_float(t->dtype)) {
             if (nx_st_read_f32(st, i, NULL, &err) != NX_ERR_UNSUPPORTED) __builtin_trap();
+            /* integer tensors read as int32 (a value outside int32 is a FORMAT error); bool / F8 refused */
+            bool is_int = t->dtype != NX_ST_BOOL && t->dtype != NX_ST_F8_E4M3 && t->dtype != NX_ST_F8_E5M2;
+            int32_t *v = malloc((size_t)t->numel * sizeof *v + 1);
+            if (v) {
+                nx_status r = nx_st_read_i32(st, i, v, &err);
+                if (is_int ? (r != NX_OK && r != NX_ERR_FORMAT) : r != NX_ERR_UNSUPPORTED) __builtin_trap();
+            }
+            free(v);
             continue;
         }
         float *f = malloc((size_t)t->numel * sizeof *f + 1);

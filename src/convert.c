@@ -3,10 +3,12 @@
  *
  * Three steps: read the config into a plan of hparams; map every checkpoint tensor to its GGUF
  * name, shape, type and value transform (one cv_tensor each); register each with the GGUF writer
- * as a streamed tensor whose fill callback reads, transforms and converts it. The metadata keys
+ * as a streamed tensor whose stream callback reads, transforms, converts and writes it chunk by
+ * chunk (gemma4 names and keys: convert_gemma4.c). The metadata keys
  * go in first, then the tokenizer's.
  */
 #include "convert.h"
+#include "convert_impl.h"
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdio.h>
@@ -21,37 +23,16 @@
 
 /* ===== Config ===== */
 
-typedef struct cv_hparams {
-    int n_layer;       /* num_hidden_layers (trunk) */
-    int n_mtp;         /* mtp_num_hidden_layers */
-    int n_embd, n_ff, n_head, n_head_kv, head_dim, n_vocab, n_ctx;
-    int interval, d_conv, dk, dv, nk, nv, n_rot;
-    int sections[4];
-    bool moe;
-    bool head_dim_given;   /* llama.cpp writes key_length / value_length only then */
-    int n_expert, n_expert_used, n_ff_exp, n_ff_shexp;
-    double eps, rope_theta, rope_factor;
-    const char *rope_type;
-} cv_hparams;
-
-typedef struct cv_config {
-    char  *text;
-    cJSON *root;
-    const cJSON *text_cfg;   /* text_config, or NULL */
-    const cJSON *rope;       /* rope_parameters / rope_scaling, or NULL */
-    const char *path;
-} cv_config;
-
 /* text_config first (llama.cpp merges it over the top level), then the top level. */
-static const cJSON *cfg_get(const cv_config *c, const char *key) {
+const cJSON *nx_cv_cfg_get(const cv_config *c, const char *key) {
     const cJSON *v = c->text_cfg ? cJSON_GetObjectItemCaseSensitive(c->text_cfg, key) : NULL;
     if (!v || cJSON_IsNull(v)) v = cJSON_GetObjectItemCaseSensitive(c->root, key);
     return v && !cJSON_IsNull(v) ? v : NULL;
 }
 
-static nx_status cfg_int(const cv_config *c, const char *key, bool required, int def, int lo, int hi, int *out,
+nx_status nx_cv_cfg_int(const cv_config *c, const char *key, bool required, int def, int lo, int hi, int *out,
                          nx_error *err) {
-    const cJSON *v = cfg_get(c, key);
+    const cJSON *v = nx_cv_cfg_get(c, key);
     if (!v) {
         if (required) return nx_fail(err, NX_ERR_FORMAT, "%s: missing '%s'", c->path, key);
         *out = def;
@@ -63,12 +44,12 @@ static nx_status cfg_int(const cv_config *c, const char *key, bool required, int
     return NX_OK;
 }
 
-static bool is_file(const char *path) {
+bool nx_cv_is_file(const char *path) {
     struct stat sb;
     return stat(path, &sb) == 0 && S_ISREG(sb.st_mode);
 }
 
-static nx_status read_json_file(const char *path, char **text, cJSON **root, nx_error *err) {
+nx_status nx_cv_read_json(const char *path, char **text, cJSON **root, nx_error *err) {
     size_t len = 0;
     nx_status s = nx_read_file(path, (size_t)64 << 20, text, &len, err);
     if (s) return s;
@@ -77,12 +58,10 @@ static nx_status read_json_file(const char *path, char **text, cJSON **root, nx_
     return NX_OK;
 }
 
-#define CV_MAX_DIM (1 << 20)
-#define CV_CHUNK ((int64_t)1 << 20)   /* values per streamed read */
 
 static nx_status read_hparams(const cv_config *c, cv_hparams *hp, nx_error *err) {
     nx_status s;
-#define I(key, req, def, lo, hi, dst) if ((s = cfg_int(c, key, req, def, lo, hi, dst, err))) return s
+#define I(key, req, def, lo, hi, dst) if ((s = nx_cv_cfg_int(c, key, req, def, lo, hi, dst, err))) return s
     I("num_hidden_layers", true, 0, 1, 4096, &hp->n_layer);
     I("mtp_num_hidden_layers", false, 0, 0, 64, &hp->n_mtp);
     I("hidden_size", true, 0, 1, CV_MAX_DIM, &hp->n_embd);
@@ -95,7 +74,7 @@ static nx_status read_hparams(const cv_config *c, cv_hparams *hp, nx_error *err)
     }
     I("num_attention_heads", true, 0, 1, CV_MAX_DIM, &hp->n_head);
     I("num_key_value_heads", false, hp->n_head, 1, CV_MAX_DIM, &hp->n_head_kv);
-    hp->head_dim_given = cfg_get(c, "head_dim") != NULL;
+    hp->head_dim_given = nx_cv_cfg_get(c, "head_dim") != NULL;
     I("head_dim", false, hp->n_embd / hp->n_head, 1, CV_MAX_DIM, &hp->head_dim);
     I("vocab_size", true, 0, 1, 1 << 24, &hp->n_vocab);
     I("max_position_embeddings", false, 0, 0, INT32_MAX, &hp->n_ctx);
@@ -109,14 +88,14 @@ static nx_status read_hparams(const cv_config *c, cv_hparams *hp, nx_error *err)
     if (hp->nv % hp->nk)
         return nx_fail(err, NX_ERR_FORMAT, "%s: linear_num_value_heads %d is not a multiple of linear_num_key_heads %d",
                        c->path, hp->nv, hp->nk);
-    const cJSON *eps = cfg_get(c, "rms_norm_eps");
+    const cJSON *eps = nx_cv_cfg_get(c, "rms_norm_eps");
     if (!cJSON_IsNumber(eps)) return nx_fail(err, NX_ERR_FORMAT, "%s: missing 'rms_norm_eps'", c->path);
     hp->eps = eps->valuedouble;
     /* rope: rope_parameters (new transformers) or rope_scaling, rope_theta at the top as fallback */
     const cJSON *rt = c->rope ? cJSON_GetObjectItemCaseSensitive(c->rope, "rope_theta") : NULL;
-    if (!cJSON_IsNumber(rt)) rt = cfg_get(c, "rope_theta");
+    if (!cJSON_IsNumber(rt)) rt = nx_cv_cfg_get(c, "rope_theta");
     hp->rope_theta = cJSON_IsNumber(rt) ? rt->valuedouble : 0.0;
-    const cJSON *prf = cfg_get(c, "partial_rotary_factor");
+    const cJSON *prf = nx_cv_cfg_get(c, "partial_rotary_factor");
     if (!cJSON_IsNumber(prf) && c->rope) prf = cJSON_GetObjectItemCaseSensitive(c->rope, "partial_rotary_factor");
     double factor = cJSON_IsNumber(prf) ? prf->valuedouble : 0.25;
     if (!(factor > 0 && factor <= 1)) return nx_fail(err, NX_ERR_FORMAT, "%s: partial_rotary_factor %g is not in (0, 1]", c->path, factor);
@@ -145,41 +124,7 @@ static nx_status read_hparams(const cv_config *c, cv_hparams *hp, nx_error *err)
 
 /* ===== Tensor plan ===== */
 
-enum { V_NONE, V_ROWS, V_COLS };
-
-/* A run of source values: an output tensor is one or more (stacked experts, split gate_up). */
-typedef struct cv_seg {
-    int64_t src, first, count;   /* safetensors index, value range */
-} cv_seg;
-
-typedef struct cv_tensor {
-    char     name[128];
-    int64_t  src;            /* safetensors index (of the first segment) */
-    cv_seg  *segs;           /* NULL: the whole of src; else n_segs runs (owned) */
-    int      n_segs;
-    nx_type  type;
-    int      n_dims;
-    int64_t  ne[4];
-    bool     plus1;          /* stored 1 + w */
-    bool     negexp;         /* stored -exp(w) */
-    int      vmode;          /* V-head reorder: rows from v_off, or columns */
-    int64_t  v_off, v_hd;
-    int      order;          /* sort key: -1 token_embd, layer, INT32_MAX the rest */
-    int      expert;         /* planning only: expert id of a per-expert tensor (-1 fused) */
-    struct cv_ctx *cx;
-} cv_tensor;
-
-typedef struct cv_ctx {
-    nx_safetensors *st;
-    cv_hparams hp;
-    nx_type outtype;
-    cv_tensor *t;
-    int64_t n;
-    int64_t done;
-    const nx_convert_opts *o;
-} cv_ctx;
-
-static bool ends_with(const char *s, const char *suf) {
+bool nx_cv_ends_with(const char *s, const char *suf) {
     size_t a = strlen(s), b = strlen(suf);
     return a >= b && !strcmp(s + a - b, suf);
 }
@@ -231,7 +176,7 @@ static int map_name(const cv_hparams *hp, const char *in, char *hf, size_t hf_ca
     if (!strncmp(in, "model.language_model.", 21)) snprintf(nm, sizeof nm, "model.%s", in + 21);
     else if (!strncmp(in, "model.mtp.", 10)) snprintf(nm, sizeof nm, "%s", in + 6);
     else snprintf(nm, sizeof nm, "%s", in);
-    if (strstr(nm, "visual.") || strstr(nm, "vision_") || ends_with(nm, ".rotary_emb.inv_freq")) return 0;
+    if (strstr(nm, "visual.") || strstr(nm, "vision_") || nx_cv_ends_with(nm, ".rotary_emb.inv_freq")) return 0;
     /* mtp.* -> the NextN layer (llama.cpp's _Qwen35MtpMixin) */
     if (!strncmp(nm, "mtp.", 4)) {
         const char *rest = nm + 4;
@@ -301,19 +246,19 @@ static int map_name(const cv_hparams *hp, const char *in, char *hf, size_t hf_ca
             t->v_off = LAYER_MAP[i].v_at ? 2LL * hp->nk * hp->dk : 0;
             t->v_hd = LAYER_MAP[i].hd1 ? 1 : hp->dv;
         }
-        t->negexp = ends_with(rest, "A_log");
+        t->negexp = nx_cv_ends_with(rest, "A_log");
     } else {
         snprintf(why, why_cap, "no GGUF name for it");
         return -1;
     }
     /* llama.cpp: every "*norm.weight" but the DeltaNet gated norm holds w where the model uses 1 + w */
-    t->plus1 = ends_with(nm, "norm.weight") && !ends_with(nm, "linear_attn.norm.weight");
+    t->plus1 = nx_cv_ends_with(nm, "norm.weight") && !nx_cv_ends_with(nm, "linear_attn.norm.weight");
     return 1;
 }
 
-static nx_type pick_type(const cv_tensor *t, nx_type out) {
+nx_type nx_cv_pick_type(const cv_tensor *t, nx_type out) {
     const char *n = t->name;
-    if (t->n_dims <= 1 || ends_with(n, "_norm.weight") || !ends_with(n, ".weight") || strstr(n, "ssm_conv1d") ||
+    if (t->n_dims <= 1 || nx_cv_ends_with(n, "_norm.weight") || !nx_cv_ends_with(n, ".weight") || strstr(n, "ssm_conv1d") ||
         strstr(n, "ffn_gate_inp"))
         return NX_TYPE_F32;
     if (out == NX_TYPE_Q8_0 && t->ne[0] % 32) return NX_TYPE_F16;   /* llama.cpp's QuantError fallback */
@@ -330,77 +275,102 @@ static void reorder_blocks(float *p, float *tmp, int64_t nk, int64_t r, int64_t 
     memcpy(p, tmp, (size_t)(nk * r * hd * stride) * sizeof *p);
 }
 
-static nx_status cv_fill(void *user, const char *name, void *dst, size_t nbytes, nx_error *err) {
+/* Rows [row, row + nr) of f quantized into q and handed to the writer. */
+static nx_status emit_rows(const cv_tensor *t, const float *f, int64_t nr, char *q, size_t rs, int64_t *row,
+                           nx_gguf_out *out, nx_error *err) {
+    const int64_t ne0 = t->ne[0];
+    for (int64_t i = 0; i < nr; i++)
+        if (nx_quantize_row(t->type, f + i * ne0, q + (size_t)i * rs, ne0) != rs)
+            return nx_fail(err, NX_ERR_FORMAT, "%s: row %lld cannot be stored as %s (a NaN or infinity?)", t->name,
+                           (long long)(*row + i), nx_type_name(t->type));
+    *row += nr;
+    return nx_gguf_out_write(out, q, (size_t)nr * rs, err);
+}
+
+/* The writer's stream callback: the tensor is read, transformed, converted and written in chunks
+ * of about CV_CHUNK values, so memory stays at two chunk buffers whatever the tensor's size
+ * (transformed 1-D tensors and generated ones are small and are prepared whole first). */
+static nx_status cv_stream(void *user, const char *name, nx_gguf_out *out, size_t nbytes, nx_error *err) {
     cv_tensor *t = user;
     cv_ctx *cx = t->cx;
-    const nx_st_tensor *src = nx_st_tensor_at(cx->st, t->src);
+    const nx_st_tensor *src = t->src >= 0 ? nx_st_tensor_at(cx->st, t->src) : NULL;
     if (cx->o->progress)
-        cx->o->progress(cx->o->user, cx->done++, cx->n, name, nx_st_dtype_name(src->dtype), t->type, t->n_dims, t->ne);
-    int64_t n = src->numel, ne0 = t->ne[0];
-    if (t->segs) {
-        n = 0;
-        for (int k = 0; k < t->n_segs; k++) n += t->segs[k].count;
-    }
+        cx->o->progress(cx->o->user, cx->done++, cx->n, name, src ? nx_st_dtype_name(src->dtype) : "generated", t->type,
+                        t->n_dims, t->ne);
+    int64_t ne0 = t->ne[0], n = 1;
+    for (int d = 0; d < t->n_dims; d++) n *= t->ne[d];
     int64_t nrows = ne0 ? n / ne0 : 0;
     size_t rs = nx_row_size(t->type, ne0);
     if ((size_t)nrows * rs != nbytes) return nx_fail(err, NX_ERR_INTERNAL, "%s: size mismatch", name);
-    /* Plain tensors stream by row chunks (about CV_CHUNK values); transformed ones are read whole
-     * (they are the small 1-D tensors and the DeltaNet matrices). */
-    bool whole = !t->segs && (t->plus1 || t->negexp || t->vmode == V_ROWS);
-    int64_t chunk_rows = whole ? nrows : (CV_CHUNK / (ne0 ? ne0 : 1) > 0 ? CV_CHUNK / ne0 : 1);
-    if (chunk_rows > nrows) chunk_rows = nrows;
-    float *f = malloc((size_t)(chunk_rows > 0 ? chunk_rows * ne0 : 1) * sizeof *f);
-    if (!f) return nx_fail(err, NX_ERR_NOMEM, "out of memory converting %s (%lld values)", name, (long long)n);
-    nx_status s = NX_OK;
-    float *ctmp = NULL;   /* one row, for the column reorder of ssm_out */
-    if (!whole && t->vmode == V_COLS && !(ctmp = malloc((size_t)ne0 * sizeof *ctmp))) {
-        free(f);
-        return nx_fail(err, NX_ERR_NOMEM, "out of memory converting %s", name);
+    if (t->ints) {   /* a token permutation: I32, as small as the vocabulary */
+        int32_t *v = malloc((size_t)(n > 0 ? n : 1) * sizeof *v);
+        if (!v) return nx_fail(err, NX_ERR_NOMEM, "out of memory converting %s", name);
+        nx_status s = nx_st_read_i32(cx->st, t->src, v, err);
+        if (!s) s = nx_gguf_out_write(out, v, (size_t)n * sizeof *v, err);
+        free(v);
+        return s;
     }
+    bool whole = t->gen || (!t->segs && (t->plus1 || t->negexp || t->vmode == V_ROWS));
+    int64_t chunk_rows = CV_CHUNK / (ne0 ? ne0 : 1) > 0 ? CV_CHUNK / ne0 : 1;
+    if (chunk_rows > nrows) chunk_rows = nrows;
+    if (chunk_rows < 1) chunk_rows = 1;
+    float *f = malloc((size_t)(whole ? (n > 0 ? n : 1) : chunk_rows * ne0) * sizeof *f);
+    char *q = malloc((size_t)chunk_rows * rs);
+    float *ctmp = NULL;   /* one row, for the column reorder of ssm_out */
+    if (!whole && t->vmode == V_COLS) ctmp = malloc((size_t)ne0 * sizeof *ctmp);
+    nx_status s = NX_OK;
+    if (!f || !q || (!whole && t->vmode == V_COLS && !ctmp)) {
+        s = nx_fail(err, NX_ERR_NOMEM, "out of memory converting %s (%lld values)", name, (long long)n);
+        goto done;
+    }
+    int64_t row = 0;
     if (whole) {
-        if (t->plus1 || t->negexp) {
+        if (t->gen) {
+            memcpy(f, t->gen, (size_t)n * sizeof *f);
+        } else if (t->plus1 || t->negexp) {
             /* small 1-D tensors: the arithmetic in double, one rounding */
             double *d = malloc((size_t)n * sizeof *d);
-            if (!d) { free(f); return nx_fail(err, NX_ERR_NOMEM, "out of memory converting %s", name); }
+            if (!d) { s = nx_fail(err, NX_ERR_NOMEM, "out of memory converting %s", name); goto done; }
             s = nx_st_read_f64(cx->st, t->src, d, err);
             for (int64_t i = 0; i < n && !s; i++) f[i] = (float)(t->plus1 ? d[i] + 1.0 : -exp(d[i]));
             free(d);
         } else {
             s = nx_st_read_f32(cx->st, t->src, f, err);
         }
-        if (!s && t->vmode != V_NONE) {
+        if (!s && !t->gen && t->vmode != V_NONE) {
             const cv_hparams *hp = &cx->hp;
             int64_t nk = hp->nk, r = hp->nv / hp->nk, hd = t->v_hd;
             int64_t rows = src->n_dims ? src->shape[0] : 1, cols = rows ? n / rows : 0;
             float *tmp = malloc((size_t)(t->vmode == V_ROWS ? nk * r * hd * cols : nk * r * hd) * sizeof *tmp);
-            if (!tmp) { free(f); return nx_fail(err, NX_ERR_NOMEM, "out of memory converting %s", name); }
+            if (!tmp) { s = nx_fail(err, NX_ERR_NOMEM, "out of memory converting %s", name); goto done; }
             if (t->vmode == V_ROWS) reorder_blocks(f + t->v_off * cols, tmp, nk, r, hd, cols);
             else for (int64_t i = 0; i < rows; i++) reorder_blocks(f + i * cols, tmp, nk, r, hd, 1);
             free(tmp);
         }
+        for (int64_t r0 = 0; r0 < nrows && !s; r0 += chunk_rows) {
+            int64_t nr = nrows - r0 < chunk_rows ? nrows - r0 : chunk_rows;
+            s = emit_rows(t, f + r0 * ne0, nr, q, rs, &row, out, err);
+        }
+        goto done;
     }
-    cv_seg one = {t->src, 0, whole ? 0 : n};
+    cv_seg one = {t->src, 0, n};
     int n_segs = t->segs ? t->n_segs : 1;
-    int64_t row = 0;
-    if (whole) chunk_rows = nrows;   /* one pass over the buffer read above */
-    for (int k = 0; k < (whole ? 1 : n_segs) && !s; k++) {
+    for (int k = 0; k < n_segs && !s; k++) {
         cv_seg sg = t->segs ? t->segs[k] : one;
-        int64_t left = whole ? n : sg.count;
-        for (int64_t off = 0; off < left && !s;) {
-            int64_t nv = left - off < chunk_rows * ne0 ? left - off : chunk_rows * ne0;
+        for (int64_t off = 0; off < sg.count && !s;) {
+            int64_t nv = sg.count - off < chunk_rows * ne0 ? sg.count - off : chunk_rows * ne0;
             int64_t nr = nv / ne0;
-            if (!whole) s = nx_st_read_f32_range(cx->st, sg.src, sg.first + off, nv, f, err);
+            s = nx_st_read_f32_range(cx->st, sg.src, sg.first + off, nv, f, err);
             if (ctmp)
                 for (int64_t i = 0; i < nr && !s; i++)
                     reorder_blocks(f + i * ne0, ctmp, cx->hp.nk, cx->hp.nv / cx->hp.nk, t->v_hd, 1);
-            for (int64_t i = 0; i < nr && !s; i++, row++)
-                if (nx_quantize_row(t->type, f + i * ne0, (char *)dst + (size_t)row * rs, ne0) != rs)
-                    s = nx_fail(err, NX_ERR_FORMAT, "%s: row %lld cannot be stored as %s (a NaN or infinity?)", name,
-                                (long long)row, nx_type_name(t->type));
+            if (!s) s = emit_rows(t, f, nr, q, rs, &row, out, err);
             off += nv;
         }
     }
+done:
     free(f);
+    free(q);
     free(ctmp);
     if (s && s != NX_ERR_FORMAT) return nx_error_prefix(err, "converting %s", name);
     return s;
@@ -466,7 +436,7 @@ static cv_tensor *seg_tensor(cv_ctx *cx, const char *name, int order, int64_t ne
     snprintf(t->name, sizeof t->name, "%s", name);
     t->segs = calloc((size_t)X, sizeof *t->segs);
     if (!t->segs) { nx_fail(err, NX_ERR_NOMEM, "out of memory"); return NULL; }
-    t->type = pick_type(t, cx->outtype);
+    t->type = nx_cv_pick_type(t, cx->outtype);
     cx->n++;
     return t;
 }
@@ -509,18 +479,22 @@ static nx_status plan_experts(cv_ctx *cx, int64_t i, const nx_st_tensor *s, cons
 
 static nx_status build_plan(cv_ctx *cx, nx_error *err) {
     int64_t n = nx_st_n_tensors(cx->st);
-    cx->t = calloc((size_t)(2 * n + 1), sizeof *cx->t);   /* a fused gate_up gives two */
+    cx->t = calloc((size_t)(2 * n + 2), sizeof *cx->t);   /* a fused gate_up gives two; + rope_freqs */
     if (!cx->t) return nx_fail(err, NX_ERR_NOMEM, "out of memory");
     for (int64_t i = 0; i < n; i++) {
         const nx_st_tensor *s = nx_st_tensor_at(cx->st, i);
         cv_tensor *t = &cx->t[cx->n];
         *t = (cv_tensor){.src = i, .cx = cx};
-        char hf[256], why[128] = "";
-        int r = map_name(&cx->hp, s->name, hf, sizeof hf, t, why, sizeof why);
+        char hf[256], why[160] = "";
+        if (s->dtype == NX_ST_F8_E4M3 || s->dtype == NX_ST_F8_E5M2)
+            return nx_fail(err, NX_ERR_UNSUPPORTED, "tensor '%s' has dtype %s: FP8 checkpoints are not supported "
+                           "(convert the BF16 / F16 release of the model)", s->name, nx_st_dtype_name(s->dtype));
+        int r = cx->g4.on ? nx_cv_g4_map(&cx->g4, s, t, why, sizeof why)
+                          : map_name(&cx->hp, s->name, hf, sizeof hf, t, why, sizeof why);
         if (r < 0) return nx_fail(err, NX_ERR_UNSUPPORTED, "tensor '%s' (in %s): %s", s->name,
                                   nx_st_file_path(cx->st, s->file), why);
         if (r == 0) continue;
-        if (!nx_st_dtype_is_float(s->dtype))
+        if (!t->ints && !nx_st_dtype_is_float(s->dtype))
             return nx_fail(err, NX_ERR_UNSUPPORTED, "tensor '%s' has dtype %s (quantized checkpoints are not supported)",
                            s->name, nx_st_dtype_name(s->dtype));
         for (int d = 0; d < s->n_dims; d++)
@@ -542,8 +516,12 @@ static nx_status build_plan(cv_ctx *cx, nx_error *err) {
         if (st) return st;
         if (t->vmode == V_ROWS && !t->plus1 && !t->negexp && t->n_dims >= 2 && (st = vrows_segments(cx, t, s, err)))
             return st;
-        t->type = pick_type(t, cx->outtype);
+        t->type = t->ints ? NX_TYPE_I32 : nx_cv_pick_type(t, cx->outtype);
         cx->n++;
+    }
+    if (cx->g4.on) {
+        nx_status st = nx_cv_g4_extra(cx, err);
+        if (st) return st;
     }
     for (int64_t i = 0; i < cx->n; i++)
         for (int k = 0; k < cx->t[i].n_segs; k++)
@@ -565,7 +543,7 @@ static nx_status build_plan(cv_ctx *cx, nx_error *err) {
 
 /* ===== Metadata ===== */
 
-static int ftype_of(nx_type t) {
+int nx_cv_ftype_of(nx_type t) {
     switch (t) {
     case NX_TYPE_F32: return 0;     /* LLAMA_FTYPE_ALL_F32 */
     case NX_TYPE_F16: return 1;     /* MOSTLY_F16 */
@@ -577,10 +555,10 @@ static int ftype_of(nx_type t) {
 static nx_status set_sampling(nx_gguf_writer *w, const char *dir, nx_error *err) {
     char path[4096];
     snprintf(path, sizeof path, "%s/generation_config.json", dir);
-    if (!is_file(path)) return NX_OK;
+    if (!nx_cv_is_file(path)) return NX_OK;
     char *text = NULL;
     cJSON *g = NULL;
-    nx_status s = read_json_file(path, &text, &g, err);
+    nx_status s = nx_cv_read_json(path, &text, &g, err);
     static const struct { const char *hf, *key; bool is_int; } K[] = {
         {"top_k", "general.sampling.top_k", true}, {"top_p", "general.sampling.top_p", false},
         {"min_p", "general.sampling.min_p", false}, {"temperature", "general.sampling.temp", false},
@@ -604,7 +582,7 @@ static nx_status set_chat_template(nx_gguf_writer *w, const char *dir, const cha
     if (tok_cfg) {
         char *text = NULL;
         cJSON *c = NULL;
-        s = read_json_file(tok_cfg, &text, &c, err);
+        s = nx_cv_read_json(tok_cfg, &text, &c, err);
         const cJSON *ct = cJSON_GetObjectItemCaseSensitive(c, "chat_template");
         if (!s && cJSON_IsString(ct)) {
             s = nx_gguf_set_str(w, "tokenizer.chat_template", ct->valuestring);
@@ -627,7 +605,7 @@ static nx_status set_chat_template(nx_gguf_writer *w, const char *dir, const cha
     }
     char path[4096];
     snprintf(path, sizeof path, "%s/chat_template.jinja", dir);
-    if (!have && is_file(path)) {
+    if (!have && nx_cv_is_file(path)) {
         char *text = NULL;
         size_t len = 0;
         if ((s = nx_read_file(path, (size_t)16 << 20, &text, &len, err))) return s;
@@ -638,13 +616,13 @@ static nx_status set_chat_template(nx_gguf_writer *w, const char *dir, const cha
     return s;
 }
 
-static nx_status kv_u32(nx_gguf_writer *w, const char *arch, const char *suffix, int64_t v) {
+nx_status nx_cv_kv_u32(nx_gguf_writer *w, const char *arch, const char *suffix, int64_t v) {
     char key[160];
     snprintf(key, sizeof key, "%s.%s", arch, suffix);
     return nx_gguf_set_u32(w, key, (uint32_t)v);
 }
 
-static nx_status kv_f32(nx_gguf_writer *w, const char *arch, const char *suffix, double v) {
+nx_status nx_cv_kv_f32(nx_gguf_writer *w, const char *arch, const char *suffix, double v) {
     char key[160];
     snprintf(key, sizeof key, "%s.%s", arch, suffix);
     return nx_gguf_set_f32(w, key, (float)v);
@@ -656,8 +634,8 @@ static nx_status set_model_kv(nx_gguf_writer *w, const cv_hparams *hp, const cha
     const char *A = hp->moe ? "qwen35moe" : "qwen35";
     char key[160];
     nx_status s = nx_gguf_set_str(w, "general.architecture", A);
-#define U(k, v) if (!s) s = kv_u32(w, A, k, v)
-#define F(k, v) if (!s) s = kv_f32(w, A, k, v)
+#define U(k, v) if (!s) s = nx_cv_kv_u32(w, A, k, v)
+#define F(k, v) if (!s) s = nx_cv_kv_f32(w, A, k, v)
     if (!s) s = nx_gguf_set_str(w, "general.type", "model");
     if (!s) s = nx_gguf_set_str(w, "general.name", name);
     U("block_count", hp->n_layer + hp->n_mtp);
@@ -686,7 +664,7 @@ static nx_status set_model_kv(nx_gguf_writer *w, const cv_hparams *hp, const cha
         U("attention.key_length", hp->head_dim);
         U("attention.value_length", hp->head_dim);
     }
-    if (!s) s = nx_gguf_set_u32(w, "general.file_type", (uint32_t)ftype_of(outtype));
+    if (!s) s = nx_gguf_set_u32(w, "general.file_type", (uint32_t)nx_cv_ftype_of(outtype));
     if (hp->moe) {
         U("expert_feed_forward_length", hp->n_ff_exp);
         if (hp->n_ff_shexp > 0) U("expert_shared_feed_forward_length", hp->n_ff_shexp);
@@ -708,7 +686,21 @@ static nx_status set_model_kv(nx_gguf_writer *w, const cv_hparams *hp, const cha
 /* ===== Entry ===== */
 
 static const char *const SUPPORTED = "Qwen3_5ForCausalLM, Qwen3_5ForConditionalGeneration, Qwen3_5MoeForCausalLM, "
-                                     "Qwen3_5MoeForConditionalGeneration";
+                                     "Qwen3_5MoeForConditionalGeneration, Gemma4ForCausalLM, "
+                                     "Gemma4ForConditionalGeneration, Gemma4AssistantForCausalLM";
+
+/* A quantized checkpoint (FP8, GPTQ, AWQ, ...) says so in config.json; its weights are not plain
+ * floats, so it is refused up front with the method named. */
+static nx_status check_not_quantized(const cv_config *c, nx_error *err) {
+    const cJSON *q = nx_cv_cfg_get(c, "quantization_config");
+    if (!q) return NX_OK;
+    const char *m = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(q, "quant_method"));
+    const char *fmt = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(q, "fmt"));
+    bool fp8 = (m && !strcmp(m, "fp8")) || (fmt && strstr(fmt, "e4m3"));
+    return nx_fail(err, NX_ERR_UNSUPPORTED, "%s: a quantized checkpoint (quantization_config.quant_method = %s)%s is not "
+                   "supported: convert the BF16 / F16 release of the model", c->path, m ? m : "?",
+                   fp8 ? ": FP8 weights" : "");
+}
 
 nx_status nx_convert_hf(const nx_convert_opts *o, nx_error *err) {
     if (!o || !o->hf_dir || !o->out_path) return nx_fail(err, NX_ERR_INVALID_ARG, "convert: a checkpoint directory and --out are required");
@@ -721,30 +713,37 @@ nx_status nx_convert_hf(const nx_convert_opts *o, nx_error *err) {
     snprintf(cfg_path, sizeof cfg_path, "%s/config.json", o->hf_dir);
     snprintf(tok_path, sizeof tok_path, "%s/tokenizer.json", o->hf_dir);
     snprintf(tok_cfg, sizeof tok_cfg, "%s/tokenizer_config.json", o->hf_dir);
-    if (!is_file(cfg_path)) return nx_fail(err, NX_ERR_IO, "missing %s", cfg_path);
-    if (!is_file(tok_path)) return nx_fail(err, NX_ERR_IO, "missing %s (only tokenizer.json vocabularies are supported)", tok_path);
-    bool have_tok_cfg = is_file(tok_cfg);
+    if (!nx_cv_is_file(cfg_path)) return nx_fail(err, NX_ERR_IO, "missing %s", cfg_path);
+    if (!nx_cv_is_file(tok_path))
+        return nx_fail(err, NX_ERR_IO, "missing %s (only tokenizer.json vocabularies are supported; a Gemma 4 assistant "
+                       "uses its target's: copy the target's tokenizer.json and tokenizer_config.json)", tok_path);
+    bool have_tok_cfg = nx_cv_is_file(tok_cfg);
 
     cv_config c = {.path = cfg_path};
     cv_ctx cx = {.outtype = o->outtype, .o = o};
     nx_gguf_writer *w = NULL;
-    nx_status s = read_json_file(cfg_path, &c.text, &c.root, err);
+    nx_status s = nx_cv_read_json(cfg_path, &c.text, &c.root, err);
     if (s) goto done;
     if (!cJSON_IsObject(c.root)) { s = nx_fail(err, NX_ERR_FORMAT, "%s is not a JSON object", cfg_path); goto done; }
     const cJSON *archs = cJSON_GetObjectItemCaseSensitive(c.root, "architectures");
     const char *arch = cJSON_GetStringValue(cJSON_GetArrayItem(archs, 0));
     if (!arch) { s = nx_fail(err, NX_ERR_FORMAT, "%s: no 'architectures' list", cfg_path); goto done; }
     cx.hp.moe = !strcmp(arch, "Qwen3_5MoeForCausalLM") || !strcmp(arch, "Qwen3_5MoeForConditionalGeneration");
-    if (strcmp(arch, "Qwen3_5ForCausalLM") && strcmp(arch, "Qwen3_5ForConditionalGeneration") && !cx.hp.moe) {
+    bool asst = !strcmp(arch, "Gemma4AssistantForCausalLM");
+    cx.g4.on = asst || !strcmp(arch, "Gemma4ForCausalLM") || !strcmp(arch, "Gemma4ForConditionalGeneration");
+    if (strcmp(arch, "Qwen3_5ForCausalLM") && strcmp(arch, "Qwen3_5ForConditionalGeneration") && !cx.hp.moe && !cx.g4.on) {
         s = nx_fail(err, NX_ERR_UNSUPPORTED, "architecture %s is not supported (supported: %s)", arch, SUPPORTED);
         goto done;
     }
     c.text_cfg = cJSON_GetObjectItemCaseSensitive(c.root, "text_config");
     if (!cJSON_IsObject(c.text_cfg)) c.text_cfg = NULL;
-    c.rope = cfg_get(&c, "rope_parameters");
-    if (!cJSON_IsObject(c.rope)) c.rope = cfg_get(&c, "rope_scaling");
+    c.rope = nx_cv_cfg_get(&c, "rope_parameters");
+    if (!cJSON_IsObject(c.rope)) c.rope = nx_cv_cfg_get(&c, "rope_scaling");
     if (!cJSON_IsObject(c.rope)) c.rope = NULL;
-    if ((s = read_hparams(&c, &cx.hp, err))) goto done;
+    if ((s = check_not_quantized(&c, err))) goto done;
+    if (cx.g4.on) s = nx_cv_g4_hparams(&c, asst, &cx.g4, err);
+    else s = read_hparams(&c, &cx.hp, err);
+    if (s) goto done;
     if ((s = nx_st_open_dir(o->hf_dir, &cx.st, err))) goto done;
     if ((s = build_plan(&cx, err))) goto done;
 
@@ -755,21 +754,27 @@ nx_status nx_convert_hf(const nx_convert_opts *o, nx_error *err) {
     snprintf(name, sizeof name, "%s", base && base[1] ? base + 1 : o->hf_dir);
     size_t nl = strlen(name);
     while (nl > 1 && name[nl - 1] == '/') name[--nl] = '\0';
-    if ((s = set_model_kv(w, &cx.hp, name, o->outtype))) { nx_fail(err, s, "building the GGUF metadata failed"); goto done; }
+    s = cx.g4.on ? nx_cv_g4_kv(w, &cx.g4, name, o->outtype) : set_model_kv(w, &cx.hp, name, o->outtype);
+    if (s) { nx_fail(err, s, "building the GGUF metadata failed"); goto done; }
     nx_tok_convert_opts to = {.tokenizer_json = tok_path, .config_json = have_tok_cfg ? tok_cfg : NULL,
-                              .n_vocab = cx.hp.n_vocab};
+                              .n_vocab = cx.g4.on ? cx.g4.n_vocab : cx.hp.n_vocab,
+                              .user_defined = cx.g4.on ? nx_cv_g4_visible_tokens : NULL};
     if ((s = nx_tokenizer_convert_kv(&to, w, err))) goto done;
     if ((s = set_chat_template(w, o->hf_dir, have_tok_cfg ? tok_cfg : NULL, err))) goto done;
     if ((s = set_sampling(w, o->hf_dir, err))) goto done;
     for (int64_t i = 0; i < cx.n && !s; i++)
-        s = nx_gguf_add_tensor_fill(w, cx.t[i].name, cx.t[i].type, cx.t[i].n_dims, cx.t[i].ne, cv_fill, &cx.t[i]);
+        s = nx_gguf_add_tensor_stream(w, cx.t[i].name, cx.t[i].type, cx.t[i].n_dims, cx.t[i].ne, cv_stream, &cx.t[i]);
     if (s) { nx_fail(err, s, "registering the tensors failed"); goto done; }
     s = nx_gguf_writer_write(w, o->out_path, err);
 done:
     nx_gguf_writer_free(w);
     nx_st_close(cx.st);
-    for (int64_t i = 0; i < cx.n; i++) free(cx.t[i].segs);
+    for (int64_t i = 0; i < cx.n; i++) {
+        free(cx.t[i].segs);
+        free(cx.t[i].gen);
+    }
     free(cx.t);
+    nx_cv_g4_free(&cx.g4);
     cJSON_Delete(c.root);
     free(c.text);
     return s;

@@ -19,12 +19,19 @@
  * in_proj_a / in_proj_b rows, A_log, dt_bias, conv1d V channels, out_proj columns). Arithmetic on
  * values runs in double and rounds once.
  *
+ * Gemma4ForCausalLM / Gemma4ForConditionalGeneration (-> `gemma4`, text part; vision and audio
+ * towers skipped) and Gemma4AssistantForCausalLM (-> `gemma4-assistant`): see convert_gemma4.c
+ * (norms as they are, generated rope_freqs, layer_scalar / router / expert renames, the
+ * assistant's backbone width, projections and centroid head). A quantized checkpoint
+ * (config.json quantization_config, or an F8_E4M3 / F8_E5M2 tensor) is refused with a message.
+ *
  * Types (--outtype): 1-D tensors, `*_norm.weight`, ssm_conv1d, routers and every name not ending
  * in `.weight` stay F32; the rest take the output type; Q8_0 falls back to F16 for a row length
  * not a multiple of 32 (llama.cpp's rules).
  *
- * Streaming: tensors are read, transformed and converted one at a time inside the GGUF writer's
- * fill callback; peak memory is about the largest tensor as F32 plus its output bytes.
+ * Streaming: each tensor is read, transformed and converted in chunks of about 1M values inside
+ * the GGUF writer's stream callback, every chunk written as it is done; peak memory is a few chunk
+ * buffers, whatever the tensor and checkpoint sizes.
  * Nothing prints: progress goes to an optional callback.
  */
 #ifndef NX_CONVERT_H

@@ -65,6 +65,8 @@ static void ctx_release(nx_ctx *c) {
     free(c->grp_off);
     free(c->rec_src);
     free(c->rec_dst);
+    free(c->rec_done);
+    free(c->rec_log);
     free(c->b_first);
     free(c->b_last);
     free(c->b_count);
@@ -109,12 +111,14 @@ nx_status nx_ctx_create(const nx_model *model, const nx_ctx_params *params, nx_c
     c->grp_off = malloc((U + 1) * sizeof(int));
     c->rec_src = malloc(U * sizeof(int));
     c->rec_dst = malloc(U * sizeof(int));
+    c->rec_done = malloc(U * sizeof(int));
+    c->rec_log = malloc(U * sizeof(bool));
     c->b_first = malloc(S * sizeof(int));
     c->b_last = malloc(S * sizeof(int));
     c->b_count = malloc(S * sizeof(int));
     c->seen = calloc(S, sizeof(int));
     c->snap_skip = calloc(S, sizeof(bool));
-    if (!c->tp || !c->order || !c->grp_seq || !c->grp_off || !c->rec_src || !c->rec_dst || !c->b_first || !c->b_last ||
+    if (!c->tp || !c->order || !c->grp_seq || !c->grp_off || !c->rec_src || !c->rec_dst || !c->rec_done || !c->rec_log || !c->b_first || !c->b_last ||
         !c->b_count || !c->seen || !c->snap_skip) {
         if (err.code == NX_OK) nx_fail(&err, NX_ERR_NOMEM, "out of memory");
         ctx_release(c);
@@ -253,11 +257,17 @@ static nx_status decode(nx_ctx *c, const nx_batch *b) {
                 c->rec_src[r] = c->rec_dst[r] = -1;
             }
         }
-        for (int g = 0; g < n_groups; g++) c->seen[c->grp_seq[g]] = 0;
+        for (int g = 0; g < n_groups; g++) {
+            const int s = c->grp_seq[g];
+            c->seen[s] = 0;
+            c->rec_done[g] = b->pos[u0 + c->order[c->grp_off[g]]] - c->b_first[s];
+            c->rec_log[g] = b->snapshots && !c->snap_skip[s] && c->b_count[s] > 1;
+        }
         nx_ubatch ub = {
             .n = nu, .row0 = u0, .tok = b->tok + u0, .pos = b->pos + u0, .seq = b->seq + u0,
             .want_logits = b->logits + u0, .n_groups = n_groups, .grp_seq = c->grp_seq, .grp_off = c->grp_off,
             .order = c->order, .rec_src = c->rec_src, .rec_dst = c->rec_dst,
+            .rec_done = c->rec_done, .rec_log = c->rec_log,
         };
         st = c->model->impl->forward(c, &ub, &err);
         if (st == NX_OK)
@@ -271,6 +281,8 @@ static nx_status decode(nx_ctx *c, const nx_batch *b) {
             if (c->b_count[s]) nx_kv_seq_reset(c->kv, s);
         return nx_error_publish(&err);
     }
+    for (int s = 0; s < S; s++)
+        if (c->b_count[s]) nx_kv_log_commit(c->kv, s, b->snapshots && !c->snap_skip[s] ? c->b_count[s] : 0);
     c->n_rows = b->n;
     c->n_out = n_out;
     return NX_OK;

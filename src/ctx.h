@@ -41,7 +41,8 @@ struct nx_ctx {
     int rows_cap, out_cap;
 
     /* ubatch bookkeeping, n_ubatch entries each (grp_off: +1) */
-    int *order, *grp_seq, *grp_off, *rec_src, *rec_dst;
+    int *order, *grp_seq, *grp_off, *rec_src, *rec_dst, *rec_done;
+    bool *rec_log;
     /* per sequence: first / last position in the current batch (-1: absent) */
     int *b_first, *b_last, *b_count, *seen;
     bool *snap_skip;                /* per sequence: no snapshots in the next decode */

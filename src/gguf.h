@@ -159,6 +159,17 @@ typedef nx_status (*nx_gguf_fill_fn)(void *user, const char *name, void *dst, si
 nx_status nx_gguf_add_tensor_fill(nx_gguf_writer *w, const char *name, nx_type type, int n_dims,
                                   const int64_t *ne, nx_gguf_fill_fn fill, void *user);
 
+/* A tensor streamed piece by piece: at write time stream(user, name, out, nbytes, err) calls
+ * nx_gguf_out_write() for consecutive pieces that add up to exactly nbytes; the pieces go to the
+ * file as they come, so no buffer of the whole tensor exists (peak memory is the caller's piece
+ * buffer, whatever the tensor's size). Too many or too few bytes fail the write, as does a
+ * failed stream (no file is left behind). Not called by the counting pass of write_mem. */
+typedef struct nx_gguf_out nx_gguf_out;
+typedef nx_status (*nx_gguf_stream_fn)(void *user, const char *name, nx_gguf_out *out, size_t nbytes, nx_error *err);
+nx_status nx_gguf_add_tensor_stream(nx_gguf_writer *w, const char *name, nx_type type, int n_dims,
+                                    const int64_t *ne, nx_gguf_stream_fn stream, void *user);
+nx_status nx_gguf_out_write(nx_gguf_out *out, const void *p, size_t n, nx_error *err);
+
 nx_status nx_gguf_writer_write(nx_gguf_writer *w, const char *path, nx_error *err);
 /* Write into a malloc'ed buffer (caller frees *out). */
 nx_status nx_gguf_writer_write_mem(nx_gguf_writer *w, void **out, size_t *size, nx_error *err);

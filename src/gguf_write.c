@@ -35,6 +35,7 @@ typedef struct wtensor {
     size_t      nbytes;
     nx_gguf_fill_fn fill;   /* produces the bytes at write time (streaming); NULL = use data */
     void       *fill_user;
+    nx_gguf_stream_fn stream;   /* writes the bytes piece by piece at write time (fill_user is its user) */
 } wtensor;
 
 struct nx_gguf_writer {
@@ -295,7 +296,7 @@ static nx_status add_tensor(nx_gguf_writer *w, const char *name, nx_type type, i
         return wfail(w, NX_ERR_NOMEM, "out of memory");
     }
     wtensor *wt = &w->t[w->n_t++];
-    *wt = (wtensor){nm, len, type, n_dims, {1, 1, 1, 1}, data, t.nbytes, fill, user};
+    *wt = (wtensor){nm, len, type, n_dims, {1, 1, 1, 1}, data, t.nbytes, fill, user, NULL};
     for (int d = 0; d < n_dims; d++) wt->ne[d] = ne[d];
     return NX_OK;
 }
@@ -309,6 +310,14 @@ nx_status nx_gguf_add_tensor_fill(nx_gguf_writer *w, const char *name, nx_type t
                                   const int64_t *ne, nx_gguf_fill_fn fill, void *user) {
     if (!fill) return wfail(w, NX_ERR_INVALID_ARG, "tensor '%s': NULL fill function", name ? name : "(null)");
     return add_tensor(w, name, type, n_dims, ne, NULL, fill, user);
+}
+
+nx_status nx_gguf_add_tensor_stream(nx_gguf_writer *w, const char *name, nx_type type, int n_dims,
+                                    const int64_t *ne, nx_gguf_stream_fn stream, void *user) {
+    if (!stream) return wfail(w, NX_ERR_INVALID_ARG, "tensor '%s': NULL stream function", name ? name : "(null)");
+    nx_status st = add_tensor(w, name, type, n_dims, ne, NULL, NULL, user);
+    if (st == NX_OK) w->t[w->n_t - 1].stream = stream;
+    return st;
 }
 
 /* ===== Output ===== */
@@ -347,6 +356,42 @@ static void put_fill(sink *s, const wtensor *t) {
         if (s->st == NX_OK && fwrite(s->tmp, 1, t->nbytes, s->f) != t->nbytes) s->failed = true;
     }
     s->pos += t->nbytes;
+}
+
+static void put(sink *s, const void *p, size_t n);
+
+/* What a stream function writes through: the sink and the bytes still owed. */
+struct nx_gguf_out {
+    sink       *s;
+    const char *name;
+    size_t      left;
+};
+
+nx_status nx_gguf_out_write(nx_gguf_out *o, const void *p, size_t n, nx_error *err) {
+    if (n > o->left)
+        return nx_fail(err, NX_ERR_INTERNAL, "gguf writer: tensor '%s' streamed %zu bytes past its size", o->name,
+                       n - o->left);
+    put(o->s, p, n);
+    o->left -= n;
+    if (o->s->failed) return nx_fail(err, NX_ERR_IO, "gguf writer: write failed in tensor '%s'", o->name);
+    return NX_OK;
+}
+
+/* A piece-by-piece tensor: its bytes go straight to the sink (no whole-tensor buffer); while
+ * counting only its size is added. */
+static void put_stream(sink *s, const wtensor *t) {
+    if (s->st != NX_OK || s->failed) return;
+    if (!s->f && !s->buf) {
+        s->pos += t->nbytes;
+        return;
+    }
+    nx_gguf_out o = {s, t->name, t->nbytes};
+    uint64_t start = s->pos;
+    s->st = t->stream(t->fill_user, t->name, &o, t->nbytes, s->err);
+    if (s->st == NX_OK && o.left)
+        s->st = nx_fail(s->err, NX_ERR_INTERNAL, "gguf writer: tensor '%s' streamed %zu of %zu bytes", t->name,
+                        t->nbytes - o.left, t->nbytes);
+    s->pos = start + t->nbytes;
 }
 
 static void put(sink *s, const void *p, size_t n) {
@@ -441,7 +486,8 @@ static void emit(const nx_gguf_writer *w, const plan *pl, sink *s) {
     if (pl->t1 > pl->t0) put_zeros(s, align_up(s->pos, w->alignment) - s->pos);
     for (size_t i = pl->t0; i < pl->t1; i++) {
         const wtensor *t = &w->t[i];
-        if (t->fill) put_fill(s, t);
+        if (t->stream) put_stream(s, t);
+        else if (t->fill) put_fill(s, t);
         else if (t->data) put(s, t->data, t->nbytes);
         else put_zeros(s, t->nbytes);
         put_zeros(s, align_up(t->nbytes, w->alignment) - t->nbytes);

@@ -1,11 +1,15 @@
 /*
  * kv.c — attention KV cache and recurrent state per sequence (see kv.h for the contract).
  *
- * Layout: one calloc per sequence for the attention rows ([layer][K: row][V: row], each row
- * k_width / v_width values of the cache type; n_ctx rows, or `cells` for a ring layer), one per
+ * Layout: one calloc per sequence for the attention rows ([layer][K: head][row][V: head][row],
+ * each head's row k_width / heads values of the cache type; n_ctx rows, or `cells` for a ring
+ * layer: head-major, so attention streams one head's rows contiguously), one per
  * sequence for the positions held by ring rows ([ring layer][cell], -1 = empty), one per
  * sequence for the live recurrent state ([layer][conv | ssm] floats) and one growable block
  * per sequence for snapshot slots (each slot is a copy of the live recurrent layout).
+ * Slots are separate buffers behind pointers: rewinding to a snapshot swaps that slot's
+ * buffer with the live one instead of copying ~the whole recurrent state (tens of MB on real
+ * shapes) on every partly accepted verify.
  */
 #include "kv.h"
 #include <stdlib.h>
@@ -13,13 +17,28 @@
 #include "core/fp16.h"
 #include "quant/quant.h"
 
+/* A recurrent-state buffer: calloc'd (untouched pages stay unallocated), used from a 64-byte
+ * boundary so the DeltaNet kernels' streaming stores apply to whole cache lines. */
+typedef struct rec_buf {
+    void *mem;
+    float *f;
+} rec_buf;
+
+static bool rec_buf_alloc(rec_buf *b, int64_t floats) {
+    b->mem = calloc(1, (size_t)floats * sizeof(float) + 64);
+    b->f = b->mem ? (float *)(((uintptr_t)b->mem + 63) & ~(uintptr_t)63) : NULL;
+    return b->mem != NULL;
+}
+
 typedef struct kv_seq {
     uint8_t *attn;      /* all attention layers */
     int32_t *cell_pos;  /* ring layers: position held by each cell (-1: none) */
-    float *rec;         /* live recurrent state, rec_size floats */
-    float *snap;        /* snap_cap slots of rec_size floats */
+    rec_buf rec;        /* live recurrent state, rec_size floats */
+    rec_buf *snap;      /* snap_cap slots of rec_size floats each, separately allocated */
     int snap_cap;
     int snap_pos0, snap_n;  /* tokens pos0..pos0+n-1 have states: slots 0..n-2 and the live one */
+    float *log[2];      /* deferred: replay logs of log_cap tokens, [cur] = the last snapshot batch's */
+    int log_cap, log_cur, pend;
     int len;
 } kv_seq;
 
@@ -27,7 +46,8 @@ struct nx_kv {
     int n_seq, n_ctx, n_attn, n_rec;
     nx_type tk, tv;
     int64_t *kw, *vw;       /* values per row, per attention layer */
-    size_t *krb, *vrb;      /* bytes per row, per attention layer */
+    size_t *krb, *vrb;      /* bytes per row (all heads), per attention layer */
+    int *heads;             /* heads per row, per attention layer (each head's rows a plane) */
     size_t *k_off, *v_off;  /* byte offsets of a layer's K / V block in kv_seq.attn */
     size_t attn_size;
     int *cells;             /* rows per attention layer (n_ctx, or the ring size) */
@@ -37,6 +57,11 @@ struct nx_kv {
     size_t n_cell_pos;
     int64_t *conv_off, *ssm_off, *conv_n, *ssm_n;  /* float offsets / sizes per recurrent layer */
     int64_t rec_size;
+    /* deferred SSM: per recurrent layer the log offset; log floats per token; conv-only slots */
+    bool deferred;
+    int64_t *log_off, log_tok, *conv_soff, conv_slot;
+    void (*apply)(void *user, const struct nx_kv *kv, int seq, float *rec, int n);
+    void *apply_user;
     kv_seq *seqs;
 };
 
@@ -93,6 +118,7 @@ nx_status nx_kv_create(const nx_kv_config *c, nx_kv **out, nx_error *err) {
     kv->k_off = calloc((size_t)na, sizeof *kv->k_off);
     kv->v_off = calloc((size_t)na, sizeof *kv->v_off);
     kv->cells = calloc((size_t)na, sizeof *kv->cells);
+    kv->heads = calloc((size_t)na, sizeof *kv->heads);
     kv->ring = calloc((size_t)na, sizeof *kv->ring);
     kv->window = calloc((size_t)na, sizeof *kv->window);
     kv->cp_off = calloc((size_t)na, sizeof *kv->cp_off);
@@ -100,9 +126,11 @@ nx_status nx_kv_create(const nx_kv_config *c, nx_kv **out, nx_error *err) {
     kv->ssm_off = calloc((size_t)nr, sizeof *kv->ssm_off);
     kv->conv_n = calloc((size_t)nr, sizeof *kv->conv_n);
     kv->ssm_n = calloc((size_t)nr, sizeof *kv->ssm_n);
+    kv->log_off = calloc((size_t)nr, sizeof *kv->log_off);
+    kv->conv_soff = calloc((size_t)nr, sizeof *kv->conv_soff);
     kv->seqs = calloc((size_t)c->n_seq, sizeof *kv->seqs);
-    if (!kv->kw || !kv->vw || !kv->krb || !kv->vrb || !kv->k_off || !kv->v_off || !kv->cells || !kv->ring || !kv->window || !kv->cp_off ||
-        !kv->conv_off || !kv->ssm_off || !kv->conv_n ||
+    if (!kv->kw || !kv->vw || !kv->krb || !kv->vrb || !kv->k_off || !kv->v_off || !kv->cells || !kv->heads || !kv->ring || !kv->window || !kv->cp_off ||
+        !kv->conv_off || !kv->ssm_off || !kv->conv_n || !kv->log_off || !kv->conv_soff ||
         !kv->ssm_n || !kv->seqs) {
         nx_kv_free(kv);
         return nx_fail(err, NX_ERR_NOMEM, "kv: out of memory");
@@ -117,11 +145,18 @@ nx_status nx_kv_create(const nx_kv_config *c, nx_kv **out, nx_error *err) {
                            (long long)c->k_width[l], (long long)c->v_width[l]);
         }
         const int bk = nx_kv_type_block(c->type_k), bv = nx_kv_type_block(c->type_v);
-        if (c->k_width[l] % bk != 0 || c->v_width[l] % bv != 0) {
+        const int nh = c->heads && c->heads[l] > 0 ? c->heads[l] : 1;
+        if (nh > 4096 || c->k_width[l] % nh != 0 || c->v_width[l] % nh != 0) {
+            nx_kv_free(kv);
+            return nx_fail(err, NX_ERR_INVALID_ARG, "kv: attention layer %d: rows of %lld / %lld values do not split "
+                           "into %d heads", l, (long long)c->k_width[l], (long long)c->v_width[l], nh);
+        }
+        kv->heads[l] = nh;
+        if ((c->k_width[l] / nh) % bk != 0 || (c->v_width[l] / nh) % bv != 0) {
             nx_kv_free(kv);
             return nx_fail(err, NX_ERR_UNSUPPORTED,
                            "kv: attention layer %d: K / V rows of %lld / %lld values cannot be stored as %s / %s "
-                           "(blocks of %d / %d values)", l, (long long)c->k_width[l], (long long)c->v_width[l],
+                           "(blocks of %d / %d values per head)", l, (long long)c->k_width[l], (long long)c->v_width[l],
                            nx_type_name(c->type_k), nx_type_name(c->type_v), bk, bv);
         }
         int ring = c->ring_cells ? c->ring_cells[l] : 0;
@@ -162,13 +197,32 @@ nx_status nx_kv_create(const nx_kv_config *c, nx_kv **out, nx_error *err) {
         roff += c->ssm_size[l];
     }
     kv->rec_size = roff;
+    if (c->log_size && c->n_rec > 0) {
+        if (!c->apply) {
+            nx_kv_free(kv);
+            return nx_fail(err, NX_ERR_INVALID_ARG, "kv: a deferred-SSM config needs an apply function");
+        }
+        kv->deferred = true;
+        kv->apply = c->apply;
+        kv->apply_user = c->apply_user;
+        for (int l = 0; l < c->n_rec; l++) {
+            if (c->log_size[l] < 0 || c->log_size[l] > (1ll << 28)) {
+                nx_kv_free(kv);
+                return nx_fail(err, NX_ERR_INVALID_ARG, "kv: recurrent layer %d: bad log size", l);
+            }
+            kv->log_off[l] = kv->log_tok;
+            kv->log_tok += c->log_size[l];
+            kv->conv_soff[l] = kv->conv_slot;
+            kv->conv_slot += c->conv_size[l];
+        }
+    }
     for (int s = 0; s < c->n_seq; s++) {
         kv_seq *q = &kv->seqs[s];
         q->attn = kv->attn_size ? calloc(1, kv->attn_size) : NULL;
-        q->rec = kv->rec_size ? calloc((size_t)kv->rec_size, sizeof(float)) : NULL;
+        if (kv->rec_size) rec_buf_alloc(&q->rec, kv->rec_size);
         q->cell_pos = kv->n_cell_pos ? malloc(kv->n_cell_pos * sizeof(int32_t)) : NULL;
         if (q->cell_pos) memset(q->cell_pos, 0xff, kv->n_cell_pos * sizeof(int32_t));   /* -1: empty */
-        if ((kv->attn_size && !q->attn) || (kv->rec_size && !q->rec) || (kv->n_cell_pos && !q->cell_pos)) {
+        if ((kv->attn_size && !q->attn) || (kv->rec_size && !q->rec.mem) || (kv->n_cell_pos && !q->cell_pos)) {
             nx_kv_free(kv);
             return nx_fail(err, NX_ERR_NOMEM, "kv: cannot allocate the cache for %d sequences x %d positions",
                            c->n_seq, c->n_ctx);
@@ -183,11 +237,16 @@ void nx_kv_free(nx_kv *kv) {
     if (kv->seqs)
         for (int s = 0; s < kv->n_seq; s++) {
             free(kv->seqs[s].attn);
-            free(kv->seqs[s].rec);
+            free(kv->seqs[s].rec.mem);
+            for (int i = 0; i < kv->seqs[s].snap_cap; i++) free(kv->seqs[s].snap[i].mem);
             free(kv->seqs[s].snap);
+            free(kv->seqs[s].log[0]);
+            free(kv->seqs[s].log[1]);
             free(kv->seqs[s].cell_pos);
         }
     free(kv->seqs);
+    free(kv->log_off);
+    free(kv->conv_soff);
     free(kv->kw);
     free(kv->vw);
     free(kv->krb);
@@ -195,6 +254,7 @@ void nx_kv_free(nx_kv *kv) {
     free(kv->k_off);
     free(kv->v_off);
     free(kv->cells);
+    free(kv->heads);
     free(kv->ring);
     free(kv->window);
     free(kv->cp_off);
@@ -249,38 +309,46 @@ static void put_row(void *dst, nx_type t, const float *src, int64_t n) {
 int nx_kv_cells(const nx_kv *kv, int l) { return kv->cells[l]; }
 int nx_kv_slot(const nx_kv *kv, int l, int pos) { return nx_kv_slot_of(kv->cells[l], pos); }
 
-static inline uint8_t *k_row(const nx_kv *kv, int seq, int l, int pos) {
-    return kv->seqs[seq].attn + kv->k_off[l] + (size_t)nx_kv_slot_of(kv->cells[l], pos) * kv->krb[l];
-}
-
-static inline uint8_t *v_row(const nx_kv *kv, int seq, int l, int pos) {
-    return kv->seqs[seq].attn + kv->v_off[l] + (size_t)nx_kv_slot_of(kv->cells[l], pos) * kv->vrb[l];
+/* Row of head h at position pos: heads are planes of `cells` rows each. */
+static inline uint8_t *head_row(const nx_kv *kv, int seq, int l, int pos, int h, bool v) {
+    const size_t hb = (v ? kv->vrb[l] : kv->krb[l]) / (size_t)kv->heads[l];
+    return kv->seqs[seq].attn + (v ? kv->v_off[l] : kv->k_off[l]) +
+           ((size_t)h * (size_t)kv->cells[l] + (size_t)nx_kv_slot_of(kv->cells[l], pos)) * hb;
 }
 
 static inline void note_cell(nx_kv *kv, int seq, int l, int pos) {
     if (kv->ring[l]) kv->seqs[seq].cell_pos[kv->cp_off[l] + (size_t)(pos % kv->ring[l])] = pos;
 }
 
-void nx_kv_put_k(nx_kv *kv, int seq, int l, int pos, const float *src) {
-    put_row(k_row(kv, seq, l, pos), kv->tk, src, kv->kw[l]);
+static void put(nx_kv *kv, int seq, int l, int pos, const float *src, bool v) {
+    const int nh = kv->heads[l];
+    const int64_t hw = (v ? kv->vw[l] : kv->kw[l]) / nh;
+    for (int h = 0; h < nh; h++) put_row(head_row(kv, seq, l, pos, h, v), v ? kv->tv : kv->tk, src + h * hw, hw);
     note_cell(kv, seq, l, pos);
 }
 
-void nx_kv_put_v(nx_kv *kv, int seq, int l, int pos, const float *src) {
-    put_row(v_row(kv, seq, l, pos), kv->tv, src, kv->vw[l]);
-    note_cell(kv, seq, l, pos);
+void nx_kv_put_k(nx_kv *kv, int seq, int l, int pos, const float *src) { put(kv, seq, l, pos, src, false); }
+void nx_kv_put_v(nx_kv *kv, int seq, int l, int pos, const float *src) { put(kv, seq, l, pos, src, true); }
+
+static const float *get(const nx_kv *kv, int seq, int l, int pos, float *tmp, bool v) {
+    const int nh = kv->heads[l];
+    const nx_type t = v ? kv->tv : kv->tk;
+    const int64_t hw = (v ? kv->vw[l] : kv->kw[l]) / nh;
+    if (nh == 1) return nx_kv_to_f32(t, head_row(kv, seq, l, pos, 0, v), hw, tmp);
+    for (int h = 0; h < nh; h++) {
+        const float *r = nx_kv_to_f32(t, head_row(kv, seq, l, pos, h, v), hw, tmp + h * hw);
+        if (r != tmp + h * hw) memcpy(tmp + h * hw, r, (size_t)hw * sizeof(float));
+    }
+    return tmp;
 }
 
-const float *nx_kv_get_k(const nx_kv *kv, int seq, int l, int pos, float *tmp) {
-    return nx_kv_to_f32(kv->tk, k_row(kv, seq, l, pos), kv->kw[l], tmp);
-}
-
-const float *nx_kv_get_v(const nx_kv *kv, int seq, int l, int pos, float *tmp) {
-    return nx_kv_to_f32(kv->tv, v_row(kv, seq, l, pos), kv->vw[l], tmp);
-}
+const float *nx_kv_get_k(const nx_kv *kv, int seq, int l, int pos, float *tmp) { return get(kv, seq, l, pos, tmp, false); }
+const float *nx_kv_get_v(const nx_kv *kv, int seq, int l, int pos, float *tmp) { return get(kv, seq, l, pos, tmp, true); }
 
 const void *nx_kv_k_base(const nx_kv *kv, int seq, int l) { return kv->seqs[seq].attn + kv->k_off[l]; }
 const void *nx_kv_v_base(const nx_kv *kv, int seq, int l) { return kv->seqs[seq].attn + kv->v_off[l]; }
+int nx_kv_heads(const nx_kv *kv, int l) { return kv->heads[l]; }
+const void *nx_kv_head(const nx_kv *kv, int seq, int l, int h, bool v) { return head_row(kv, seq, l, 0, h, v); }
 
 int nx_kv_seq_len(const nx_kv *kv, int seq) { return kv->seqs[seq].len; }
 void nx_kv_seq_set_len(nx_kv *kv, int seq, int len) { kv->seqs[seq].len = len; }
@@ -289,22 +357,78 @@ void nx_kv_seq_set_len(nx_kv *kv, int seq, int len) { kv->seqs[seq].len = len; }
 
 static float *rec_base(nx_kv *kv, int seq, int slot) {
     kv_seq *q = &kv->seqs[seq];
-    return slot < 0 ? q->rec : q->snap + (size_t)slot * (size_t)kv->rec_size;
+    return slot < 0 ? q->rec.f : q->snap[slot].f;
 }
 
-float *nx_kv_conv(nx_kv *kv, int seq, int rl, int slot) { return rec_base(kv, seq, slot) + kv->conv_off[rl]; }
-float *nx_kv_ssm(nx_kv *kv, int seq, int rl, int slot) { return rec_base(kv, seq, slot) + kv->ssm_off[rl]; }
+float *nx_kv_conv(nx_kv *kv, int seq, int rl, int slot) {
+    if (kv->deferred && slot >= 0) return kv->seqs[seq].snap[slot].f + kv->conv_soff[rl];
+    return rec_base(kv, seq, slot) + kv->conv_off[rl];
+}
+float *nx_kv_ssm(nx_kv *kv, int seq, int rl, int slot) {
+    if (kv->deferred && slot >= 0) return NULL;
+    return rec_base(kv, seq, slot) + kv->ssm_off[rl];
+}
+
+bool nx_kv_deferred(const nx_kv *kv) { return kv->deferred; }
+int64_t nx_kv_ssm_offset(const nx_kv *kv, int rl) { return kv->ssm_off[rl]; }
+int nx_kv_pending(const nx_kv *kv, int seq) { return kv->deferred ? kv->seqs[seq].pend : 0; }
+const float *nx_kv_log_prev(const nx_kv *kv, int seq, int rl, int t) {
+    const kv_seq *q = &kv->seqs[seq];
+    return q->log[q->log_cur] + (size_t)t * (size_t)kv->log_tok + (size_t)kv->log_off[rl];
+}
+float *nx_kv_log_next(nx_kv *kv, int seq, int rl, int t) {
+    kv_seq *q = &kv->seqs[seq];
+    return q->log[1 - q->log_cur] + (size_t)t * (size_t)kv->log_tok + (size_t)kv->log_off[rl];
+}
+void nx_kv_log_commit(nx_kv *kv, int seq, int n) {
+    if (!kv->deferred) return;
+    kv_seq *q = &kv->seqs[seq];
+    if (n > 1) {
+        q->log_cur = 1 - q->log_cur;
+        q->pend = n;
+    } else {
+        q->pend = 0;
+    }
+}
+
+/* rec (live layout) := seq's whole state after the first `pend` logged tokens of its last
+ * snapshot batch (deferred) with conv parts from slot `cslot` (>= 0) or live. */
+static void rec_materialize(const nx_kv *kv, int seq, int cslot, int pend, float *rec) {
+    const kv_seq *q = &kv->seqs[seq];
+    if (rec != q->rec.f) memcpy(rec, q->rec.f, (size_t)kv->rec_size * sizeof(float));
+    if (cslot >= 0)
+        for (int l = 0; l < kv->n_rec; l++)
+            memcpy(rec + kv->conv_off[l], q->snap[cslot].f + kv->conv_soff[l], (size_t)kv->conv_n[l] * sizeof(float));
+    if (pend > 0) kv->apply(kv->apply_user, kv, seq, rec, pend);
+}
 
 nx_status nx_kv_snap_reserve(nx_kv *kv, int seq, int n_slots, nx_error *err) {
     kv_seq *q = &kv->seqs[seq];
-    if (n_slots <= q->snap_cap || kv->rec_size == 0) return NX_OK;
-    float *p = realloc(q->snap, (size_t)n_slots * (size_t)kv->rec_size * sizeof(float));
-    if (!p)
-        return nx_fail(err, NX_ERR_NOMEM, "kv: cannot allocate %d recurrent snapshots for sequence %d (%.1f MiB each)",
-                       n_slots, seq, (double)kv->rec_size * 4.0 / 1048576.0);
+    if ((n_slots <= q->snap_cap && (!kv->deferred || n_slots + 1 <= q->log_cap)) || kv->rec_size == 0) return NX_OK;
+    if (kv->deferred && n_slots + 1 > q->log_cap) {
+        /* both logs grow together; prev's pending entries are kept */
+        for (int i = 0; i < 2; i++) {
+            float *l = realloc(q->log[i], (size_t)(n_slots + 1) * (size_t)kv->log_tok * sizeof(float));
+            if (!l) goto nomem;
+            q->log[i] = l;
+        }
+        q->log_cap = n_slots + 1;
+    }
+    const int64_t slot_floats = kv->deferred ? kv->conv_slot : kv->rec_size;
+    rec_buf *p = realloc(q->snap, (size_t)n_slots * sizeof *p);
+    if (!p) goto nomem;
     q->snap = p;
-    q->snap_cap = n_slots;
+    for (; q->snap_cap < n_slots; q->snap_cap++) {
+        /* written now, so the pages are faulted in here and not in a request's first verify
+         * rounds (first-touch faults of tens of MB showed up as ~16% of a short benchmark) */
+        rec_buf *b = &q->snap[q->snap_cap];
+        if (!rec_buf_alloc(b, slot_floats)) goto nomem;
+        memset(b->f, 0, (size_t)slot_floats * sizeof(float));
+    }
     return NX_OK;
+nomem:
+    return nx_fail(err, NX_ERR_NOMEM, "kv: cannot allocate %d recurrent snapshots for sequence %d (%.1f MiB each)",
+                   n_slots, seq, (double)kv->rec_size * 4.0 / 1048576.0);
 }
 
 void nx_kv_snap_set(nx_kv *kv, int seq, int pos0, int n) {
@@ -318,7 +442,8 @@ void nx_kv_seq_reset(nx_kv *kv, int seq) {
     kv_seq *q = &kv->seqs[seq];
     q->len = 0;
     q->snap_n = 0;
-    if (kv->rec_size) memset(q->rec, 0, (size_t)kv->rec_size * sizeof(float));
+    q->pend = 0;
+    if (kv->rec_size) memset(q->rec.f, 0, (size_t)kv->rec_size * sizeof(float));
     if (kv->n_cell_pos) memset(q->cell_pos, 0xff, kv->n_cell_pos * sizeof(int32_t));
 }
 
@@ -383,7 +508,18 @@ nx_status nx_kv_seq_rm(nx_kv *kv, int seq, int p0, int p1, nx_error *err) {
                            "kv: sequence %d: cannot rewind the recurrent state to position %d (no snapshot; decode with snapshots first)",
                            seq, p0);
         }
-        memcpy(q->rec, rec_base(kv, seq, slot), (size_t)kv->rec_size * sizeof(float));
+        if (kv->deferred) {   /* conv from its slot; the SSM needs only the count of pending tokens */
+            if (slot >= 0) {
+                for (int l = 0; l < kv->n_rec; l++)
+                    memcpy(q->rec.f + kv->conv_off[l], q->snap[slot].f + kv->conv_soff[l],
+                           (size_t)kv->conv_n[l] * sizeof(float));
+                q->pend = p0 - q->snap_pos0 ;
+            }
+        } else if (slot >= 0) {   /* swap, not copy: the old live buffer becomes a free slot */
+            rec_buf t = q->rec;
+            q->rec = q->snap[slot];
+            q->snap[slot] = t;
+        }
         q->snap_n = slot + 1;   /* slots 0..slot-1 still valid, slot == live now */
     }
     q->len = p0;
@@ -410,13 +546,21 @@ nx_status nx_kv_seq_cp(nx_kv *kv, int src, int dst, int p0, int p1, nx_error *er
     for (int l = 0; l < kv->n_attn; l++) {
         /* a ring is copied whole: its rows are not in position order */
         size_t rows = kv->ring[l] ? (size_t)kv->ring[l] : (size_t)n;
-        memcpy(d->attn + kv->k_off[l], s->attn + kv->k_off[l], rows * kv->krb[l]);
-        memcpy(d->attn + kv->v_off[l], s->attn + kv->v_off[l], rows * kv->vrb[l]);
+        const int nh = kv->heads[l];
+        const size_t kb = kv->krb[l] / (size_t)nh, vb = kv->vrb[l] / (size_t)nh, cells = (size_t)kv->cells[l];
+        for (int h = 0; h < nh; h++) {
+            memcpy(d->attn + kv->k_off[l] + h * cells * kb, s->attn + kv->k_off[l] + h * cells * kb, rows * kb);
+            memcpy(d->attn + kv->v_off[l] + h * cells * vb, s->attn + kv->v_off[l] + h * cells * vb, rows * vb);
+        }
     }
     if (kv->n_cell_pos) memcpy(d->cell_pos, s->cell_pos, kv->n_cell_pos * sizeof(int32_t));
-    if (kv->rec_size) memcpy(d->rec, rec_base(kv, src, slot), (size_t)kv->rec_size * sizeof(float));
+    if (kv->rec_size && kv->deferred)
+        rec_materialize(kv, src, slot, slot >= 0 ? n - s->snap_pos0 : s->pend, d->rec.f);
+    else if (kv->rec_size)
+        memcpy(d->rec.f, rec_base(kv, src, slot), (size_t)kv->rec_size * sizeof(float));
     d->len = n;
     d->snap_n = 0;
+    d->pend = 0;
     return NX_OK;
 }
 
@@ -425,7 +569,8 @@ nx_status nx_kv_seq_cp(nx_kv *kv, int src, int dst, int p0, int p1, nx_error *er
 int64_t nx_kv_rec_floats(const nx_kv *kv) { return kv->rec_size; }
 
 void nx_kv_rec_save(const nx_kv *kv, int seq, float *dst) {
-    if (kv->rec_size) memcpy(dst, kv->seqs[seq].rec, (size_t)kv->rec_size * sizeof(float));
+    if (kv->rec_size && kv->deferred) rec_materialize(kv, seq, -1, kv->seqs[seq].pend, dst);
+    else if (kv->rec_size) memcpy(dst, kv->seqs[seq].rec.f, (size_t)kv->rec_size * sizeof(float));
 }
 
 nx_status nx_kv_seq_restore(nx_kv *kv, int seq, int len, const float *rec, nx_error *err) {
@@ -443,7 +588,10 @@ nx_status nx_kv_seq_restore(nx_kv *kv, int seq, int len, const float *rec, nx_er
         return nx_fail(err, NX_ERR_INVALID_ARG, "kv: sequence %d: restoring %d of %d positions needs a recurrent state",
                        seq, len, q->len);
     if (len < q->len && (st = ring_check(kv, seq, len, "cut the sequence back to", err)) != NX_OK) return st;
-    if (kv->rec_size && rec) memcpy(q->rec, rec, (size_t)kv->rec_size * sizeof(float));
+    if (kv->rec_size && rec) {
+        memcpy(q->rec.f, rec, (size_t)kv->rec_size * sizeof(float));
+        q->pend = 0;
+    }   /* else the live state stays, pending tokens included (the log outlives the slots) */
     q->snap_n = 0;
     q->len = len;
     return NX_OK;

@@ -15,7 +15,8 @@
  * Recurrent: for every sequence and recurrent layer a conv state and an SSM state (F32, layout
  * owned by the architecture). A decode marked "snapshot" keeps the state after every token of
  * a sequence: token t of the batch (t = pos - pos0) writes slot t, the last token writes the
- * live state; so restoring "the first j tokens" copies slot j-1 (or nothing for j = n).
+ * live state; so restoring "the first j tokens" makes slot j-1 live (a buffer swap, not a
+ * copy; nothing for j = n). Slots are zero-filled at reserve, so their pages are faulted in then.
  *
  * Promises: memory is allocated at creation (calloc: pages are touched only when used), except
  * snapshot slots, which grow on nx_kv_snap_reserve() only. seq_rm / seq_cp never leave a
@@ -30,6 +31,8 @@
 #include <stdint.h>
 #include "core/error.h"
 #include "tensor.h"
+
+typedef struct nx_kv nx_kv;
 
 typedef struct nx_kv_config {
     int n_seq;                  /* sequences (ids 0..n_seq-1) */
@@ -46,9 +49,17 @@ typedef struct nx_kv_config {
      * last window[l] positions (self included); a ring as large as n_ctx is a plain cache. */
     const int *ring_cells;
     const int *window;
+    /* Optional deferred SSM updates (NULL: snapshot slots hold whole states). log_size: per
+     * recurrent layer, floats per token of the architecture's replay log; apply: see "deferred
+     * SSM" below. */
+    const int64_t *log_size;
+    void (*apply)(void *user, const nx_kv *kv, int seq, float *rec, int n);
+    void *apply_user;
+    /* Optional (NULL: 1 each). Per attention layer: heads a row holds (k_width and v_width
+     * split evenly). Each head's rows are stored as their own plane (nx_kv_head), so attention
+     * over one head streams contiguous memory instead of every other part of a line. */
+    const int *heads;
 } nx_kv_config;
-
-typedef struct nx_kv nx_kv;
 
 /* Cache types a KV cache can store. */
 bool nx_kv_type_ok(nx_type t);
@@ -77,8 +88,7 @@ size_t  nx_kv_bytes(const nx_kv *kv);
  * recurrent state). nx_kv_bytes = n_seq * (n_ctx * per_pos + fixed). */
 size_t  nx_kv_bytes_per_pos(const nx_kv *kv);
 size_t  nx_kv_bytes_fixed(const nx_kv *kv);
-/* Bytes of one K (v = false) or V (v = true) row of an attention layer: the stride between the
- * rows nx_kv_k_base / nx_kv_v_base point at. */
+/* Bytes of one K (v = false) or V (v = true) row (every head) of an attention layer. */
 size_t  nx_kv_row_bytes(const nx_kv *kv, int layer, bool v);
 
 /* ---- attention rows (callers pass valid seq / layer / pos: no checks in the hot path) ---- */
@@ -96,10 +106,15 @@ int nx_kv_cells(const nx_kv *kv, int layer);
 static inline int nx_kv_slot_of(int cells, int pos) { return pos < cells ? pos : pos % cells; }
 int nx_kv_slot(const nx_kv *kv, int layer, int pos);
 
-/* Raw row 0 of a sequence's K / V block (rows follow every nx_kv_row_bytes() bytes, in the cache
- * type; position pos is row nx_kv_slot(pos)), for kernels that read many positions. */
+/* Raw row 0 of a sequence's K / V block, for kernels that read many positions. With one head
+ * per row (the default) rows follow every nx_kv_row_bytes() bytes, in the cache type; position
+ * pos is row nx_kv_slot(pos). With more, use nx_kv_head. */
 const void *nx_kv_k_base(const nx_kv *kv, int seq, int layer);
 const void *nx_kv_v_base(const nx_kv *kv, int seq, int layer);
+/* Heads per row of a layer (nx_kv_config.heads), and row 0 of head h's plane of K (v false) or
+ * V: its rows follow every nx_kv_row_bytes() / heads bytes (position pos at row nx_kv_slot). */
+int nx_kv_heads(const nx_kv *kv, int layer);
+const void *nx_kv_head(const nx_kv *kv, int seq, int layer, int h, bool v);
 
 /* Positions held by a sequence ([0, len)); set by the decoder after a step. */
 int  nx_kv_seq_len(const nx_kv *kv, int seq);
@@ -107,15 +122,41 @@ void nx_kv_seq_set_len(nx_kv *kv, int seq, int len);
 
 /* ---- recurrent state ---- */
 
-/* Live state (slot < 0) or snapshot slot `slot` of a sequence's recurrent layer rl. */
+/* Live state (slot < 0) or snapshot slot `slot` of a sequence's recurrent layer rl. The pointer
+ * is valid until the next sequence operation (a rewind swaps the live and slot buffers).
+ * Deferred: nx_kv_ssm has no slots (NULL) and the live SSM lacks the pending tokens. */
 float *nx_kv_conv(nx_kv *kv, int seq, int rl, int slot);
 float *nx_kv_ssm(nx_kv *kv, int seq, int rl, int slot);
 
-/* Make room for n_slots snapshot slots of a sequence (grows only; NX_ERR_NOMEM on failure). */
+/* Make room for n_slots snapshot slots of a sequence (grows only; NX_ERR_NOMEM on failure);
+ * deferred: conv-only slots and logs for n_slots + 1 tokens. */
 nx_status nx_kv_snap_reserve(nx_kv *kv, int seq, int n_slots, nx_error *err);
 /* Record that the batch just started holds snapshots for tokens at pos0..pos0+n-1 of seq
  * (n = 0: none; any later decode of the sequence must call this again). */
 void nx_kv_snap_set(nx_kv *kv, int seq, int pos0, int n);
+
+/* ---- deferred SSM (configs with log_size) ----
+ * A snapshot batch of n > 1 tokens leaves the live SSM state as it was before the batch and
+ * logs each token's inputs instead (nx_kv_log_next, written by the architecture); the conv
+ * state and its slots behave as above (slots then hold conv states only). After the batch n
+ * logged tokens are pending; rewinding to "the first j tokens" makes j pending, with no copy.
+ * The next forward of the sequence replays the pending tokens onto the state it reads anyway
+ * (writing it back once), so a verify batch costs one state read + write like one token, and
+ * a rewind costs nothing. Readers of the whole state outside a forward (rec_save, seq_cp) get
+ * it with the pending tokens applied through cfg->apply(user, kv, seq, rec, n), which must
+ * apply the first n tokens of nx_kv_log_prev to the SSM parts of rec (live layout) in place. */
+bool   nx_kv_deferred(const nx_kv *kv);
+/* Float offset of recurrent layer rl's SSM state in the live layout (nx_kv_rec_save's). */
+int64_t nx_kv_ssm_offset(const nx_kv *kv, int rl);
+/* Tokens of seq's last snapshot batch applied to nothing yet (0 when none). */
+int    nx_kv_pending(const nx_kv *kv, int seq);
+/* Log entry t (nx_kv_config.log_size[rl] floats) of recurrent layer rl: of the last snapshot
+ * batch (prev; t < pending), or of the batch being decoded (next; t < its tokens). */
+const float *nx_kv_log_prev(const nx_kv *kv, int seq, int rl, int t);
+float       *nx_kv_log_next(nx_kv *kv, int seq, int rl, int t);
+/* After a decode of seq: n > 1 tokens were a snapshot batch (they become pending, the next
+ * log becomes prev), else the forward applied everything (nothing pending). */
+void   nx_kv_log_commit(nx_kv *kv, int seq, int n);
 
 /* ---- sequence operations ---- */
 

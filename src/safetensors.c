@@ -411,3 +411,42 @@ nx_status nx_st_read_f64(const nx_safetensors *st, int64_t i, double *dst, nx_er
     const nx_st_tensor *t = nx_st_tensor_at(st, i);
     return read_conv(st, i, 0, t ? t->numel : 0, dst, true, err);
 }
+
+/* Integer tensors (a token permutation stored as I64): each value must fit int32. */
+nx_status nx_st_read_i32(const nx_safetensors *st, int64_t i, int32_t *dst, nx_error *err) {
+    const nx_st_tensor *t = nx_st_tensor_at(st, i);
+    if (!t) return nx_fail(err, NX_ERR_INVALID_ARG, "no tensor %lld", (long long)i);
+    nx_st_dtype d = t->dtype;
+    if (d != NX_ST_I64 && d != NX_ST_I32 && d != NX_ST_U32 && d != NX_ST_I16 && d != NX_ST_U16 && d != NX_ST_I8 &&
+        d != NX_ST_U8 && d != NX_ST_U64)
+        return nx_fail(err, NX_ERR_UNSUPPORTED, "tensor '%s' has dtype %s, not an integer type", t->name,
+                       nx_st_dtype_name(d));
+    size_t es = DTYPES[d].size, per = ST_BOUNCE / es;
+    unsigned char *buf = malloc(ST_BOUNCE);
+    if (!buf) return nx_fail(err, NX_ERR_NOMEM, "out of memory reading '%s'", t->name);
+    nx_status s = NX_OK;
+    for (int64_t j = 0; j < t->numel && !s; j += (int64_t)per) {
+        size_t n = (size_t)(t->numel - j) < per ? (size_t)(t->numel - j) : per;
+        s = file_read(&st->files[t->file], t->offset + (uint64_t)j * es, buf, n * es, err);
+        for (size_t k = 0; k < n && !s; k++) {
+            const unsigned char *p = buf + k * es;
+            int64_t v;
+            switch (d) {
+            case NX_ST_I64: { int64_t x; memcpy(&x, p, 8); v = x; break; }
+            case NX_ST_U64: { uint64_t x; memcpy(&x, p, 8); v = x > INT64_MAX ? -1 : (int64_t)x; break; }
+            case NX_ST_I32: { int32_t x; memcpy(&x, p, 4); v = x; break; }
+            case NX_ST_U32: { uint32_t x; memcpy(&x, p, 4); v = x; break; }
+            case NX_ST_I16: { int16_t x; memcpy(&x, p, 2); v = x; break; }
+            case NX_ST_U16: { uint16_t x; memcpy(&x, p, 2); v = x; break; }
+            case NX_ST_I8: v = (int8_t)p[0]; break;
+            default: v = p[0]; break;
+            }
+            if (v < INT32_MIN || v > INT32_MAX)
+                s = nx_fail(err, NX_ERR_FORMAT, "tensor '%s': value %lld at %lld does not fit int32", t->name,
+                            (long long)v, (long long)(j + (int64_t)k));
+            else dst[j + (int64_t)k] = (int32_t)v;
+        }
+    }
+    free(buf);
+    return s;
+}

@@ -79,4 +79,8 @@ nx_status nx_st_read_f64(const nx_safetensors *st, int64_t i, double *dst, nx_er
 nx_status nx_st_read_f32_range(const nx_safetensors *st, int64_t i, int64_t first, int64_t count, float *dst,
                                nx_error *err);
 
+/* An integer tensor (any I* / U* dtype) as int32 (dst: numel values); a value outside int32 is
+ * NX_ERR_FORMAT, a float dtype NX_ERR_UNSUPPORTED. */
+nx_status nx_st_read_i32(const nx_safetensors *st, int64_t i, int32_t *dst, nx_error *err);
+
 #endif

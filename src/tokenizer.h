@@ -164,6 +164,8 @@ typedef struct nx_tok_convert_opts {
     const char *arch;             /* general.architecture to write, NULL = none */
     const char *name;             /* general.name to write, NULL = none */
     int32_t     n_vocab;          /* > 0: pad the token list to this size with [PADi] (the model's vocab_size) */
+    const char *const *user_defined;   /* NULL-terminated texts typed USER_DEFINED even when special
+                                          (always rendered: Gemma 4's channel / tool-call markers), or NULL */
 } nx_tok_convert_opts;
 
 nx_status nx_tokenizer_convert(const nx_tok_convert_opts *o, nx_error *err);

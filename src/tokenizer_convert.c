@@ -254,6 +254,8 @@ nx_status nx_tokenizer_convert_kv(const nx_tok_convert_opts *o, nx_gguf_writer *
         } else {
             types[i] = NX_TOKEN_NORMAL;
         }
+        for (const char *const *u = o->user_defined; u && *u; u++)
+            if (!strcmp(tokens[i], *u)) types[i] = NX_TOKEN_USER_DEFINED;
         if (!nx_strmap_put(&map, tokens[i], strlen(tokens[i]), i, NULL)) goto oom;
     }
 

@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include "core/io.h"
 #include "gguf.h"
 #include "test.h"
 
@@ -1127,12 +1128,77 @@ static void test_writer_fill(void) {
     remove(path);
 }
 
+/* Piece-by-piece tensors: the stream writes in pieces of any size (here 5 floats, the last one
+ * short); file and buffer outputs equal a plain tensor of the same values; too few or too many
+ * bytes and a failing stream abort the write and leave no file. */
+typedef struct { int calls; int mode; } stream_case;   /* mode 0 ok, 1 short, 2 long, 3 fail */
+
+static nx_status stream_ramp(void *user, const char *name, nx_gguf_out *out, size_t nbytes, nx_error *err) {
+    stream_case *c = user;
+    c->calls++;
+    if (c->mode == 3) return nx_fail(err, NX_ERR_IO, "stream of %s failed", name);
+    size_t n = nbytes / 4 - (c->mode == 1) + (c->mode == 2);
+    for (size_t i = 0; i < n; i += 5) {
+        float piece[5];
+        size_t k = n - i < 5 ? n - i : 5;
+        for (size_t j = 0; j < k; j++) piece[j] = (float)(i + j);
+        nx_status s = nx_gguf_out_write(out, piece, k * 4, err);
+        if (s) return s;
+    }
+    return NX_OK;
+}
+
+static void test_writer_stream(void) {
+    make_tmpdir();
+    const int64_t ne[2] = {8, 3};
+    float ramp[24];
+    for (int i = 0; i < 24; i++) ramp[i] = (float)i;
+    nx_gguf_writer *ref = nx_gguf_writer_create(), *w = nx_gguf_writer_create();
+    stream_case c = {0, 0};
+    CHECK(nx_gguf_add_tensor(ref, "ramp", NX_TYPE_F32, 2, ne, ramp) == NX_OK);
+    CHECK(nx_gguf_add_tensor_stream(w, "ramp", NX_TYPE_F32, 2, ne, stream_ramp, &c) == NX_OK);
+    CHECK(nx_gguf_add_tensor_stream(w, "null", NX_TYPE_F32, 2, ne, NULL, NULL) == NX_ERR_INVALID_ARG);
+    nx_gguf_writer_free(w);
+    w = nx_gguf_writer_create();
+    CHECK(nx_gguf_add_tensor_stream(w, "ramp", NX_TYPE_F32, 2, ne, stream_ramp, &c) == NX_OK);
+    void *a = NULL, *b = NULL;
+    size_t na = 0, nb = 0;
+    nx_error e = {0};
+    CHECK(nx_gguf_writer_write_mem(ref, &a, &na, &e) == NX_OK);
+    CHECK(nx_gguf_writer_write_mem(w, &b, &nb, &e) == NX_OK);
+    CHECK_EQ_INT(c.calls, 1);   /* not called by the counting pass */
+    CHECK(na == nb && a && b && !memcmp(a, b, na));
+    char path[128];
+    snprintf(path, sizeof path, "%s/stream.gguf", tmpdir);
+    CHECK(nx_gguf_writer_write(w, path, &e) == NX_OK);
+    char *f = NULL;
+    size_t nf = 0;
+    CHECK(nx_read_file(path, 1 << 20, &f, &nf, &e) == NX_OK);
+    CHECK(f && nf == na && !memcmp(f, a, na));
+    free(f);
+    free(a);
+    free(b);
+    remove(path);
+    static const char *const want[] = {"", "streamed 92 of 96 bytes", "4 bytes past its size", "stream of ramp failed"};
+    for (int mode = 1; mode <= 3; mode++) {
+        c.mode = mode;
+        CHECK(nx_gguf_writer_write(w, path, &e) != NX_OK);
+        CHECK(strstr(e.msg, want[mode]) != NULL);
+        CHECK(access(path, F_OK) != 0);
+        b = NULL;
+        CHECK(nx_gguf_writer_write_mem(w, &b, &nb, &e) != NX_OK && b == NULL);
+    }
+    nx_gguf_writer_free(w);
+    nx_gguf_writer_free(ref);
+}
+
 int main(void) {
     RUN(test_roundtrip_values);
     RUN(test_roundtrip_tensors);
     RUN(test_writer_semantics);
     RUN(test_copy_kv);
     RUN(test_writer_fill);
+    RUN(test_writer_stream);
     RUN(test_version2_and_nested);
     RUN(test_malformed_header);
     RUN(test_malformed_kv);

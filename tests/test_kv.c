@@ -1,5 +1,6 @@
 /* test_kv.c — the KV / recurrent state module on its own: row storage (F32 exact, F16 rounded),
- * lengths, tail removal, refused holes, snapshot restore, prefix copies, bad arguments. */
+ * lengths, tail removal, refused holes, snapshot restore, prefix copies, bad arguments, rows of
+ * several heads stored as head-major planes. */
 #include "test.h"
 #include "core/fp16.h"
 #include "kv.h"
@@ -185,6 +186,65 @@ static void test_block_types(void) {
     CHECK(!nx_kv_type_ok(NX_TYPE_Q4_1) && nx_kv_type_ok(NX_TYPE_Q4_0) && nx_kv_type_block(NX_TYPE_Q8_0) == 32);
 }
 
+/* Rows of 3 heads as planes: a head's position p at nx_kv_head + slot * (row bytes / heads),
+ * the quantized bytes those of the head alone, get gathers the row, seq_cp copies each plane. */
+static void test_head_planes(void) {
+    const nx_type types[3] = {NX_TYPE_F32, NX_TYPE_F16, NX_TYPE_Q8_0};
+    for (int ti = 0; ti < 3; ti++) {
+        const nx_type t = types[ti];
+        int64_t kw[2] = {96, 96}, vw[2] = {96, 96};
+        int heads[2] = {3, 3}, ring[2] = {0, 5}, win[2] = {0, 4};
+        nx_kv_config c = {.n_seq = 2, .n_ctx = 12, .type_k = t, .type_v = t, .n_attn = 2, .k_width = kw,
+                          .v_width = vw, .ring_cells = ring, .window = win, .heads = heads};
+        nx_kv *kv = NULL;
+        nx_error e = {0};
+        CHECK(nx_kv_create(&c, &kv, &e) == NX_OK);
+        if (!kv) continue;
+        CHECK(nx_kv_heads(kv, 0) == 3 && nx_kv_heads(kv, 1) == 3);
+        const size_t hb = nx_kv_row_bytes(kv, 0, false) / 3;
+        CHECK(hb == nx_row_size(t, 32));
+        float row[96], tmp[96], want[32];
+        uint8_t q[256];
+        for (int p = 0; p < 8; p++) {
+            for (int i = 0; i < 96; i++) row[i] = 0.01f * (float)(i * 7 % 53) - 0.2f + (float)p;
+            for (int l = 0; l < 2; l++) {
+                nx_kv_put_k(kv, 0, l, p, row);
+                nx_kv_put_v(kv, 0, l, p, row);
+            }
+        }
+        nx_kv_seq_set_len(kv, 0, 8);
+        CHECK_EQ_INT(nx_kv_seq_cp(kv, 0, 1, -1, -1, &e), NX_OK);
+        for (int s = 0; s < 2; s++)
+            for (int l = 0; l < 2; l++)
+                for (int p = l ? 3 : 0; p < 8; p++) {
+                    for (int i = 0; i < 96; i++) row[i] = 0.01f * (float)(i * 7 % 53) - 0.2f + (float)p;
+                    const int slot = nx_kv_slot(kv, l, p);
+                    for (int h = 0; h < 3; h++) {
+                        nx_quantize_row(t, row + 32 * h, q, 32);
+                        const uint8_t *kr = (const uint8_t *)nx_kv_head(kv, s, l, h, false) + (size_t)slot * hb;
+                        const uint8_t *vr = (const uint8_t *)nx_kv_head(kv, s, l, h, true) + (size_t)slot * hb;
+                        CHECK_MSG(!memcmp(kr, q, hb) && !memcmp(vr, q, hb), "type %d seq %d layer %d pos %d head %d", t,
+                                  s, l, p, h);
+                    }
+                    const float *k = nx_kv_get_k(kv, s, l, p, tmp);
+                    for (int h = 0; h < 3; h++) {
+                        nx_quantize_row(t, row + 32 * h, q, 32);
+                        nx_dequantize_row(t, q, want, 32);
+                        CHECK(!memcmp(k + 32 * h, want, sizeof want));
+                    }
+                }
+        nx_kv_free(kv);
+    }
+    /* heads must split the row into whole blocks */
+    int64_t kw[1] = {96};
+    int heads[1] = {2};
+    nx_kv_config c = {.n_seq = 1, .n_ctx = 4, .type_k = NX_TYPE_Q8_0, .type_v = NX_TYPE_Q8_0, .n_attn = 1,
+                      .k_width = kw, .v_width = kw, .heads = heads};
+    nx_kv *kv = NULL;
+    nx_error e = {0};
+    CHECK(nx_kv_create(&c, &kv, &e) != NX_OK && kv == NULL);
+}
+
 static void test_bad_config(void) {
     nx_kv *kv = NULL;
     nx_error e = {0};
@@ -207,6 +267,7 @@ int main(void) {
     RUN(test_seq_rm_and_snapshots);
     RUN(test_attention_only_and_copies);
     RUN(test_block_types);
+    RUN(test_head_planes);
     RUN(test_bad_config);
     return test_summary();
 }

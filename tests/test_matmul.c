@@ -11,7 +11,7 @@
  *     int32 saturation in the SIMD kernels' integer sums (== scalar, batches 1..9);
  *   - bad arguments give errors, not crashes;
  *   - packed Q8_0 / Q4_K / Q5_K / Q6_K x16 weights (AVX2 and AVX-512): the packed contract bit for bit,
- *     batch / thread invariance.
+ *     batch / thread invariance, up to prefill batches of 512 (the AVX-512 interleaved tiles).
  * Weights are random bytes with sane scale fields, so every code pattern is exercised.
  */
 #include "test.h"
@@ -820,6 +820,46 @@ static void check_packed(nx_type type, int64_t n_in, int64_t n_out, bool extreme
     wmat_free(&m);
 }
 
+/* Prefill batches through the AVX-512 interleaved-tile kernels (8-row tiles, the rest by the
+ * plain pass, tiles of 16 rows per call across L2 chunks of groups): every row bit for bit
+ * the layout's contract at batches 17, 64, 100 and 512, 1 to 3 threads, on every level. */
+static void check_packed_batches(nx_type type, int64_t n_in, int64_t n_out, nx_threadpool **tp) {
+    const int64_t ldx = n_in + 3, ldy = n_out + 1;
+    size_t bb;
+    CHECK(nx_mm_pack_format(type, NULL, &bb));
+    wmat m;
+    wmat_make(&m, type, n_in, n_out);
+    enum { R = 512 };
+    float *x = make_x(R, ldx);
+    float *ref = malloc(sizeof(float) * R * (size_t)ldy), *y = malloc(sizeof(float) * R * (size_t)ldy);
+    const int B = type == NX_TYPE_Q8_0 ? 32 : 256;
+    const size_t want = (size_t)(n_out / 16) * (size_t)(n_in / B) * bb;
+    void *pk = aligned_alloc(64, (want + 63) / 64 * 64);
+    { nx_tensor t = m.w; t.packed = NULL; nx_matmul_pack(&t, pk); }
+    wmat mp = m;
+    mp.w.packed = pk;
+    packed_reference(&m, x, R, ldx, ref, ldy);
+    static const int batches[] = {17, 64, 100, 512};
+    for (size_t l = 0; l < sizeof k_levels / sizeof k_levels[0]; l++) {
+        if (nx_cpu_set_level(k_levels[l]) != k_levels[l] || !nx_mm_pick_pkernel(type)) continue;
+        for (size_t bi = 0; bi < sizeof batches / sizeof batches[0]; bi++)
+            for (int th = 0; th < 3; th++) {
+                const int n = batches[bi];
+                for (int64_t i = 0; i < R * ldy; i++) y[i] = NAN;
+                CHECK(run_mm(th ? tp[th - 1] : NULL, &mp, x + (R - n) * ldx, n, ldx, y, ldy) == NX_OK);
+                int bad = -1;
+                for (int r = 0; r < n && bad < 0; r++)
+                    if (!same_bits(y + r * ldy, ref + (R - n + r) * ldy, (size_t)n_out)) bad = r;
+                CHECK_MSG(bad < 0, "packed %s %lldx%lld %s batch %d row %d threads %d", nx_type_name(type),
+                          (long long)n_in, (long long)n_out, nx_cpu_level_name(k_levels[l]), n, bad, th + 1);
+                CHECK(isnan(y[n_out]));
+            }
+    }
+    nx_cpu_set_level(NX_CPU_AVX512);
+    free(pk); free(x); free(ref); free(y);
+    wmat_free(&m);
+}
+
 static void test_packed(void) {
     nx_error terr = {0};
     nx_threadpool *tp[2] = {nx_threadpool_create(2, &terr), nx_threadpool_create(3, &terr)};
@@ -836,6 +876,10 @@ static void test_packed(void) {
     check_packed(NX_TYPE_Q6_K, 256, 16, false, tp);
     check_packed(NX_TYPE_Q6_K, 512, 48, true, tp);
     check_packed(NX_TYPE_Q6_K, 1024, 32, false, tp);
+    check_packed_batches(NX_TYPE_Q8_0, 512, 48, tp);
+    check_packed_batches(NX_TYPE_Q4_K, 512, 48, tp);
+    check_packed_batches(NX_TYPE_Q5_K, 512, 32, tp);
+    check_packed_batches(NX_TYPE_Q6_K, 512, 48, tp);
     nx_threadpool_free(tp[0]);
     nx_threadpool_free(tp[1]);
 }

@@ -15,6 +15,8 @@
 #include "kernels/cpu.h"
 #include "kernels/ops.h"
 #include "nextn.h"
+#include "ctx.h"
+#include "kv.h"
 
 #define GOLDEN NX_GOLDEN_DIR
 
@@ -563,6 +565,88 @@ static void test_dn_kernels(void) {
     free(S); free(S2); free(R); free(k); free(q); free(v);
 }
 
+/* Deferred DeltaNet state (kv.h): chained verify rounds with rewinds (the replay of pending
+ * tokens rides in the next forward), snapshot batches split over ubatches, whole-state saves
+ * and copies taken while tokens are pending: each equals a context that decoded only the
+ * accepted tokens, bit for bit. */
+static void test_deferred_state(void) {
+    char path[512];
+    if (!gen("qwen35", "{\"n_layer\":4,\"full_attention_interval\":4}", NX_TYPE_Q8_0, "snap.gguf", path, sizeof path)) {
+        CHECK(0);
+        return;
+    }
+    nx_model *m = NULL;
+    CHECK(nx_model_load(path, NULL, &m) == NX_OK);
+    if (!m) return;
+    const int V = nx_model_n_vocab(m), E = nx_model_n_embd(m), P = 6;
+    float *a = malloc((size_t)V * 4), *bq = malloc((size_t)V * 4), *ver = malloc((size_t)8 * V * 4);
+    int acc[64], na = 0, bad = 0;
+    const int ubs[2] = {512, 2};
+    for (int u = 0; u < 2; u++) {
+        nx_ctx *c = make_ctx(m, 96, 2, ubs[u], 2, NX_CACHE_F32, NX_CACHE_F16);
+        CHECK(c && nx_kv_deferred(c->kv));
+        if (!c) break;
+        na = 0;
+        for (int i = 0; i < P; i++) acc[na++] = k_ids[i];
+        CHECK(decode_chunks(c, acc, P, 0, 0, P, false, NULL, NULL, V, E));
+        float *save = malloc((size_t)nx_kv_rec_floats(c->kv) * 4), *ref = malloc((size_t)nx_kv_rec_floats(c->kv) * 4);
+        for (int r = 0; r < 7; r++) {
+            const int n = 2 + r % 4, j = 1 + (r * 3) % n, pos = na;
+            int toks[8];
+            for (int i = 0; i < n; i++) toks[i] = k_ids[(7 + 5 * r + i) % 24];
+            CHECK(decode_chunks(c, toks, n, pos, 0, n, true, ver, NULL, V, E));
+            CHECK(nx_seq_rm(c, 0, pos + j, -1) == NX_OK);
+            for (int i = 0; i < j; i++) acc[na++] = toks[i];
+            if (r == 2 || r == 5) {   /* a save and a copy with tokens pending */
+                nx_kv_rec_save(c->kv, 0, save);
+                CHECK(nx_seq_cp(c, 0, 1, -1, -1) == NX_OK);
+                nx_ctx *d = make_ctx(m, 96, 1, 512, 1, NX_CACHE_F32, NX_CACHE_F16);
+                CHECK(d && decode_chunks(d, acc, na, 0, 0, 5, false, NULL, NULL, V, E));
+                if (d) nx_kv_rec_save(d->kv, 0, ref);
+                if (memcmp(save, ref, (size_t)nx_kv_rec_floats(c->kv) * 4)) bad++;
+                int pr = 333;
+                CHECK(decode_chunks(c, &pr, 1, na, 1, 1, false, a, NULL, V, E));
+                CHECK(d && decode_chunks(d, &pr, 1, na, 0, 1, false, bq, NULL, V, E));
+                if (memcmp(a, bq, (size_t)V * 4)) bad++;
+                nx_ctx_free(d);
+            }
+            if (r == 4) {   /* a copy of a prefix that ends inside the last snapshot batch */
+                CHECK(decode_chunks(c, toks, 3, na, 0, 3, true, NULL, NULL, V, E));
+                CHECK(nx_seq_cp(c, 0, 1, -1, na + 2) == NX_OK);
+                CHECK_EQ_INT(nx_seq_rm(c, 0, na, -1), NX_ERR_UNSUPPORTED);   /* before the batch: no state */
+                int pr = 444, pre[64];
+                memcpy(pre, acc, (size_t)na * sizeof(int));
+                pre[na] = toks[0];
+                pre[na + 1] = toks[1];
+                CHECK(decode_chunks(c, &pr, 1, na + 2, 1, 1, false, a, NULL, V, E));
+                nx_ctx *d = make_ctx(m, 96, 1, 512, 1, NX_CACHE_F32, NX_CACHE_F16);
+                CHECK(d && decode_chunks(d, pre, na + 2, 0, 0, na + 2, false, NULL, NULL, V, E));
+                CHECK(d && decode_chunks(d, &pr, 1, na + 2, 0, 1, false, bq, NULL, V, E));
+                if (memcmp(a, bq, (size_t)V * 4)) bad++;
+                nx_ctx_free(d);
+                CHECK(nx_seq_rm(c, 0, na + 1, -1) == NX_OK);   /* keep toks[0] on seq 0 */
+                acc[na++] = toks[0];
+            }
+        }
+        int pr = 321;
+        CHECK(decode_chunks(c, &pr, 1, na, 0, 1, false, a, NULL, V, E));
+        nx_ctx *d = make_ctx(m, 96, 1, 512, 1, NX_CACHE_F32, NX_CACHE_F16);
+        CHECK(d && decode_chunks(d, acc, na, 0, 0, 7, false, NULL, NULL, V, E));
+        CHECK(d && decode_chunks(d, &pr, 1, na, 0, 1, false, bq, NULL, V, E));
+        if (memcmp(a, bq, (size_t)V * 4)) {
+            fprintf(stderr, "  deferred state, ubatch %d: final logits differ by %.3g\n", ubs[u], max_diff(a, bq, (size_t)V));
+            bad++;
+        }
+        nx_ctx_free(d);
+        nx_ctx_free(c);
+        free(save);
+        free(ref);
+    }
+    CHECK_EQ_INT(bad, 0);
+    free(a); free(bq); free(ver);
+    nx_model_free(m);
+}
+
 /* qw_dn_run_*: T chained tokens in one call == T calls of the level's head function, bit for
  * bit, out of place (snapshots: streaming stores) and in place, odd sizes included. */
 static void test_dn_run(void) {
@@ -614,6 +698,25 @@ static void test_dn_run(void) {
             for (int t = 0; t < T; t++) { head(A, A, dv, dk, kp[t], qp[t], vp[t], bt[t], dc[t], 0.125f, oa + t * 128); sb[t] = B; }
             run(B, sb, T, dv, dk, kp, qp, vp, bt, dc, 0.125f, op);
             CHECK_MSG(!memcmp(A, B, n * 4) && !memcmp(oa, ob, T * 128 * 4), "dn run in place level %d dk %d", lvl, dk);
+            /* deferred replay: tokens 0..1 without output or store, token 2 stored, 3 stored with
+             * output, 4 output only — each equal to the per-token chain */
+            for (int t = 0; t < T; t++) head(t ? sa[t - 1] : S, sa[t], dv, dk, kp[t], qp[t], vp[t], bt[t], dc[t], 0.125f, oa + t * 128);
+            memset(ob, 0, T * 128 * 4);
+            memset(B, 0, bytes);
+            float *sn[T] = {NULL, NULL, B, B + n, NULL}, *on[T] = {NULL, NULL, NULL, ob + 3 * 128, ob + 4 * 128};
+            run(S, sn, T, dv, dk, kp, qp, vp, bt, dc, 0.125f, on);
+            CHECK_MSG(!memcmp(A + 2 * n, B, 2 * n * 4) && !memcmp(oa + 3 * 128, ob + 3 * 128, 2 * 128 * 4) &&
+                      ob[0] == 0.0f && ob[2 * 128] == 0.0f, "dn run with skipped stores level %d dk %d", lvl, dk);
+            /* the runs' multi-row blocks == their one-row path (a head of one row at a time) */
+            for (int i = 0; i < dv; i++) {
+                float *s1[T], *o1[T];
+                const float *v1[T];
+                for (int t = 0; t < T; t++) { s1[t] = A + (size_t)t * n + (size_t)i * dk; o1[t] = oa + t * 128 + i; v1[t] = vp[t] + i; }
+                run(S + (size_t)i * dk, s1, T, 1, dk, kp, qp, v1, bt, dc, 0.125f, o1);
+            }
+            for (int t = 0; t < T; t++) sb[t] = B + (size_t)t * n;
+            run(S, sb, T, dv, dk, kp, qp, vp, bt, dc, 0.125f, op);
+            CHECK_MSG(!memcmp(A, B, T * n * 4) && !memcmp(oa, ob, T * 128 * 4), "dn run rows level %d dk %d dv %d", lvl, dk, dv);
             free(S); free(A); free(B); free(kq); free(oa); free(ob);
         }
     }
@@ -768,6 +871,7 @@ int main(void) {
     RUN(test_dn_run);
     RUN(test_mixed_sequences);
     RUN(test_snapshots_and_seq_rm);
+    RUN(test_deferred_state);
     RUN(test_vs_numpy_reference);
     RUN(test_bad_input);
     RUN(test_eval_cli);

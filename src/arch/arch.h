@@ -35,6 +35,11 @@ typedef struct nx_ubatch {
     const int *order;           /* row indices, grouped by sequence, increasing position */
     const int *rec_src;         /* per row: recurrent state read from slot (-1: live) */
     const int *rec_dst;         /* per row: recurrent state written to slot (-1: live) */
+    /* per group, for deferred SSM state (kv.h): rows of the sequence in earlier ubatches of
+     * this decode (0: its first ubatch, which applies the pending tokens), and whether its rows
+     * are a snapshot batch (logged, not applied) */
+    const int *rec_done;
+    const bool *rec_log;
 } nx_ubatch;
 
 typedef struct nx_arch {

@@ -1,7 +1,9 @@
 /*
  * attn_view.h — one KV head of one sequence's cache block as the attention kernel reads it
  * (kernels/attn.h), for every architecture's forward pass. Rows hold Hkv heads of D (K) / Dv
- * (V) values in the cache's type; a quantized cache needs D and Dv multiples of its block.
+ * (V) values in the cache's type, as head-major planes when the cache was made with heads =
+ * Hkv (a head's rows contiguous), else interleaved in one row; a quantized cache needs D and
+ * Dv multiples of its block.
  */
 #ifndef NX_ARCH_ATTN_VIEW_H
 #define NX_ARCH_ATTN_VIEW_H
@@ -12,15 +14,18 @@
 
 static inline nx_attn_kv nx_attn_view(const nx_kv *kv, int seq, int layer, int kvh, int Hkv, int D, int Dv) {
     const nx_type tk = nx_kv_type_k(kv), tv = nx_kv_type_v(kv);
-    nx_attn_kv a = {
-        .k = (const uint8_t *)nx_kv_k_base(kv, seq, layer) + nx_row_size(tk, (int64_t)kvh * D),
-        .v = (const uint8_t *)nx_kv_v_base(kv, seq, layer) + nx_row_size(tv, (int64_t)kvh * Dv),
-        .k_stride = nx_row_size(tk, (int64_t)Hkv * D),
-        .v_stride = nx_row_size(tv, (int64_t)Hkv * Dv),
-        .tk = tk,
-        .tv = tv,
-        .cells = nx_kv_cells(kv, layer),
-    };
+    nx_attn_kv a = {.tk = tk, .tv = tv, .cells = nx_kv_cells(kv, layer)};
+    if (nx_kv_heads(kv, layer) == Hkv) {   /* head-major planes: one head's rows are contiguous */
+        a.k = nx_kv_head(kv, seq, layer, kvh, false);
+        a.v = nx_kv_head(kv, seq, layer, kvh, true);
+        a.k_stride = nx_row_size(tk, D);
+        a.v_stride = nx_row_size(tv, Dv);
+    } else {   /* one row holds every head */
+        a.k = (const uint8_t *)nx_kv_k_base(kv, seq, layer) + nx_row_size(tk, (int64_t)kvh * D);
+        a.v = (const uint8_t *)nx_kv_v_base(kv, seq, layer) + nx_row_size(tv, (int64_t)kvh * Dv);
+        a.k_stride = nx_row_size(tk, (int64_t)Hkv * D);
+        a.v_stride = nx_row_size(tv, (int64_t)Hkv * Dv);
+    }
     return a;
 }
 

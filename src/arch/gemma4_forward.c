@@ -331,8 +331,9 @@ nx_status g4_ctx_init(nx_ctx *ctx, nx_error *err) {
     }
     int64_t *w = calloc((size_t)nk, sizeof *w);
     int *ring = calloc((size_t)nk, sizeof *ring), *win = calloc((size_t)nk, sizeof *win);
-    if (!w || !ring || !win) {
-        free(w); free(ring); free(win);
+    int *heads = calloc((size_t)nk, sizeof *heads);
+    if (!w || !ring || !win || !heads) {
+        free(w); free(ring); free(win); free(heads);
         return nx_fail(err, NX_ERR_NOMEM, "out of memory");
     }
     /* SWA layers: a ring holding the window of the first row of a ubatch plus the ubatch */
@@ -341,6 +342,7 @@ nx_status g4_ctx_init(nx_ctx *ctx, nx_error *err) {
         const g4_layer *L = &gm->layers[il];
         if (!L->has_kv) continue;
         w[L->kv_layer] = (int64_t)L->nkv * L->hd;
+        heads[L->kv_layer] = L->nkv;
         if (L->swa && cells < ctx->params.n_ctx) {
             ring[L->kv_layer] = (int)cells;
             win[L->kv_layer] = hp->n_swa;
@@ -350,9 +352,10 @@ nx_status g4_ctx_init(nx_ctx *ctx, nx_error *err) {
         .n_seq = ctx->params.n_seq_max, .n_ctx = ctx->params.n_ctx,
         .type_k = nx_ctx_kv_type(ctx->params.type_k), .type_v = nx_ctx_kv_type(ctx->params.type_v),
         .n_attn = nk, .k_width = w, .v_width = w, .ring_cells = ring, .window = win,
+        .heads = heads,
     };
     nx_status st = nx_kv_create(&kc, &ctx->kv, err);
-    free(w); free(ring); free(win);
+    free(w); free(ring); free(win); free(heads);
     if (st != NX_OK) return st;
     int max_cells = 1;
     for (int l = 0; l < nk; l++)

@@ -167,14 +167,21 @@ nx_status ll_ctx_init(nx_ctx *ctx, nx_error *err) {
     int64_t *w = malloc((size_t)hp->n_layer * sizeof *w);
     if (!w) return nx_fail(err, NX_ERR_NOMEM, "out of memory");
     for (int i = 0; i < hp->n_layer; i++) w[i] = (int64_t)hp->n_head_kv * hp->head_dim;
+    int *heads = malloc((size_t)hp->n_layer * sizeof *heads);
+    if (!heads) {
+        free(w);
+        return nx_fail(err, NX_ERR_NOMEM, "out of memory");
+    }
+    for (int i = 0; i < hp->n_layer; i++) heads[i] = hp->n_head_kv;
     nx_kv_config kc = {
         .n_seq = ctx->params.n_seq_max, .n_ctx = ctx->params.n_ctx,
         .type_k = ctx->params.type_k == NX_CACHE_F16 ? NX_TYPE_F16 : NX_TYPE_F32,
         .type_v = ctx->params.type_v == NX_CACHE_F16 ? NX_TYPE_F16 : NX_TYPE_F32,
-        .n_attn = hp->n_layer, .k_width = w, .v_width = w,
+        .n_attn = hp->n_layer, .k_width = w, .v_width = w, .heads = heads,
     };
     nx_status st = nx_kv_create(&kc, &ctx->kv, err);
     free(w);
+    free(heads);
     if (st != NX_OK) return st;
     ll_scratch *s = NULL;
     st = scratch_create(hp, ctx->params.n_ubatch, ctx->params.n_ctx, nx_threadpool_size(ctx->tp), &s, err);

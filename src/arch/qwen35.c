@@ -9,6 +9,7 @@
  * Must never: accept a shape the forward pass would read out of bounds.
  */
 #include "arch/qwen35.h"
+#include "arch/qwen35_dn.h"
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -231,6 +232,9 @@ static void read_hparams(qw_loader *L) {
                         hp->value_dim, hp->nv);
     else if (hp->nv % hp->nk)
         L->base.st = nx_fail(L->base.err, NX_ERR_FORMAT, "ssm.time_step_rank %d is not a multiple of ssm.group_count %d", hp->nv, hp->nk);
+    else if (hp->dk > QW_DN_RUN_MAX_DK)
+        L->base.st = nx_fail(L->base.err, NX_ERR_UNSUPPORTED, "DeltaNet head dim %d (ssm.state_size) is larger than the %d "
+                        "this build's recurrence kernels hold per state row", hp->dk, QW_DN_RUN_MAX_DK);
     else if (hp->value_dim / hp->nv != hp->dk)
         L->base.st = nx_fail(L->base.err, NX_ERR_UNSUPPORTED, "DeltaNet head dims differ: key %d (ssm.state_size), value %d "
                         "(ssm.inner_size / time_step_rank); they must be equal", hp->dk, hp->value_dim / hp->nv);

@@ -2,6 +2,7 @@
  * (see qwen35_dn.h). */
 #include "arch/qwen35_dn.h"
 #include "kernels/cpu.h"
+#include <string.h>
 
 static float dot_ref(const float *a, const float *b, int n) {
     float s = 0.0f;
@@ -26,7 +27,17 @@ void qw_dn_head_scalar(const float *S, float *Sd, int dv, int dk, const float *k
 void qw_dn_run_scalar(const float *S, float *const *Sd, int T, int dv, int dk, const float *const *k,
                       const float *const *q, const float *const *v, const float *beta, const float *decay, float scale,
                       float *const *o) {
-    for (int t = 0; t < T; t++) qw_dn_head_scalar(t ? Sd[t - 1] : S, Sd[t], dv, dk, k[t], q[t], v[t], beta[t], decay[t], scale, o[t]);
+    /* row by row, like the SIMD runs: a row's arithmetic is qw_dn_head_scalar's */
+    float lb[QW_DN_RUN_MAX_DK];
+    for (int i = 0; i < dv; i++) {
+        memcpy(lb, S + (size_t)i * dk, (size_t)dk * sizeof(float));
+        for (int t = 0; t < T; t++) {
+            float oi;
+            qw_dn_head_scalar(lb, lb, 1, dk, k[t], q[t], v[t] + i, beta[t], decay[t], scale, &oi);
+            if (o[t]) o[t][i] = oi;
+            if (Sd[t]) memcpy(Sd[t] + (size_t)i * dk, lb, (size_t)dk * sizeof(float));
+        }
+    }
 }
 
 qw_dn_run_fn qw_dn_run_pick(void) {

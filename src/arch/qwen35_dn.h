@@ -9,12 +9,15 @@
  * Sd may equal S (in place). Each level computes in one fixed order, so a level's result
  * never depends on the batch; levels agree to float rounding (tests/test_qwen35.c).
  *
- * qw_dn_run_*: T tokens of one head in order, token t reading the state token t-1 wrote
- * (token 0 reads S) and writing Sd[t] (a verify batch's per-token snapshots). The SIMD
+ * qw_dn_run_*: T tokens of one head in order, token t reading the state after token t-1
+ * (token 0 reads S), storing it to Sd[t] unless Sd[t] is NULL and its output to o[t] unless
+ * o[t] is NULL (tokens replayed onto a deferred state: no output wanted). Preconditions:
+ * dk <= QW_DN_RUN_MAX_DK, T <= QW_DN_RUN_MAX_T. The SIMD
  * versions keep each state row in L1 across the T tokens and write snapshots (out of place)
  * with streaming stores: a snapshot is not read again before the weights have swept the
- * caches, so its read-for-ownership would be wasted DRAM traffic; states updated in place
- * (a prompt chunk) take ordinary stores and stay cached. Bit-identical to T calls of the
+ * caches, so its read-for-ownership would be wasted DRAM traffic; a state updated in place
+ * (a prompt chunk, a verify batch's last token on the live state) takes ordinary stores and
+ * stays cached. The choice is made per token (it changes no value). Bit-identical to T calls of the
  * level's head function (the same per-row operations).
  * Must never: allocate or touch memory outside the dv x dk state and the vectors.
  */
@@ -50,7 +53,8 @@ void qw_dn_run_avx512(const float *S, float *const *Sd, int T, int dv, int dk, c
 void qw_dn_run_neon(const float *S, float *const *Sd, int T, int dv, int dk, const float *const *k,
                     const float *const *q, const float *const *v, const float *beta, const float *decay, float scale,
                     float *const *o);
-#define QW_DN_RUN_MAX_DK 512   /* the SIMD runs' row buffer; larger heads go token by token */
+#define QW_DN_RUN_MAX_DK 512   /* the runs' row buffer (the loader refuses larger heads) */
+#define QW_DN_RUN_MAX_T 128    /* tokens of one run call: a deferred replay (<= NX_SNAPSHOT_MAX) + a verify batch */
 
 /* The versions for the CPU level in effect now. */
 qw_dn_head_fn qw_dn_head_pick(void);

@@ -3,11 +3,13 @@
 #include <immintrin.h>
 #include "arch/qwen35_dn.h"
 #include <stdint.h>
+#include <math.h>
 #include <string.h>
 
 /* One state row: si -> di (may be equal), returns o_i. */
-static inline __attribute__((always_inline)) float dn_row(const float *si, float *di, int dk, const float *k, const float *q,
-                                                          float vi, float beta, float decay, float scale) {
+static inline __attribute__((always_inline)) float dn_row_o(const int WANT_O, const float *si, float *di, int dk,
+                                                            const float *k, const float *q, float vi, float beta,
+                                                            float decay, float scale) {
     const int nf = dk & ~15;
     const __mmask16 tm = (__mmask16)((1u << (dk & 15)) - 1u);
     const __m512 vdec = _mm512_set1_ps(decay), lo = _mm512_set1_ps(-1e6f), hi = _mm512_set1_ps(1e6f);
@@ -19,52 +21,162 @@ static inline __attribute__((always_inline)) float dn_row(const float *si, float
     }
     for (; c < nf; c += 16) a0 = _mm512_fmadd_ps(_mm512_loadu_ps(si + c), _mm512_loadu_ps(k + c), a0);
     if (tm) a0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(tm, si + c), _mm512_maskz_loadu_ps(tm, k + c), a0);
-    const float vn = beta * (vi - decay * _mm512_reduce_add_ps(_mm512_add_ps(a0, a1)));
+    const float vn = beta * fmaf(-decay, _mm512_reduce_add_ps(_mm512_add_ps(a0, a1)), vi);
     const __m512 vvn = _mm512_set1_ps(vn);
     __m512 b0 = _mm512_setzero_ps();
     for (c = 0; c < nf; c += 16) {
         __m512 y = _mm512_fmadd_ps(vdec, _mm512_loadu_ps(si + c), _mm512_mul_ps(vvn, _mm512_loadu_ps(k + c)));
         y = _mm512_min_ps(_mm512_max_ps(y, lo), hi);
         _mm512_storeu_ps(di + c, y);
-        b0 = _mm512_fmadd_ps(y, _mm512_loadu_ps(q + c), b0);
+        if (WANT_O) b0 = _mm512_fmadd_ps(y, _mm512_loadu_ps(q + c), b0);
     }
     if (tm) {
         __m512 y = _mm512_fmadd_ps(vdec, _mm512_maskz_loadu_ps(tm, si + c), _mm512_mul_ps(vvn, _mm512_maskz_loadu_ps(tm, k + c)));
         y = _mm512_min_ps(_mm512_max_ps(y, lo), hi);
         _mm512_mask_storeu_ps(di + c, tm, y);
-        b0 = _mm512_fmadd_ps(y, _mm512_maskz_loadu_ps(tm, q + c), b0);
+        if (WANT_O) b0 = _mm512_fmadd_ps(y, _mm512_maskz_loadu_ps(tm, q + c), b0);
     }
-    return _mm512_reduce_add_ps(b0) * scale;
+    return WANT_O ? _mm512_reduce_add_ps(b0) * scale : 0.0f;
+}
+#define dn_row(...) dn_row_o(1, __VA_ARGS__)
+
+void qw_dn_run_avx512(const float *S, float *const *Sd, int T, int dv, int dk, const float *const *k,
+                      const float *const *q, const float *const *v, const float *beta, const float *decay, float scale,
+                      float *const *o);
+
+/* _mm512_reduce_add_ps's tree (lo8 + hi8, lo4 + hi4, [0]+[2] | [1]+[3], then their sum) for 4
+ * vectors at once: row r's sum lands in lane 4r, bit-identical to reducing each alone. */
+static inline __attribute__((always_inline)) __m512 red4(__m512 x0, __m512 x1, __m512 x2, __m512 x3) {
+    const __m512 e01 = _mm512_add_ps(_mm512_shuffle_f32x4(x0, x1, _MM_SHUFFLE(1, 0, 1, 0)),
+                                     _mm512_shuffle_f32x4(x0, x1, _MM_SHUFFLE(3, 2, 3, 2)));
+    const __m512 e23 = _mm512_add_ps(_mm512_shuffle_f32x4(x2, x3, _MM_SHUFFLE(1, 0, 1, 0)),
+                                     _mm512_shuffle_f32x4(x2, x3, _MM_SHUFFLE(3, 2, 3, 2)));
+    const __m512 f = _mm512_add_ps(_mm512_shuffle_f32x4(e01, e23, _MM_SHUFFLE(2, 0, 2, 0)),
+                                   _mm512_shuffle_f32x4(e01, e23, _MM_SHUFFLE(3, 1, 3, 1)));
+    const __m512 g = _mm512_add_ps(f, _mm512_permute_ps(f, _MM_SHUFFLE(1, 0, 3, 2)));
+    return _mm512_add_ps(g, _mm512_permute_ps(g, _MM_SHUFFLE(2, 3, 0, 1)));
+}
+
+/* Four state rows (L[r], dk % 16 == 0, in place) for one token, each with dn_row's arithmetic:
+ * their serial chains (dot, reduce, update, dot, reduce) interleave and share the reductions. */
+static inline __attribute__((always_inline)) void dn_rows4(const int WANT_O, float (*L)[QW_DN_RUN_MAX_DK], int dk,
+                                                           const float *k, const float *q, const float *v, float beta,
+                                                           float decay, float scale, float *o, const float *pf) {
+    const __m512 vdec = _mm512_set1_ps(decay), lo = _mm512_set1_ps(-1e6f), hi = _mm512_set1_ps(1e6f);
+    __m512 a0[4], a1[4];
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; r++) a0[r] = a1[r] = _mm512_setzero_ps();
+    int c = 0;
+    for (; c + 32 <= dk; c += 32) {
+        const __m512 k0 = _mm512_loadu_ps(k + c), k1 = _mm512_loadu_ps(k + c + 16);
+#pragma GCC unroll 4
+        for (int r = 0; r < 4; r++) {
+            a0[r] = _mm512_fmadd_ps(_mm512_load_ps(L[r] + c), k0, a0[r]);
+            a1[r] = _mm512_fmadd_ps(_mm512_load_ps(L[r] + c + 16), k1, a1[r]);
+        }
+    }
+    if (c < dk) {
+        const __m512 k0 = _mm512_loadu_ps(k + c);
+#pragma GCC unroll 4
+        for (int r = 0; r < 4; r++) a0[r] = _mm512_fmadd_ps(_mm512_load_ps(L[r] + c), k0, a0[r]);
+    }
+    /* vn per row in lanes 0, 4, 8, 12 (vector math: a scalar read of a just-stored vector lane
+     * stalls store forwarding), then broadcast */
+    const __m512 R = red4(_mm512_add_ps(a0[0], a1[0]), _mm512_add_ps(a0[1], a1[1]), _mm512_add_ps(a0[2], a1[2]),
+                          _mm512_add_ps(a0[3], a1[3]));
+    /* v[r] into lanes 4r..4r+3 (expand loads and compress stores are slow on some cores) */
+    const __m512 V = _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3),
+                                           _mm512_castps128_ps512(_mm_loadu_ps(v)));
+    const __m512 VN = _mm512_mul_ps(_mm512_set1_ps(beta), _mm512_fnmadd_ps(vdec, R, V));
+    __m512 vvn[4], b[4];
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; r++) {
+        vvn[r] = _mm512_permutexvar_ps(_mm512_set1_epi32(4 * r), VN);
+        b[r] = _mm512_setzero_ps();
+    }
+    for (c = 0; c < dk; c += 16) {
+        /* pf: 4 rows to come, one line of each per 16 values (a burst of 32 prefetches would
+         * stall on the fill buffers) */
+        if (pf) {
+#pragma GCC unroll 4
+            for (int r = 0; r < 4; r++) _mm_prefetch((const char *)(pf + (size_t)r * dk + c), _MM_HINT_T0);
+        }
+        const __m512 kc = _mm512_loadu_ps(k + c);
+        const __m512 qc = WANT_O ? _mm512_loadu_ps(q + c) : kc;
+#pragma GCC unroll 4
+        for (int r = 0; r < 4; r++) {
+            __m512 y = _mm512_fmadd_ps(vdec, _mm512_load_ps(L[r] + c), _mm512_mul_ps(vvn[r], kc));
+            y = _mm512_min_ps(_mm512_max_ps(y, lo), hi);
+            _mm512_store_ps(L[r] + c, y);
+            if (WANT_O) b[r] = _mm512_fmadd_ps(y, qc, b[r]);
+        }
+    }
+    if (WANT_O) {
+        const __m512 O = _mm512_mul_ps(red4(b[0], b[1], b[2], b[3]), _mm512_set1_ps(scale));
+        _mm_storeu_ps(o, _mm512_castps512_ps128(_mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), O)));
+    }
 }
 
 void qw_dn_head_avx512(const float *S, float *Sd, int dv, int dk, const float *k, const float *q, const float *v,
                        float beta, float decay, float scale, float *o) {
-    for (int i = 0; i < dv; i++) o[i] = dn_row(S + (size_t)i * dk, Sd + (size_t)i * dk, dk, k, q, v[i], beta, decay, scale);
+    if (dk > QW_DN_RUN_MAX_DK) {   /* tests' odd sizes only: the loader refuses such heads */
+        for (int i = 0; i < dv; i++) o[i] = dn_row(S + (size_t)i * dk, Sd + (size_t)i * dk, dk, k, q, v[i], beta, decay, scale);
+        return;
+    }
+    float *sd[1] = {Sd}, *op[1] = {o};
+    const float *kp[1] = {k}, *qp[1] = {q}, *vp[1] = {v};
+    qw_dn_run_avx512(S, sd, 1, dv, dk, kp, qp, vp, &beta, &decay, scale, op);
 }
 
 void qw_dn_run_avx512(const float *S, float *const *Sd, int T, int dv, int dk, const float *const *k,
                       const float *const *q, const float *const *v, const float *beta, const float *decay, float scale,
                       float *const *o) {
-    if (dk > QW_DN_RUN_MAX_DK) {
-        for (int t = 0; t < T; t++) qw_dn_head_avx512(t ? Sd[t - 1] : S, Sd[t], dv, dk, k[t], q[t], v[t], beta[t], decay[t], scale, o[t]);
-        return;
-    }
-    float lb[QW_DN_RUN_MAX_DK] __attribute__((aligned(64)));
+    float lb[4][QW_DN_RUN_MAX_DK] __attribute__((aligned(64)));
     const size_t rb = (size_t)dk * sizeof(float);
-    int nt = rb % 64 == 0;
-    for (int t = 0; t < T; t++) nt &= ((uintptr_t)Sd[t] & 63) == 0 && Sd[t] != S;   /* in place (a prompt chunk): the state stays cached */
-    for (int i = 0; i < dv; i++) {
-        /* the state comes from DRAM (the weights swept it out): keep reads 4 rows ahead */
-        if (i + 4 < dv)
-            for (size_t b = 0; b < rb; b += 64) _mm_prefetch((const char *)(S + (size_t)(i + 4) * dk) + b, _MM_HINT_T0);
-        memcpy(lb, S + (size_t)i * dk, rb);
+    /* per token: streaming stores for an out-of-place snapshot; ordinary ones for the state
+     * updated in place (a prompt chunk, or a verify batch's last token writing the live state),
+     * which the next token or forward reads while it is still cached */
+    unsigned char nt[QW_DN_RUN_MAX_T];
+    for (int t = 0; t < T; t++) nt[t] = Sd[t] && rb % 64 == 0 && ((uintptr_t)Sd[t] & 63) == 0 && Sd[t] != S;
+    /* four state rows at a time (dn_rows4), a single-row tail; replayed tokens (o[t] NULL) skip
+     * the output dot */
+    const int step = dk % 16 == 0 ? 4 : 1;
+    for (int i = 0; i < dv; i += step) {
+        const int nr = step == 4 && i + 4 <= dv ? 4 : 1;
+        if (nr == 1 && step == 4) {   /* the tail rows of a 4-row head */
+            for (; i < dv; i++) {
+                memcpy(lb[0], S + (size_t)i * dk, rb);
+                for (int t = 0; t < T; t++) {
+                    const float oi = dn_row_o(o[t] != NULL, lb[0], lb[0], dk, k[t], q[t], v[t][i], beta[t], decay[t], scale);
+                    if (o[t]) o[t][i] = oi;
+                    if (Sd[t]) memcpy(Sd[t] + (size_t)i * dk, lb[0], rb);
+                }
+            }
+            break;
+        }
+        /* the state comes from DRAM (the weights swept it out): the first token's pass
+         * prefetches the rows 8 ahead, spread over its loop */
+        const float *pf = i + 12 <= dv ? S + (size_t)(i + 8) * dk : NULL;
+        if (nr == 1 && i + 4 < dv)
+            for (size_t bo = 0; bo < rb; bo += 64) _mm_prefetch((const char *)(S + (size_t)(i + 4) * dk) + bo, _MM_HINT_T0);
+        for (int r = 0; r < nr; r++) memcpy(lb[r], S + (size_t)(i + r) * dk, rb);
         for (int t = 0; t < T; t++) {
-            o[t][i] = dn_row(lb, lb, dk, k[t], q[t], v[t][i], beta[t], decay[t], scale);
-            float *di = Sd[t] + (size_t)i * dk;
-            if (nt)
-                for (int c = 0; c < dk; c += 16) _mm512_stream_ps(di + c, _mm512_load_ps(lb + c));
-            else
-                memcpy(di, lb, rb);
+            if (nr == 4) {
+                if (o[t]) dn_rows4(1, lb, dk, k[t], q[t], v[t] + i, beta[t], decay[t], scale, o[t] + i, t ? NULL : pf);
+                else dn_rows4(0, lb, dk, k[t], q[t], v[t] + i, beta[t], decay[t], scale, NULL, t ? NULL : pf);
+            } else if (o[t]) {
+                o[t][i] = dn_row_o(1, lb[0], lb[0], dk, k[t], q[t], v[t][i], beta[t], decay[t], scale);
+            } else {
+                dn_row_o(0, lb[0], lb[0], dk, k[t], q[t], v[t][i], beta[t], decay[t], scale);
+            }
+            if (!Sd[t]) continue;
+            for (int r = 0; r < nr; r++) {
+                float *di = Sd[t] + (size_t)(i + r) * dk;
+                if (nt[t])
+                    for (int c = 0; c < dk; c += 16) _mm512_stream_ps(di + c, _mm512_load_ps(lb[r] + c));
+                else
+                    memcpy(di, lb[r], rb);
+            }
         }
     }
     _mm_sfence();   /* streaming stores are weakly ordered: visible before the next reader */

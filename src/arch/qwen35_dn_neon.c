@@ -53,10 +53,6 @@ void qw_dn_head_neon(const float *S, float *Sd, int dv, int dk, const float *k, 
 void qw_dn_run_neon(const float *S, float *const *Sd, int T, int dv, int dk, const float *const *k,
                     const float *const *q, const float *const *v, const float *beta, const float *decay, float scale,
                     float *const *o) {
-    if (dk > QW_DN_RUN_MAX_DK) {
-        for (int t = 0; t < T; t++) qw_dn_head_neon(t ? Sd[t - 1] : S, Sd[t], dv, dk, k[t], q[t], v[t], beta[t], decay[t], scale, o[t]);
-        return;
-    }
     float lb[QW_DN_RUN_MAX_DK] __attribute__((aligned(16)));
     const size_t rb = (size_t)dk * sizeof(float);
     for (int i = 0; i < dv; i++) {
@@ -65,8 +61,10 @@ void qw_dn_run_neon(const float *S, float *const *Sd, int T, int dv, int dk, con
             for (size_t b = 0; b < rb; b += 64) __builtin_prefetch((const char *)(S + (size_t)(i + 4) * dk) + b, 0, 3);
         memcpy(lb, S + (size_t)i * dk, rb);
         for (int t = 0; t < T; t++) {
-            o[t][i] = dn_row(lb, lb, dk, k[t], q[t], v[t][i], beta[t], decay[t], scale);
-            memcpy(Sd[t] + (size_t)i * dk, lb, rb);
+            /* replayed tokens (o[t] NULL) give no output; Sd[t] NULL: no store (qwen35_dn.h) */
+            const float oi = dn_row(lb, lb, dk, k[t], q[t], v[t][i], beta[t], decay[t], scale);
+            if (o[t]) o[t][i] = oi;
+            if (Sd[t]) memcpy(Sd[t] + (size_t)i * dk, lb, rb);
         }
     }
 }

@@ -22,6 +22,14 @@
 
 #define QW_FFN_ROWS 64
 
+/* A token's inputs to one V head's recurrence: q, k of its K head, v, beta, decay. */
+typedef struct dn_tok {
+    const float *q, *k, *v;
+    float beta, decay;
+    float *o;   /* output row (NULL: a replayed token) */
+} dn_tok;
+
+
 struct qw_scratch {
     int n_rows, n_ctx, n_threads;
     float *x, *u;               /* [n][E] residual stream, normed input / block output */
@@ -30,6 +38,8 @@ struct qw_scratch {
     float *rope;                /* [n_rot] cos/sin cache */
     float *thr;                 /* per thread: thr_stride floats (attention scores, row conversions) */
     size_t thr_stride;
+    dn_tok *dn_toks;            /* per thread: dn_toks_stride tokens (deferred replay + a group's rows) */
+    size_t dn_toks_stride;
     /* MoE */
     int *sel, *e_cnt, *e_off, *e_slot;
     float *selw, *gath, *gu, *hm, *yo, *ys, *moe_out, *gs;
@@ -66,7 +76,9 @@ nx_status qw_scratch_create(const qw_model *qm, int n, int n_ctx, int n_threads,
     s->thr_stride = (maxz(nx_attend_work_floats(hp->n_head, hp->n_head_kv, (int)D), 3 * maxz(D, (size_t)hp->dv)) + 15) &
                     ~(size_t)15;
     s->thr = malloc((size_t)n_threads * s->thr_stride * sizeof(float));
-    bool ok = s->x && s->u && s->b1 && s->b2 && s->b3 && s->b4 && s->win && s->rope && s->thr;
+    s->dn_toks_stride = (size_t)NX_SNAPSHOT_MAX + N;
+    s->dn_toks = malloc((size_t)n_threads * s->dn_toks_stride * sizeof *s->dn_toks);
+    bool ok = s->x && s->u && s->b1 && s->b2 && s->b3 && s->b4 && s->win && s->rope && s->thr && s->dn_toks;
     if (hp->moe) {
         s->sel = malloc(N * kx * sizeof(int));
         s->selw = malloc(N * kx * sizeof(float));
@@ -94,7 +106,7 @@ nx_status qw_scratch_create(const qw_model *qm, int n, int n_ctx, int n_threads,
 void qw_scratch_free(qw_scratch *s) {
     if (!s) return;
     free(s->x); free(s->u); free(s->b1); free(s->b2); free(s->b3); free(s->b4);
-    free(s->win); free(s->rope); free(s->thr);
+    free(s->win); free(s->rope); free(s->thr); free(s->dn_toks);
     free(s->sel); free(s->selw); free(s->e_cnt); free(s->e_off); free(s->e_slot); free(s->gath);
     free(s->gu); free(s->hm); free(s->yo); free(s->ys); free(s->moe_out); free(s->gs);
     free(s);
@@ -190,8 +202,41 @@ typedef struct dn_job {
     float *o;             /* [n][value_dim] */
 } dn_job;
 
-/* One (sequence, V head) over the sequence's rows in order: the delta rule on the state
- * S (dv rows x dk cols, row-major), read from the row's source slot, written to its target. */
+/* Replay log entry (kv.h "deferred SSM") of a token: its m row (q | k | v), beta, decay. */
+static int64_t dn_log_floats(const qw_hparams *hp) { return (int64_t)hp->conv_dim + 2 * hp->nv; }
+static dn_tok dn_tok_of_log(const qw_hparams *hp, const float *e, int h) {
+    const int kh = h % hp->nk;
+    return (dn_tok){.q = e + (size_t)kh * hp->dk, .k = e + hp->key_dim + (size_t)kh * hp->dk,
+                    .v = e + 2 * hp->key_dim + (size_t)h * hp->dv, .beta = e[hp->conv_dim + h],
+                    .decay = e[hp->conv_dim + hp->nv + h], .o = NULL};
+}
+
+/* Tokens toks[0..n) of one head onto the state S in runs of the kernel: the state after token
+ * `keep` (< 0: none) is stored back to S, and the last one's too when store_last. */
+static void dn_chain(qw_dn_run_fn run, float *S, int dv, int dk, float scale, const dn_tok *toks, int n, int keep,
+                     bool store_last) {
+    enum { RUN = QW_DN_RUN_MAX_T };
+    const float *kp[RUN], *qp[RUN], *vp[RUN];
+    float *sdp[RUN], *op[RUN], bt[RUN], dc[RUN];
+    for (int t0 = 0; t0 < n; t0 += RUN) {
+        const int T = n - t0 < RUN ? n - t0 : RUN;
+        for (int t = 0; t < T; t++) {
+            const dn_tok *x = &toks[t0 + t];
+            qp[t] = x->q; kp[t] = x->k; vp[t] = x->v; bt[t] = x->beta; dc[t] = x->decay; op[t] = x->o;
+            sdp[t] = (t0 + t == keep || (store_last && t0 + t == n - 1)) ? S : NULL;
+        }
+        /* more runs follow: the state must carry over through S (only prompt chunks get here,
+         * which store their last token in place anyway) */
+        if (t0 + T < n) sdp[T - 1] = S;
+        run(S, sdp, T, dv, dk, kp, qp, vp, bt, dc, scale, op);
+    }
+}
+
+/* One (sequence, V head) over the sequence's rows in order: the delta rule on the live state
+ * S (dv rows x dk cols, row-major), deferred (kv.h): the pending tokens of the last snapshot
+ * batch are replayed first (the result stored once, in place); a snapshot batch's own rows then
+ * only give outputs (the next forward or a rewind decides which of them stay), other rows
+ * leave the state after the last one in place. */
 static void dn_task(void *arg, int ith, int nth) {
     const dn_job *j = arg;
     const qw_hparams *hp = &j->qm->hp;
@@ -201,37 +246,35 @@ static void dn_task(void *arg, int ith, int nth) {
     const float scale = 1.0f / sqrtf((float)dk);
     float *tmp = j->s->thr + (size_t)ith * j->s->thr_stride;
     const qw_dn_run_fn run = qw_dn_run_pick();
-    enum { RUN = 32 };   /* tokens per kernel call */
-    const float *kp[RUN], *qp[RUN], *vp[RUN];
-    float *sdp[RUN], *op[RUN], bt[RUN], dc[RUN];
     for (long w = ith; w < (long)j->ub->n_groups * nv; w += nth) {
         const int g = (int)(w / nv), h = (int)(w % nv), kh = h % nk;   /* tiled V->K pairing */
         const int sq = j->ub->grp_seq[g];
-        for (int t0 = j->ub->grp_off[g]; t0 < j->ub->grp_off[g + 1];) {
-            /* a run of tokens each reading the state the one before wrote (a verify batch's
-             * snapshots, or a prompt chunk in place): one kernel call */
-            const float *S = nx_kv_ssm(j->kv, sq, rl, j->ub->rec_src[j->ub->order[t0]]) + (size_t)h * dv * dk;
-            int T = 0;
-            for (int t = t0; t < j->ub->grp_off[g + 1] && T < RUN; t++, T++) {
-                const int r = j->ub->order[t];
-                if (T > 0 && j->ub->rec_src[r] != j->ub->rec_dst[j->ub->order[t - 1]]) break;
-                const float *mr = j->m + (size_t)r * C;
-                qp[T] = mr + (size_t)kh * dk;
-                kp[T] = mr + hp->key_dim + (size_t)kh * dk;
-                vp[T] = mr + 2 * hp->key_dim + (size_t)h * dv;
-                bt[T] = j->beta[(size_t)r * nv + h];
-                dc[T] = j->decay[(size_t)r * nv + h];
-                op[T] = j->o + (size_t)r * VD + (size_t)h * dv;
-                sdp[T] = nx_kv_ssm(j->kv, sq, rl, j->ub->rec_dst[r]) + (size_t)h * dv * dk;
-            }
-            run(S, sdp, T, dv, dk, kp, qp, vp, bt, dc, scale, op);
-            for (int t = t0; t < t0 + T; t++) {
-                const int r = j->ub->order[t];
-                float *o = j->o + (size_t)r * VD + (size_t)h * dv;
-                nx_rmsnorm(tmp, o, j->L->ssm_norm, dv, hp->eps);
-                ops->mul(o, tmp, j->zs + (size_t)r * VD + (size_t)h * dv, dv);
-            }
-            t0 += T;
+        const int r0 = j->ub->grp_off[g], r1 = j->ub->grp_off[g + 1];
+        dn_tok *toks = j->s->dn_toks + (size_t)ith * j->s->dn_toks_stride;
+        int n = 0, keep = -1;
+        const bool log = j->ub->rec_log[g];
+        if (j->ub->rec_done[g] == 0) {
+            const int pend = nx_kv_pending(j->kv, sq);
+            for (int t = 0; t < pend; t++) toks[n++] = dn_tok_of_log(hp, nx_kv_log_prev(j->kv, sq, rl, t), h);
+            if (log && pend > 0) keep = pend - 1;   /* the state before this batch, stored once */
+        } else if (log) {   /* this batch's rows in earlier ubatches: not applied yet */
+            for (int t = 0; t < j->ub->rec_done[g]; t++)
+                toks[n++] = dn_tok_of_log(hp, nx_kv_log_next(j->kv, sq, rl, t), h);
+        }
+        for (int t = r0; t < r1; t++) {
+            const int r = j->ub->order[t];
+            const float *mr = j->m + (size_t)r * C;
+            toks[n++] = (dn_tok){.q = mr + (size_t)kh * dk, .k = mr + hp->key_dim + (size_t)kh * dk,
+                                 .v = mr + 2 * hp->key_dim + (size_t)h * dv, .beta = j->beta[(size_t)r * nv + h],
+                                 .decay = j->decay[(size_t)r * nv + h], .o = j->o + (size_t)r * VD + (size_t)h * dv};
+        }
+        float *S = nx_kv_ssm(j->kv, sq, rl, -1) + (size_t)h * dv * dk;
+        dn_chain(run, S, dv, dk, scale, toks, n, keep, !log);
+        for (int t = r0; t < r1; t++) {
+            const int r = j->ub->order[t];
+            float *o = j->o + (size_t)r * VD + (size_t)h * dv;
+            nx_rmsnorm(tmp, o, j->L->ssm_norm, dv, hp->eps);
+            ops->mul(o, tmp, j->zs + (size_t)r * VD + (size_t)h * dv, dv);
         }
     }
 }
@@ -292,6 +335,17 @@ static nx_status qw_deltanet_block(nx_ctx *ctx, qw_scratch *s, const qw_layer *L
         nx_silu(mr, mr, C);
         for (int h = 0; h < 2 * nk; h++) nx_l2norm(mr + (size_t)h * dk, mr + (size_t)h * dk, dk, hp->eps);
     }
+    if (nx_kv_deferred(ctx->kv))   /* a snapshot batch's rows go to the replay log (kv.h) */
+        for (int g = 0; g < ub->n_groups; g++) {
+            if (!ub->rec_log[g]) continue;
+            for (int t = ub->grp_off[g]; t < ub->grp_off[g + 1]; t++) {
+                const int r = ub->order[t];
+                float *e = nx_kv_log_next(ctx->kv, ub->grp_seq[g], L->rec_layer, ub->rec_done[g] + t - ub->grp_off[g]);
+                memcpy(e, m + (size_t)r * C, (size_t)C * sizeof(float));
+                memcpy(e + C, beta + (size_t)r * nv, (size_t)nv * sizeof(float));
+                memcpy(e + C + nv, decay + (size_t)r * nv, (size_t)nv * sizeof(float));
+            }
+        }
     dn_job job = {.qm = qm, .L = L, .kv = ctx->kv, .s = s, .ub = ub, .m = m, .beta = beta, .decay = decay, .zs = z, .o = o};
     nx_threadpool_run(ctx->tp, dn_task, &job);
     if ((st = mm(ctx, L->wout, o, n, VD, s->u, E, err)) != NX_OK) return st;
@@ -399,6 +453,22 @@ nx_status qw_forward(nx_ctx *ctx, const nx_ubatch *ub, nx_error *err) {
     return NX_OK;
 }
 
+/* kv apply hook: the first n logged tokens of seq's last snapshot batch onto rec's SSM parts. */
+static void dn_apply(void *user, const nx_kv *kv, int seq, float *rec, int n) {
+    const qw_model *qm = user;
+    const qw_hparams *hp = &qm->hp;
+    const qw_dn_run_fn run = qw_dn_run_pick();
+    const float scale = 1.0f / sqrtf((float)hp->dk);
+    dn_tok toks[NX_SNAPSHOT_MAX];
+    for (int rl = 0; rl < qm->n_rec; rl++) {
+        float *S = rec + nx_kv_ssm_offset(kv, rl);
+        for (int h = 0; h < hp->nv; h++) {
+            for (int t = 0; t < n; t++) toks[t] = dn_tok_of_log(hp, nx_kv_log_prev(kv, seq, rl, t), h);
+            dn_chain(run, S + (size_t)h * hp->dv * hp->dk, hp->dv, hp->dk, scale, toks, n, -1, true);
+        }
+    }
+}
+
 nx_status qw_ctx_init(nx_ctx *ctx, nx_error *err) {
     const qw_model *qm = qw_of(ctx->model);
     const qw_hparams *hp = &qm->hp;
@@ -408,20 +478,33 @@ nx_status qw_ctx_init(nx_ctx *ctx, nx_error *err) {
         if (hst != NX_OK) return hst;
     }
     int64_t *w = calloc((size_t)(2 * na + 2 * nr), sizeof *w);
-    if (!w) return nx_fail(err, NX_ERR_NOMEM, "out of memory");
+    int *heads = calloc((size_t)na, sizeof *heads);
+    if (!w || !heads) {
+        free(w); free(heads);
+        return nx_fail(err, NX_ERR_NOMEM, "out of memory");
+    }
     for (int i = 0; i < qm->n_attn; i++) w[i] = w[na + i] = (int64_t)hp->n_head_kv * hp->head_dim;
+    for (int i = 0; i < qm->n_attn; i++) heads[i] = hp->n_head_kv;
     for (int i = 0; i < qm->n_rec; i++) {
         w[2 * na + i] = (int64_t)(hp->d_conv - 1) * hp->conv_dim;
         w[2 * na + nr + i] = (int64_t)hp->nv * hp->dv * hp->dk;
     }
+    int64_t *lw = malloc((size_t)nr * sizeof *lw);
+    if (!lw) { free(w); free(heads); return nx_fail(err, NX_ERR_NOMEM, "out of memory"); }
+    for (int i = 0; i < nr; i++) lw[i] = dn_log_floats(hp);
     nx_kv_config kc = {
         .n_seq = ctx->params.n_seq_max, .n_ctx = ctx->params.n_ctx,
         .type_k = nx_ctx_kv_type(ctx->params.type_k), .type_v = nx_ctx_kv_type(ctx->params.type_v),
-        .n_attn = qm->n_attn, .k_width = w, .v_width = w + na,
+        .n_attn = qm->n_attn, .k_width = w, .v_width = w + na, .heads = heads,
         .n_rec = qm->n_rec, .conv_size = w + 2 * na, .ssm_size = w + 2 * na + nr,
+        /* the SSM state is tens of MB per sequence: verify batches log their tokens instead of
+         * snapshotting it per token (kv.h "deferred SSM") */
+        .log_size = lw, .apply = dn_apply, .apply_user = (void *)qm,
     };
     nx_status st = nx_kv_create(&kc, &ctx->kv, err);
     free(w);
+    free(lw);
+    free(heads);
     if (st != NX_OK) return st;
     qw_scratch *s = NULL;
     st = qw_scratch_create(qm, ctx->params.n_ubatch, ctx->params.n_ctx, nx_threadpool_size(ctx->tp), &s, err);

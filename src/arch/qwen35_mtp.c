@@ -140,7 +140,7 @@ nx_status nx_mtp_head_create_opts(nx_ctx *target, const nx_mtp_head_opts *opts, 
     nx_kv_config kc = {
         .n_seq = h->n_seq, .n_ctx = h->n_ctx,
         .type_k = nx_ctx_kv_type(target->params.type_k), .type_v = nx_ctx_kv_type(target->params.type_v),
-        .n_attn = 1, .k_width = &w, .v_width = &w, .n_rec = 0,
+        .n_attn = 1, .k_width = &w, .v_width = &w, .n_rec = 0, .heads = &qm->hp.n_head_kv,
     };
     nx_status st = nx_kv_create(&kc, &h->kv, err);
     if (st == NX_OK) st = qw_scratch_create(qm, h->rows_cap, h->n_ctx, nx_threadpool_size(target->tp), &h->s, err);

@@ -14,7 +14,10 @@ static void convert_usage(FILE *f) {
                "            tokenizer.json, tokenizer_config.json, [generation_config.json], [chat_template.jinja]\n"
                "  --outtype type of the weight matrices (default f16); norms, 1-D tensors and ssm_conv1d stay f32\n"
                "  -q        no per-tensor progress lines\n"
-               "architectures: Qwen3_5ForCausalLM, Qwen3_5ForConditionalGeneration (qwen35, MTP layer as blk.N.nextn.*)\n");
+               "architectures: Qwen3_5ForCausalLM, Qwen3_5ForConditionalGeneration (qwen35, MTP layer as blk.N.nextn.*),\n"
+               "               Qwen3_5MoeForCausalLM, Qwen3_5MoeForConditionalGeneration (qwen35moe),\n"
+               "               Gemma4ForCausalLM, Gemma4ForConditionalGeneration (gemma4, text part),\n"
+               "               Gemma4AssistantForCausalLM (gemma4-assistant, the drafter of a gemma4 target)\n");
 }
 
 static void progress(void *user, int64_t i, int64_t n, const char *name, const char *src_dtype, nx_type type, int n_dims,

@@ -64,7 +64,7 @@ static bool row_f32_scalar(nx_type t, const void *row, float *dst, int n) {
     return nx_dequantize_row(t, row, dst, n);
 }
 
-const nx_attn_tier nx_attn_tier_scalar = {scores_scalar, exp_row_scalar, pv_scalar, row_f32_scalar};
+const nx_attn_tier nx_attn_tier_scalar = {scores_scalar, exp_row_scalar, pv_scalar, row_f32_scalar, NULL, NULL};
 
 static const nx_attn_tier *tier(void) {
 #if defined(__x86_64__)
@@ -102,6 +102,11 @@ static void tile_rows(const nx_attn_tier *t, const uint8_t *base, size_t stride,
     }
 }
 
+/* Rows of positions [pa, pb) as they sit in the cache. */
+static void tile_raw(const uint8_t *base, size_t stride, int cells, int pa, int pb, const void **rows) {
+    for (int p = pa; p < pb; p++) rows[p - pa] = base + (size_t)(p < cells ? p : p % cells) * stride;
+}
+
 /* The next tile's rows on their way to the cache while this one computes: a decode streams
  * K / V from memory, and a head's rows are strided (the other heads sit between them). */
 static void prefetch_rows(const uint8_t *base, size_t stride, size_t bytes, int cells, int pa, int pb) {
@@ -110,6 +115,9 @@ static void prefetch_rows(const uint8_t *base, size_t stride, size_t bytes, int 
         for (size_t b = 0; b < bytes; b += 64) __builtin_prefetch(row + b, 0, 3);
     }
 }
+
+/* Queries per call up to which K / V are converted inside the dot loops (see nx_attn). */
+#define NX_ATTN_FUSED_Q 8
 
 void nx_attn(const nx_attn_kv *kv, const nx_attn_q *q, int nq, int D, int Dv, float scale, float *work) {
     enum { T = NX_ATTN_TILE };
@@ -120,6 +128,17 @@ void nx_attn(const nx_attn_kv *kv, const nx_attn_q *q, int nq, int D, int Dv, fl
     float *op[NX_ATTN_MAX_Q];
     int lo[NX_ATTN_MAX_Q], hi[NX_ATTN_MAX_Q];
     const float *kr[T], *vr[T];
+    const void *kraw[T], *vraw[T];
+    /* Few queries (a decode, a short verify) read each row about once: convert inside the dot
+     * loops instead of through the tile buffer (same bits: the conversion is exact). Many
+     * queries convert once into the buffer and reuse it. Probe the tier once per call. */
+    const bool few = nq <= NX_ATTN_FUSED_Q;
+    /* Prefetch 2- and 4-byte rows only: Q8_0 / Q4_0 rows keep the loops busy converting, the
+     * hardware prefetchers keep up with them, and the prefetches only add work (measured). */
+    const size_t kbytes = nx_row_size(kv->tk, D), vbytes = nx_row_size(kv->tv, Dv);
+    const bool pfk = kbytes >= 2 * (size_t)D, pfv = vbytes >= 2 * (size_t)Dv;
+    const bool fk = few && kv->tk != NX_TYPE_F32 && t->scores_kv && t->scores_kv(qp, 0, kraw, kv->tk, 0, D, scale, S, T);
+    const bool fv = few && kv->tv != NX_TYPE_F32 && t->pv_kv && t->pv_kv(S, T, 0, vraw, kv->tv, 0, op, Dv);
     int glo = 0, ghi = -1;
     for (int i = 0; i < nq; i++) {
         qp[i] = q[i].q;
@@ -144,17 +163,20 @@ void nx_attn(const nx_attn_kv *kv, const nx_attn_q *q, int nq, int D, int Dv, fl
             if (b > pb) pb = b;
         }
         if (pa >= pb) continue;
-        prefetch_rows(kv->k, kv->k_stride, nx_row_size(kv->tk, D), kv->cells, t1, t1 + T < ghi + 1 ? t1 + T : ghi + 1);
-        prefetch_rows(kv->v, kv->v_stride, nx_row_size(kv->tv, Dv), kv->cells, t1, t1 + T < ghi + 1 ? t1 + T : ghi + 1);
-        tile_rows(t, kv->k, kv->k_stride, kv->tk, kv->cells, pa, pb, D, kt, kr);
-        tile_rows(t, kv->v, kv->v_stride, kv->tv, kv->cells, pa, pb, Dv, vt, vr);
+        if (pfk) prefetch_rows(kv->k, kv->k_stride, kbytes, kv->cells, t1, t1 + T < ghi + 1 ? t1 + T : ghi + 1);
+        if (pfv) prefetch_rows(kv->v, kv->v_stride, vbytes, kv->cells, t1, t1 + T < ghi + 1 ? t1 + T : ghi + 1);
+        if (fk) tile_raw(kv->k, kv->k_stride, kv->cells, pa, pb, kraw);
+        else tile_rows(t, kv->k, kv->k_stride, kv->tk, kv->cells, pa, pb, D, kt, kr);
+        if (fv) tile_raw(kv->v, kv->v_stride, kv->cells, pa, pb, vraw);
+        else tile_rows(t, kv->v, kv->v_stride, kv->tv, kv->cells, pa, pb, Dv, vt, vr);
         for (int i = 0; i < nq;) {
             const int a = lo[i] > t0 ? lo[i] : t0, b = hi[i] + 1 < t1 ? hi[i] + 1 : t1;
             if (a >= b) { i++; continue; }
             int j = i + 1;
             while (j < nq && (lo[j] > t0 ? lo[j] : t0) == a && (hi[j] + 1 < t1 ? hi[j] + 1 : t1) == b) j++;
             const int nk = b - a, nr = j - i;
-            t->scores(qp + i, nr, kr + (a - pa), nk, D, scale, S, T);
+            if (fk) t->scores_kv(qp + i, nr, kraw + (a - pa), kv->tk, nk, D, scale, S, T);
+            else t->scores(qp + i, nr, kr + (a - pa), nk, D, scale, S, T);
             for (int r = 0; r < nr; r++) {
                 float *s = S + (size_t)r * T;
                 float mt = s[0];
@@ -171,7 +193,8 @@ void nx_attn(const nx_attn_kv *kv, const nx_attn_q *q, int nq, int D, int Dv, fl
                 }
                 m[i + r] = mn;
             }
-            t->pv(S, T, nr, vr + (a - pa), nk, op + i, Dv);
+            if (fv) t->pv_kv(S, T, nr, vraw + (a - pa), kv->tv, nk, op + i, Dv);
+            else t->pv(S, T, nr, vr + (a - pa), nk, op + i, Dv);
             i = j;
         }
     }

@@ -19,7 +19,10 @@
  * So a query's result depends only on its own q, its visible rows and their positions — not on
  * the other queries of the call, the batch, the chunking or the thread: decode, prefill and
  * verify give identical bits, at every SIMD level.
- * K / V rows are read in the cache's type: F32, F16, BF16, Q8_0, Q4_0 (converted exactly).
+ * K / V rows are read in the cache's type: F32, F16, BF16, Q8_0, Q4_0 (converted exactly: a
+ * call with few queries converts inside the dot loops, one with many through a tile buffer;
+ * the bits are the same). A head's rows are best contiguous (stride = row size): a decode
+ * streams them from memory, and every other part of a cache line defeats the prefetchers.
  * Must never: allocate, or read a row outside the queries' visible ranges.
  */
 #ifndef NX_KERNELS_ATTN_H

@@ -31,22 +31,44 @@ static inline float reduce1(__m256 lo, __m256 hi) {
     return _mm_cvtss_f32(_mm_add_ss(v2, _mm_shuffle_ps(v2, v2, 1)));
 }
 
-static void scores(const float *const *q, int nq, const float *const *k, int nk, int D, float scale, float *S,
-                   int ldS) {
-    if (D & 15) {
-        nx_attn_tier_scalar.scores(q, nq, k, nk, D, scale, S, ldS);
-        return;
+#define NX_INLINE static inline __attribute__((always_inline))
+
+/* Values d..d+7 (d a multiple of 8) of a cache row of type t as floats: exactly what row_f32
+ * writes, converted in registers (a decode reads each row once, so a tile buffer would only
+ * add a store and a load per value). t is a constant at every call site. */
+NX_INLINE __m256 ld8(nx_type t, const void *row, int d) {
+    if (t == NX_TYPE_F16) return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const nx_half *)row + d)));
+    if (t == NX_TYPE_BF16)
+        return _mm256_castsi256_ps(
+            _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)((const uint16_t *)row + d))), 16));
+    if (t == NX_TYPE_Q8_0) {
+        const nx_block_q8_0 *b = (const nx_block_q8_0 *)row + d / 32;
+        const __m256i q = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(b->qs + (d & 31))));
+        return _mm256_mul_ps(_mm256_cvtepi32_ps(q), _mm256_cvtph_ps(_mm_set1_epi16((short)b->d)));
     }
+    if (t == NX_TYPE_Q4_0) {
+        const nx_block_q4_0 *b = (const nx_block_q4_0 *)row + d / 32;
+        __m128i x = _mm_loadl_epi64((const __m128i *)(b->qs + (d & 15)));
+        if (d & 16) x = _mm_srli_epi16(x, 4);
+        x = _mm_sub_epi8(_mm_and_si128(x, _mm_set1_epi8(0x0F)), _mm_set1_epi8(8));
+        return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(x)), _mm256_cvtph_ps(_mm_set1_epi16((short)b->d)));
+    }
+    return _mm256_loadu_ps((const float *)row + d);
+}
+
+/* S = dot16 * scale for rows of type t; four queries share each key's loads. */
+NX_INLINE void scores_t(nx_type t, const float *const *q, int nq, const void *const *k, int nk, int D, float scale,
+                        float *S, int ldS) {
     const __m128 vs = _mm_set1_ps(scale);
     int i = 0;
     for (; i + 4 <= nq; i += 4) {
         const float *q0 = q[i], *q1 = q[i + 1], *q2 = q[i + 2], *q3 = q[i + 3];
         for (int j = 0; j < nk; j++) {
-            const float *kj = k[j];
+            const void *kj = k[j];
             __m256 a0l = _mm256_setzero_ps(), a0h = a0l, a1l = a0l, a1h = a0l, a2l = a0l, a2h = a0l, a3l = a0l,
                    a3h = a0l;
             for (int d = 0; d < D; d += 16) {
-                const __m256 xl = _mm256_loadu_ps(kj + d), xh = _mm256_loadu_ps(kj + d + 8);
+                const __m256 xl = ld8(t, kj, d), xh = ld8(t, kj, d + 8);
                 a0l = _mm256_fmadd_ps(_mm256_loadu_ps(q0 + d), xl, a0l);
                 a0h = _mm256_fmadd_ps(_mm256_loadu_ps(q0 + d + 8), xh, a0h);
                 a1l = _mm256_fmadd_ps(_mm256_loadu_ps(q1 + d), xl, a1l);
@@ -63,15 +85,43 @@ static void scores(const float *const *q, int nq, const float *const *k, int nk,
             for (int ii = 0; ii < 4; ii++) S[(size_t)(i + ii) * ldS + j] = r[ii];
         }
     }
-    for (; i < nq; i++)
-        for (int j = 0; j < nk; j++) {
-            __m256 lo = _mm256_setzero_ps(), hi = lo;
-            for (int d = 0; d < D; d += 16) {
-                lo = _mm256_fmadd_ps(_mm256_loadu_ps(q[i] + d), _mm256_loadu_ps(k[j] + d), lo);
-                hi = _mm256_fmadd_ps(_mm256_loadu_ps(q[i] + d + 8), _mm256_loadu_ps(k[j] + d + 8), hi);
+    if (i == nq) return;
+    /* the last 1-3 queries together, so each key is converted once */
+    const int nr = nq - i;
+    for (int j = 0; j < nk; j++) {
+        __m256 lo[3], hi[3];
+        for (int r = 0; r < nr; r++) lo[r] = hi[r] = _mm256_setzero_ps();
+        for (int d = 0; d < D; d += 16) {
+            const __m256 xl = ld8(t, k[j], d), xh = ld8(t, k[j], d + 8);
+            for (int r = 0; r < nr; r++) {
+                lo[r] = _mm256_fmadd_ps(_mm256_loadu_ps(q[i + r] + d), xl, lo[r]);
+                hi[r] = _mm256_fmadd_ps(_mm256_loadu_ps(q[i + r] + d + 8), xh, hi[r]);
             }
-            S[(size_t)i * ldS + j] = reduce1(lo, hi) * scale;
         }
+        for (int r = 0; r < nr; r++) S[(size_t)(i + r) * ldS + j] = reduce1(lo[r], hi[r]) * scale;
+    }
+}
+
+static void scores(const float *const *q, int nq, const float *const *k, int nk, int D, float scale, float *S,
+                   int ldS) {
+    if (D & 15) {
+        nx_attn_tier_scalar.scores(q, nq, k, nk, D, scale, S, ldS);
+        return;
+    }
+    scores_t(NX_TYPE_F32, q, nq, (const void *const *)k, nk, D, scale, S, ldS);
+}
+
+static bool scores_kv(const float *const *q, int nq, const void *const *k, nx_type tk, int nk, int D, float scale,
+                      float *S, int ldS) {
+    if (D & 31) return false;
+    switch (tk) {
+    case NX_TYPE_F16: scores_t(NX_TYPE_F16, q, nq, k, nk, D, scale, S, ldS); return true;
+    case NX_TYPE_BF16: scores_t(NX_TYPE_BF16, q, nq, k, nk, D, scale, S, ldS); return true;
+    case NX_TYPE_Q8_0: scores_t(NX_TYPE_Q8_0, q, nq, k, nk, D, scale, S, ldS); return true;
+    case NX_TYPE_Q4_0: scores_t(NX_TYPE_Q4_0, q, nq, k, nk, D, scale, S, ldS); return true;
+    case NX_TYPE_F32: scores_t(NX_TYPE_F32, q, nq, k, nk, D, scale, S, ldS); return true;
+    default: return false;
+    }
 }
 
 static inline __m256 exp8(__m256 x) {
@@ -99,11 +149,8 @@ static void exp_row(float *s, int n, float m) {
     for (; j < n; j++) s[j] = nx_attn_exp(s[j] - m);
 }
 
-static void pv(const float *E, int ldE, int nq, const float *const *v, int nk, float *const *o, int Dv) {
-    if (Dv & 15) {
-        nx_attn_tier_scalar.pv(E, ldE, nq, v, nk, o, Dv);
-        return;
-    }
+/* o += E v for rows of type t: four queries share each converted chunk of v. */
+NX_INLINE void pv_t(nx_type t, const float *E, int ldE, int nq, const void *const *v, int nk, float *const *o, int Dv) {
     int i = 0;
     for (; i + 4 <= nq; i += 4) {
         const float *e0 = E + (size_t)i * ldE, *e1 = e0 + ldE, *e2 = e1 + ldE, *e3 = e2 + ldE;
@@ -114,7 +161,7 @@ static void pv(const float *E, int ldE, int nq, const float *const *v, int nk, f
             __m256 a2l = _mm256_loadu_ps(o2 + d), a2h = _mm256_loadu_ps(o2 + d + 8);
             __m256 a3l = _mm256_loadu_ps(o3 + d), a3h = _mm256_loadu_ps(o3 + d + 8);
             for (int p = 0; p < nk; p++) {
-                const __m256 xl = _mm256_loadu_ps(v[p] + d), xh = _mm256_loadu_ps(v[p] + d + 8);
+                const __m256 xl = ld8(t, v[p], d), xh = ld8(t, v[p], d + 8);
                 __m256 w = _mm256_broadcast_ss(e0 + p);
                 a0l = _mm256_fmadd_ps(w, xl, a0l); a0h = _mm256_fmadd_ps(w, xh, a0h);
                 w = _mm256_broadcast_ss(e1 + p);
@@ -130,18 +177,41 @@ static void pv(const float *E, int ldE, int nq, const float *const *v, int nk, f
             _mm256_storeu_ps(o3 + d, a3l); _mm256_storeu_ps(o3 + d + 8, a3h);
         }
     }
-    for (; i < nq; i++) {
-        const float *e = E + (size_t)i * ldE;
-        for (int d = 0; d < Dv; d += 16) {
-            __m256 lo = _mm256_loadu_ps(o[i] + d), hi = _mm256_loadu_ps(o[i] + d + 8);
-            for (int p = 0; p < nk; p++) {
-                const __m256 w = _mm256_broadcast_ss(e + p);
-                lo = _mm256_fmadd_ps(w, _mm256_loadu_ps(v[p] + d), lo);
-                hi = _mm256_fmadd_ps(w, _mm256_loadu_ps(v[p] + d + 8), hi);
+    if (i == nq) return;
+    /* the last 1-3 queries together, so each chunk of v is converted once */
+    const int nr = nq - i;
+    for (int d = 0; d < Dv; d += 16) {
+        __m256 lo[3], hi[3];
+        for (int r = 0; r < nr; r++) lo[r] = _mm256_loadu_ps(o[i + r] + d), hi[r] = _mm256_loadu_ps(o[i + r] + d + 8);
+        for (int p = 0; p < nk; p++) {
+            const __m256 xl = ld8(t, v[p], d), xh = ld8(t, v[p], d + 8);
+            for (int r = 0; r < nr; r++) {
+                const __m256 w = _mm256_broadcast_ss(E + (size_t)(i + r) * ldE + p);
+                lo[r] = _mm256_fmadd_ps(w, xl, lo[r]);
+                hi[r] = _mm256_fmadd_ps(w, xh, hi[r]);
             }
-            _mm256_storeu_ps(o[i] + d, lo);
-            _mm256_storeu_ps(o[i] + d + 8, hi);
         }
+        for (int r = 0; r < nr; r++) _mm256_storeu_ps(o[i + r] + d, lo[r]), _mm256_storeu_ps(o[i + r] + d + 8, hi[r]);
+    }
+}
+
+static void pv(const float *E, int ldE, int nq, const float *const *v, int nk, float *const *o, int Dv) {
+    if (Dv & 15) {
+        nx_attn_tier_scalar.pv(E, ldE, nq, v, nk, o, Dv);
+        return;
+    }
+    pv_t(NX_TYPE_F32, E, ldE, nq, (const void *const *)v, nk, o, Dv);
+}
+
+static bool pv_kv(const float *E, int ldE, int nq, const void *const *v, nx_type tv, int nk, float *const *o, int Dv) {
+    if (Dv & 31) return false;
+    switch (tv) {
+    case NX_TYPE_F16: pv_t(NX_TYPE_F16, E, ldE, nq, v, nk, o, Dv); return true;
+    case NX_TYPE_BF16: pv_t(NX_TYPE_BF16, E, ldE, nq, v, nk, o, Dv); return true;
+    case NX_TYPE_Q8_0: pv_t(NX_TYPE_Q8_0, E, ldE, nq, v, nk, o, Dv); return true;
+    case NX_TYPE_Q4_0: pv_t(NX_TYPE_Q4_0, E, ldE, nq, v, nk, o, Dv); return true;
+    case NX_TYPE_F32: pv_t(NX_TYPE_F32, E, ldE, nq, v, nk, o, Dv); return true;
+    default: return false;
     }
 }
 
@@ -180,4 +250,4 @@ static bool row_f32(nx_type t, const void *row, float *dst, int n) {
     return nx_attn_tier_scalar.row_f32(t, row, dst, n);
 }
 
-const nx_attn_tier nx_attn_tier_avx2 = {scores, exp_row, pv, row_f32};
+const nx_attn_tier nx_attn_tier_avx2 = {scores, exp_row, pv, row_f32, scores_kv, pv_kv};

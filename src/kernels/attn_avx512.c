@@ -34,24 +34,46 @@ static inline float reduce1(__m512 a) {
     return _mm_cvtss_f32(_mm_add_ss(v2, _mm_shuffle_ps(v2, v2, 1)));
 }
 
-static void scores(const float *const *q, int nq, const float *const *k, int nk, int D, float scale, float *S,
-                   int ldS) {
-    if (D & 15) {
-        nx_attn_tier_scalar.scores(q, nq, k, nk, D, scale, S, ldS);
-        return;
+#define NX_INLINE static inline __attribute__((always_inline))
+
+/* Values d..d+15 (d a multiple of 16) of a cache row of type t as floats: exactly what
+ * row_f32 writes, converted in registers (a decode reads each row once, so a tile buffer
+ * would only add a store and a load per value). t is a constant at every call site. */
+NX_INLINE __m512 ld16(nx_type t, const void *row, int d) {
+    if (t == NX_TYPE_F16) return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const nx_half *)row + d)));
+    if (t == NX_TYPE_BF16)
+        return _mm512_castsi512_ps(
+            _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)((const uint16_t *)row + d))), 16));
+    if (t == NX_TYPE_Q8_0) {
+        const nx_block_q8_0 *b = (const nx_block_q8_0 *)row + d / 32;
+        const __m512i q = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(b->qs + (d & 16))));
+        return _mm512_mul_ps(_mm512_cvtepi32_ps(q), _mm512_cvtph_ps(_mm256_set1_epi16((short)b->d)));
     }
+    if (t == NX_TYPE_Q4_0) {
+        const nx_block_q4_0 *b = (const nx_block_q4_0 *)row + d / 32;
+        __m128i x = _mm_loadu_si128((const __m128i *)b->qs);
+        if (d & 16) x = _mm_srli_epi16(x, 4);
+        x = _mm_sub_epi8(_mm_and_si128(x, _mm_set1_epi8(0x0F)), _mm_set1_epi8(8));
+        return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(x)), _mm512_cvtph_ps(_mm256_set1_epi16((short)b->d)));
+    }
+    return _mm512_loadu_ps((const float *)row + d);
+}
+
+/* S = dot16 * scale for rows of type t; a 4 x 4 block of (query, key) shares its loads. */
+NX_INLINE void scores_t(nx_type t, const float *const *q, int nq, const void *const *k, int nk, int D, float scale,
+                        float *S, int ldS) {
     const __m512 vs = _mm512_set1_ps(scale);
     int i = 0;
     for (; i + 4 <= nq; i += 4) {
         const float *q0 = q[i], *q1 = q[i + 1], *q2 = q[i + 2], *q3 = q[i + 3];
         for (int j = 0; j < nk; j += 4) {
             const int kb = nk - j < 4 ? nk - j : 4;
-            const float *k0 = k[j], *k1 = k[j + (kb > 1)], *k2 = k[j + (kb > 2 ? 2 : 0)], *k3 = k[j + (kb > 3 ? 3 : 0)];
+            const void *k0 = k[j], *k1 = k[j + (kb > 1)], *k2 = k[j + (kb > 2 ? 2 : 0)], *k3 = k[j + (kb > 3 ? 3 : 0)];
             __m512 a[16];
             for (int m = 0; m < 16; m++) a[m] = _mm512_setzero_ps();
             for (int d = 0; d < D; d += 16) {
-                const __m512 x0 = _mm512_loadu_ps(k0 + d), x1 = _mm512_loadu_ps(k1 + d);
-                const __m512 x2 = _mm512_loadu_ps(k2 + d), x3 = _mm512_loadu_ps(k3 + d);
+                const __m512 x0 = ld16(t, k0, d), x1 = ld16(t, k1, d);
+                const __m512 x2 = ld16(t, k2, d), x3 = ld16(t, k3, d);
                 __m512 y = _mm512_loadu_ps(q0 + d);
                 a[0] = _mm512_fmadd_ps(y, x0, a[0]); a[1] = _mm512_fmadd_ps(y, x1, a[1]);
                 a[2] = _mm512_fmadd_ps(y, x2, a[2]); a[3] = _mm512_fmadd_ps(y, x3, a[3]);
@@ -71,12 +93,46 @@ static void scores(const float *const *q, int nq, const float *const *k, int nk,
                 for (int ii = 0; ii < 4; ii++) S[(size_t)(i + ii) * ldS + j + jj] = r[4 * jj + ii];
         }
     }
-    for (; i < nq; i++)
-        for (int j = 0; j < nk; j++) {
-            __m512 a = _mm512_setzero_ps();
-            for (int d = 0; d < D; d += 16) a = _mm512_fmadd_ps(_mm512_loadu_ps(q[i] + d), _mm512_loadu_ps(k[j] + d), a);
-            S[(size_t)i * ldS + j] = reduce1(a) * scale;
+    if (i == nq) return;
+    /* the last 1-3 queries: four keys at a time, so a key's conversion is shared */
+    for (int j = 0; j < nk; j += 4) {
+        const int kb = nk - j < 4 ? nk - j : 4;
+        __m512 a[3][4];
+        for (int r = 0; r < 3; r++)
+            for (int c = 0; c < 4; c++) a[r][c] = _mm512_setzero_ps();
+        for (int d = 0; d < D; d += 16) {
+            __m512 x[4];
+            for (int c = 0; c < 4; c++) x[c] = ld16(t, k[j + (c < kb ? c : 0)], d);
+            for (int r = 0; r < nq - i; r++) {
+                const __m512 y = _mm512_loadu_ps(q[i + r] + d);
+                for (int c = 0; c < 4; c++) a[r][c] = _mm512_fmadd_ps(y, x[c], a[r][c]);
+            }
         }
+        for (int r = 0; r < nq - i; r++)
+            for (int c = 0; c < kb; c++) S[(size_t)(i + r) * ldS + j + c] = reduce1(a[r][c]) * scale;
+    }
+}
+
+static void scores(const float *const *q, int nq, const float *const *k, int nk, int D, float scale, float *S,
+                   int ldS) {
+    if (D & 15) {
+        nx_attn_tier_scalar.scores(q, nq, k, nk, D, scale, S, ldS);
+        return;
+    }
+    scores_t(NX_TYPE_F32, q, nq, (const void *const *)k, nk, D, scale, S, ldS);
+}
+
+static bool scores_kv(const float *const *q, int nq, const void *const *k, nx_type tk, int nk, int D, float scale,
+                      float *S, int ldS) {
+    if (D & 31) return false;
+    switch (tk) {
+    case NX_TYPE_F16: scores_t(NX_TYPE_F16, q, nq, k, nk, D, scale, S, ldS); return true;
+    case NX_TYPE_BF16: scores_t(NX_TYPE_BF16, q, nq, k, nk, D, scale, S, ldS); return true;
+    case NX_TYPE_Q8_0: scores_t(NX_TYPE_Q8_0, q, nq, k, nk, D, scale, S, ldS); return true;
+    case NX_TYPE_Q4_0: scores_t(NX_TYPE_Q4_0, q, nq, k, nk, D, scale, S, ldS); return true;
+    case NX_TYPE_F32: scores_t(NX_TYPE_F32, q, nq, k, nk, D, scale, S, ldS); return true;
+    default: return false;
+    }
 }
 
 static inline __m512 exp16(__m512 x) {
@@ -107,11 +163,8 @@ static void exp_row(float *s, int n, float m) {
     }
 }
 
-static void pv(const float *E, int ldE, int nq, const float *const *v, int nk, float *const *o, int Dv) {
-    if (Dv & 15) {
-        nx_attn_tier_scalar.pv(E, ldE, nq, v, nk, o, Dv);
-        return;
-    }
+/* o += E v for rows of type t: four queries share each converted chunk of v. */
+NX_INLINE void pv_t(nx_type t, const float *E, int ldE, int nq, const void *const *v, int nk, float *const *o, int Dv) {
     int i = 0;
     for (; i + 4 <= nq; i += 4) {
         const float *e0 = E + (size_t)i * ldE, *e1 = e0 + ldE, *e2 = e1 + ldE, *e3 = e2 + ldE;
@@ -121,9 +174,9 @@ static void pv(const float *E, int ldE, int nq, const float *const *v, int nk, f
             for (int r = 0; r < 4; r++)
                 for (int c = 0; c < 4; c++) a[r][c] = _mm512_loadu_ps(o[i + r] + d + 16 * c);
             for (int p = 0; p < nk; p++) {
-                const float *vp = v[p] + d;
-                const __m512 x0 = _mm512_loadu_ps(vp), x1 = _mm512_loadu_ps(vp + 16);
-                const __m512 x2 = _mm512_loadu_ps(vp + 32), x3 = _mm512_loadu_ps(vp + 48);
+                const void *vp = v[p];
+                const __m512 x0 = ld16(t, vp, d), x1 = ld16(t, vp, d + 16);
+                const __m512 x2 = ld16(t, vp, d + 32), x3 = ld16(t, vp, d + 48);
                 const __m512 w0 = _mm512_set1_ps(e0[p]), w1 = _mm512_set1_ps(e1[p]);
                 const __m512 w2 = _mm512_set1_ps(e2[p]), w3 = _mm512_set1_ps(e3[p]);
                 a[0][0] = _mm512_fmadd_ps(w0, x0, a[0][0]); a[0][1] = _mm512_fmadd_ps(w0, x1, a[0][1]);
@@ -142,7 +195,7 @@ static void pv(const float *E, int ldE, int nq, const float *const *v, int nk, f
             __m512 a0 = _mm512_loadu_ps(o[i] + d), a1 = _mm512_loadu_ps(o[i + 1] + d);
             __m512 a2 = _mm512_loadu_ps(o[i + 2] + d), a3 = _mm512_loadu_ps(o[i + 3] + d);
             for (int p = 0; p < nk; p++) {
-                const __m512 x = _mm512_loadu_ps(v[p] + d);
+                const __m512 x = ld16(t, v[p], d);
                 a0 = _mm512_fmadd_ps(_mm512_set1_ps(e0[p]), x, a0);
                 a1 = _mm512_fmadd_ps(_mm512_set1_ps(e1[p]), x, a1);
                 a2 = _mm512_fmadd_ps(_mm512_set1_ps(e2[p]), x, a2);
@@ -152,13 +205,37 @@ static void pv(const float *E, int ldE, int nq, const float *const *v, int nk, f
             _mm512_storeu_ps(o[i + 2] + d, a2); _mm512_storeu_ps(o[i + 3] + d, a3);
         }
     }
-    for (; i < nq; i++) {
-        const float *e = E + (size_t)i * ldE;
-        for (int d = 0; d < Dv; d += 16) {
-            __m512 a = _mm512_loadu_ps(o[i] + d);
-            for (int p = 0; p < nk; p++) a = _mm512_fmadd_ps(_mm512_set1_ps(e[p]), _mm512_loadu_ps(v[p] + d), a);
-            _mm512_storeu_ps(o[i] + d, a);
+    if (i == nq) return;
+    /* the last 1-3 queries together, so each chunk of v is converted once */
+    const int nr = nq - i;
+    for (int d = 0; d < Dv; d += 16) {
+        __m512 a[3];
+        for (int r = 0; r < nr; r++) a[r] = _mm512_loadu_ps(o[i + r] + d);
+        for (int p = 0; p < nk; p++) {
+            const __m512 x = ld16(t, v[p], d);
+            for (int r = 0; r < nr; r++) a[r] = _mm512_fmadd_ps(_mm512_set1_ps(E[(size_t)(i + r) * ldE + p]), x, a[r]);
         }
+        for (int r = 0; r < nr; r++) _mm512_storeu_ps(o[i + r] + d, a[r]);
+    }
+}
+
+static void pv(const float *E, int ldE, int nq, const float *const *v, int nk, float *const *o, int Dv) {
+    if (Dv & 15) {
+        nx_attn_tier_scalar.pv(E, ldE, nq, v, nk, o, Dv);
+        return;
+    }
+    pv_t(NX_TYPE_F32, E, ldE, nq, (const void *const *)v, nk, o, Dv);
+}
+
+static bool pv_kv(const float *E, int ldE, int nq, const void *const *v, nx_type tv, int nk, float *const *o, int Dv) {
+    if (Dv & 31) return false;
+    switch (tv) {
+    case NX_TYPE_F16: pv_t(NX_TYPE_F16, E, ldE, nq, v, nk, o, Dv); return true;
+    case NX_TYPE_BF16: pv_t(NX_TYPE_BF16, E, ldE, nq, v, nk, o, Dv); return true;
+    case NX_TYPE_Q8_0: pv_t(NX_TYPE_Q8_0, E, ldE, nq, v, nk, o, Dv); return true;
+    case NX_TYPE_Q4_0: pv_t(NX_TYPE_Q4_0, E, ldE, nq, v, nk, o, Dv); return true;
+    case NX_TYPE_F32: pv_t(NX_TYPE_F32, E, ldE, nq, v, nk, o, Dv); return true;
+    default: return false;
     }
 }
 
@@ -196,4 +273,4 @@ static bool row_f32(nx_type t, const void *row, float *dst, int n) {
     return nx_attn_tier_scalar.row_f32(t, row, dst, n);
 }
 
-const nx_attn_tier nx_attn_tier_avx512 = {scores, exp_row, pv, row_f32};
+const nx_attn_tier nx_attn_tier_avx512 = {scores, exp_row, pv, row_f32, scores_kv, pv_kv};

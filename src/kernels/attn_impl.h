@@ -18,6 +18,12 @@ typedef struct nx_attn_tier {
     void (*pv)(const float *E, int ldE, int nq, const float *const *v, int nk, float *const *o, int Dv);
     /* n values of a cache row of type t (F16 / Q8_0 / Q4_0 / BF16) as floats; false: type unknown */
     bool (*row_f32)(nx_type t, const void *row, float *dst, int n);
+    /* scores / pv reading the rows in the cache's type t, each value converted exactly as
+     * row_f32 would (so the bits are those of row_f32 + scores / pv); false: not for this
+     * type or size (the driver converts into its tile buffer instead). NULL: never. */
+    bool (*scores_kv)(const float *const *q, int nq, const void *const *k, nx_type t, int nk, int D, float scale,
+                      float *S, int ldS);
+    bool (*pv_kv)(const float *E, int ldE, int nq, const void *const *v, nx_type t, int nk, float *const *o, int Dv);
 } nx_attn_tier;
 
 extern const nx_attn_tier nx_attn_tier_scalar;

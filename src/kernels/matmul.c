@@ -72,11 +72,23 @@ static act_plan plan_act(act_kind kind, int64_t n_in, int64_t n_rows) {
 /* The AVX-512 Q4_K kernel wants its activations permuted: one more copy of q in the scratch. */
 static bool q4k_permuted(nx_type type) { return NX_MM_X86 && type == NX_TYPE_Q4_K && nx_cpu_level_get() == NX_CPU_AVX512; }
 
+/* The prefill copy of the AVX-512 packed kernels (matmul_impl.h: qi, ci): bytes for n_rows
+ * rows (whole tiles only; the rows past the last whole tile run from the plain layout). */
+static bool itile_type(nx_type t) {
+    return NX_MM_X86 && (t == NX_TYPE_Q8_0 || t == NX_TYPE_Q4_K || t == NX_TYPE_Q5_K || t == NX_TYPE_Q6_K);
+}
+static size_t itile_size(nx_type t, int64_t n_in, int64_t n_rows) {
+    if (!itile_type(t)) return 0;
+    const size_t ci = t == NX_TYPE_Q8_0 ? NX_MM_ICI_B32 : NX_MM_ICI_B256;
+    return (size_t)(n_rows / NX_MM_ITILE) * ((size_t)n_in * NX_MM_ITILE + (size_t)(n_in / (t == NX_TYPE_Q8_0 ? 32 : 256)) * ci);
+}
+
 size_t nx_matmul_scratch_size(nx_type type, int64_t n_in, int64_t n_rows) {
     act_kind kind;
     if (!mm_type(type, &kind) || n_in <= 0 || n_rows <= 0) return 0;
     act_plan p = plan_act(kind, n_in, n_rows);
-    return p.total + (q4k_permuted(type) ? p.q_row * (size_t)n_rows : 0);
+    return p.total + (q4k_permuted(type) ? p.q_row * (size_t)n_rows : 0) +
+           itile_size(type, n_in, n_rows);
 }
 
 static nx_status scratch_reserve(nx_matmul_scratch *s, size_t need, nx_error *err) {
@@ -154,6 +166,7 @@ static void quantize_rows(act_kind kind, int bias, const float *x, int64_t n_row
     a->de = kind == ACT_B32 ? de : NULL;
     a->de_stride = (int64_t)(p->de_row / sizeof(float));
     a->cs = NULL;
+    a->qi = a->ci = NULL;
     a->cs_stride = (int64_t)(p->cs_row / sizeof(int32_t));
     nx_mm_quant_fn quant = pick_quant();
     const int64_t nb = n_in / B;
@@ -182,6 +195,31 @@ static void fill_cs(nx_mm_act *a, int32_t *cs, int64_t n_rows, int64_t n_in) {
             cs[r * a->cs_stride + b] = -128 * sum;
         }
     }
+}
+
+static void fill_itile(nx_mm_act *a, uint8_t *buf, int64_t n_rows, int64_t n_in, int B) {
+    const int64_t nb = n_in / B, nt = n_rows / NX_MM_ITILE;
+    const size_t ci = B == 32 ? NX_MM_ICI_B32 : NX_MM_ICI_B256;
+    a->qi = buf;
+    a->ci = buf + (size_t)nt * (size_t)n_in * NX_MM_ITILE;
+    a->qi_stride = n_in * NX_MM_ITILE;
+    a->ci_stride = nb * (int64_t)ci;
+    for (int64_t t = 0; t < nt; t++)
+        for (int64_t b = 0; b < nb; b++) {
+            uint8_t *q = buf + (size_t)t * (size_t)a->qi_stride + (size_t)b * NX_MM_ITILE * (size_t)B;
+            uint8_t *c = (uint8_t *)a->ci + (size_t)t * (size_t)a->ci_stride + (size_t)b * ci;
+            for (int r = 0; r < NX_MM_ITILE; r++) {
+                const int64_t row = t * NX_MM_ITILE + r;
+                memcpy(q + B * r, a->q + row * a->q_stride + B * b, (size_t)B);
+                if (B == 32) {
+                    memcpy(c + 4 * r, a->cs + row * a->cs_stride + b, 4);
+                    memcpy(c + 32 + 4 * r, a->d + row * a->d_stride + b, 4);
+                } else {
+                    memcpy(c + 32 * r, a->bs + row * a->bs_stride + 16 * b, 32);
+                    memcpy(c + 256 + 4 * r, a->d + row * a->d_stride + b, 4);
+                }
+            }
+        }
 }
 
 /* ===== Dispatch ===== */
@@ -362,11 +400,13 @@ static nx_status mm_dispatch(nx_threadpool *tp, nx_matmul_scratch *scratch, nx_t
         act_plan p = plan_act(kind, job->n_in, job->n_rows);
         nx_matmul_scratch *s = scratch ? scratch : &own;
         const bool perm = q4k_permuted(type) && !job->pkern;   /* packed kernels read the codes in order */
-        nx_status st = scratch_reserve(s, p.total + (perm ? p.q_row * (size_t)job->n_rows : 0), err);
+        const size_t it = job->pkern && nx_cpu_level_get() == NX_CPU_AVX512 ? itile_size(type, job->n_in, job->n_rows) : 0;
+        nx_status st = scratch_reserve(s, p.total + (perm ? p.q_row * (size_t)job->n_rows : 0) + it, err);
         if (st != NX_OK) return st;
         quantize_rows(kind, bias, x, job->n_rows, ldx, job->n_in, &p, s->buf, &job->act);
         if (job->pkern && type == NX_TYPE_Q8_0)
             fill_cs(&job->act, (int32_t *)((uint8_t *)s->buf + p.total - p.cs_row * (size_t)job->n_rows), job->n_rows, job->n_in);
+        if (it) fill_itile(&job->act, (uint8_t *)s->buf + p.total, job->n_rows, job->n_in, kind == ACT_B32 ? 32 : 256);
 #if NX_MM_X86
         if (perm) {
             uint8_t *qp = (uint8_t *)s->buf + p.total;

@@ -54,8 +54,19 @@ typedef struct nx_mm_act {
     const float   *de;
     const float   *x;
     const int32_t *cs;   /* packed kernels: cs[r*cs_stride + b] = -128 * sum of block b's signed codes */
-    int64_t q_stride, d_stride, s_stride, bs_stride, de_stride, ldx, cs_stride;
+    /* Prefill copy for the AVX-512 packed kernels (NULL when absent, or when the view does not
+     * start on a tile): the same codes, cs / bs and d, interleaved per tile of NX_MM_ITILE = 8
+     * rows so one pointer walks a tile's blocks of B values: tile t, block b, row r at
+     * qi + t*qi_stride + 8Bb + Br; at ci + t*ci_stride + b*NX_MM_ICI_B<B>: B = 32 (Q8_0): the
+     * 8 rows' cs (int32), then their d (float); B = 256 (K-quants): the 8 rows' 16 bs (int16),
+     * then their d (float). */
+    const uint8_t *qi, *ci;
+    int64_t q_stride, d_stride, s_stride, bs_stride, de_stride, ldx, cs_stride, qi_stride, ci_stride;
 } nx_mm_act;
+
+#define NX_MM_ITILE 8
+#define NX_MM_ICI_B32 64
+#define NX_MM_ICI_B256 288
 
 /* The view advanced by r activation rows. */
 static inline nx_mm_act nx_mm_act_rows(const nx_mm_act *a, int64_t r) {
@@ -67,6 +78,12 @@ static inline nx_mm_act nx_mm_act_rows(const nx_mm_act *a, int64_t r) {
     if (a->de) o.de = a->de + r * a->de_stride;
     if (a->x) o.x = a->x + r * a->ldx;
     if (a->cs) o.cs = a->cs + r * a->cs_stride;
+    if (a->qi && r % NX_MM_ITILE == 0) {
+        o.qi = a->qi + r / NX_MM_ITILE * a->qi_stride;
+        o.ci = a->ci + r / NX_MM_ITILE * a->ci_stride;
+    } else {
+        o.qi = o.ci = NULL;
+    }
     return o;
 }
 

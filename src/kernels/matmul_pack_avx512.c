@@ -108,7 +108,56 @@ AI void q8_step(const int NR, const uint8_t *bp, const nx_mm_act *a, int64_t b, 
         acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(I0, I1)), S, acc[r]);
     }
 }
-PK_KERNELS(nx_mm_pk_q8_0_avx512, q8_step, NX_MM_Q8X16_BLOCK)
+NX_MM_PK_DECL(nx_mm_pk_q8_0_avx512_plain)
+PK_KERNELS(nx_mm_pk_q8_0_avx512_plain, q8_step, NX_MM_Q8X16_BLOCK)
+
+/* Prefill: one group of 16 weight rows against one tile of 8 activation rows in the
+ * interleaved copy (matmul_impl.h: qi, ci), every accumulator in a register and every
+ * activation operand an embedded broadcast off one pointer. q8_step's arithmetic exactly:
+ * the integer sum from cs (exact, so one chain or two is the same value), then
+ * fma(cvt(I), d_w * d_x, acc). */
+#define Q8T_ROW(r) do { \
+        __m512i I = _mm512_set1_epi32(cs[r]), J = _mm512_setzero_si512(); \
+        I = _mm512_dpbusd_epi32(I, W0, _mm512_set1_epi32((int)ld32(q + 32 * (r) + 0))); \
+        J = _mm512_dpbusd_epi32(J, W1, _mm512_set1_epi32((int)ld32(q + 32 * (r) + 4))); \
+        I = _mm512_dpbusd_epi32(I, W2, _mm512_set1_epi32((int)ld32(q + 32 * (r) + 8))); \
+        J = _mm512_dpbusd_epi32(J, W3, _mm512_set1_epi32((int)ld32(q + 32 * (r) + 12))); \
+        I = _mm512_dpbusd_epi32(I, W4, _mm512_set1_epi32((int)ld32(q + 32 * (r) + 16))); \
+        J = _mm512_dpbusd_epi32(J, W5, _mm512_set1_epi32((int)ld32(q + 32 * (r) + 20))); \
+        I = _mm512_dpbusd_epi32(I, W6, _mm512_set1_epi32((int)ld32(q + 32 * (r) + 24))); \
+        J = _mm512_dpbusd_epi32(J, W7, _mm512_set1_epi32((int)ld32(q + 32 * (r) + 28))); \
+        acc##r = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(I, J)), _mm512_mul_ps(dw, _mm512_set1_ps(d[r])), acc##r); \
+    } while (0)
+
+static void q8_tile8(int64_t nb, const uint8_t *g, const uint8_t *qi, const uint8_t *ci, float *y, int64_t ldy) {
+    const __m512i flip = _mm512_set1_epi8((char)0x80);
+    __m512 acc0 = _mm512_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0, acc4 = acc0, acc5 = acc0, acc6 = acc0, acc7 = acc0;
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *bp = g + (size_t)b * NX_MM_Q8X16_BLOCK, *q = qi + 256 * b;
+        const int32_t *cs = (const int32_t *)(ci + 64 * b);
+        const float *d = (const float *)(ci + 64 * b + 32);
+        prefetch_blk(bp, NX_MM_Q8X16_BLOCK);
+        const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)bp));
+        const __m512i W0 = _mm512_xor_si512(_mm512_loadu_si512(bp + 32), flip);
+        const __m512i W1 = _mm512_xor_si512(_mm512_loadu_si512(bp + 96), flip);
+        const __m512i W2 = _mm512_xor_si512(_mm512_loadu_si512(bp + 160), flip);
+        const __m512i W3 = _mm512_xor_si512(_mm512_loadu_si512(bp + 224), flip);
+        const __m512i W4 = _mm512_xor_si512(_mm512_loadu_si512(bp + 288), flip);
+        const __m512i W5 = _mm512_xor_si512(_mm512_loadu_si512(bp + 352), flip);
+        const __m512i W6 = _mm512_xor_si512(_mm512_loadu_si512(bp + 416), flip);
+        const __m512i W7 = _mm512_xor_si512(_mm512_loadu_si512(bp + 480), flip);
+        Q8T_ROW(0); Q8T_ROW(1); Q8T_ROW(2); Q8T_ROW(3);
+        Q8T_ROW(4); Q8T_ROW(5); Q8T_ROW(6); Q8T_ROW(7);
+    }
+    _mm512_storeu_ps(y, acc0);
+    _mm512_storeu_ps(y + ldy, acc1);
+    _mm512_storeu_ps(y + 2 * ldy, acc2);
+    _mm512_storeu_ps(y + 3 * ldy, acc3);
+    _mm512_storeu_ps(y + 4 * ldy, acc4);
+    _mm512_storeu_ps(y + 5 * ldy, acc5);
+    _mm512_storeu_ps(y + 6 * ldy, acc6);
+    _mm512_storeu_ps(y + 7 * ldy, acc7);
+}
 
 /* ===== Q4_K x16 =====
  * Per super-block, shared by the activation rows: the 8 scale vectors d*sc_j and the mins as
@@ -178,8 +227,104 @@ AI void k4_step(const int Q5, const int NR, const uint8_t *bp, const nx_mm_act *
 
 AI void q4k_step(const int NR, const uint8_t *bp, const nx_mm_act *a, int64_t sb, __m512 *acc) { k4_step(0, NR, bp, a, sb, acc); }
 AI void q5k_step(const int NR, const uint8_t *bp, const nx_mm_act *a, int64_t sb, __m512 *acc) { k4_step(1, NR, bp, a, sb, acc); }
-PK_KERNELS(nx_mm_pk_q4_K_avx512, q4k_step, NX_MM_Q4KX16_BLOCK)
-PK_KERNELS(nx_mm_pk_q5_K_avx512, q5k_step, NX_MM_Q5KX16_BLOCK)
+NX_MM_PK_DECL(nx_mm_pk_q4_K_avx512_plain)
+NX_MM_PK_DECL(nx_mm_pk_q5_K_avx512_plain)
+PK_KERNELS(nx_mm_pk_q4_K_avx512_plain, q4k_step, NX_MM_Q4KX16_BLOCK)
+PK_KERNELS(nx_mm_pk_q5_K_avx512_plain, q5k_step, NX_MM_Q5KX16_BLOCK)
+
+/* Prefill, as q8_tile8: one group against one tile of 8 rows of the interleaved copy, the 8
+ * partial sums t in registers, the scale vectors on the stack. k4_step's arithmetic exactly
+ * (integer sums exact; t = cvt(Mn) * -dmin, then per sub-block fma(cvt(I), d*sc_j, t), then
+ * acc = fma(t, d_x, acc)). */
+#define K4T_ROW(r) do { \
+        const uint8_t *q = qs + 256 * (r); \
+        __m512i I = _mm512_dpbusd_epi32(zero, W0, _mm512_set1_epi32((int)ld32(q + 0))); \
+        __m512i J = _mm512_dpbusd_epi32(zero, W1, _mm512_set1_epi32((int)ld32(q + 4))); \
+        I = _mm512_dpbusd_epi32(I, W2, _mm512_set1_epi32((int)ld32(q + 8))); \
+        J = _mm512_dpbusd_epi32(J, W3, _mm512_set1_epi32((int)ld32(q + 12))); \
+        I = _mm512_dpbusd_epi32(I, W4, _mm512_set1_epi32((int)ld32(q + 16))); \
+        J = _mm512_dpbusd_epi32(J, W5, _mm512_set1_epi32((int)ld32(q + 20))); \
+        I = _mm512_dpbusd_epi32(I, W6, _mm512_set1_epi32((int)ld32(q + 24))); \
+        J = _mm512_dpbusd_epi32(J, W7, _mm512_set1_epi32((int)ld32(q + 28))); \
+        t##r = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(I, J)), DSj, t##r); \
+    } while (0)
+#define K4T_MIN(r) do { \
+        const int16_t *bs = (const int16_t *)(c + 32 * (r)); \
+        __m512i mn = _mm512_setzero_si512(); \
+        for (int j = 0; j < 8; j++) mn = _mm512_dpwssd_epi32(mn, MD[j], _mm512_set1_epi32((int)ld32(bs + 2 * j))); \
+        t##r = _mm512_mul_ps(_mm512_cvtepi32_ps(mn), ndm); \
+    } while (0)
+#define T8_ACC(r) acc[r] = _mm512_fmadd_ps(t##r, _mm512_set1_ps(dx[r]), acc[r])
+
+AI void k4_tile8(const int Q5, int64_t nb, const uint8_t *g, const uint8_t *qi, const uint8_t *ci, float *y, int64_t ldy) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F), m10 = _mm512_set1_epi8(0x10), zero = _mm512_setzero_si512();
+    const size_t BLK = Q5 ? NX_MM_Q5KX16_BLOCK : NX_MM_Q4KX16_BLOCK;
+    __m512 acc[8], DS[8];
+    __m512i MD[8];
+    for (int r = 0; r < 8; r++) acc[r] = _mm512_setzero_ps();
+    for (int64_t sb = 0; sb < nb; sb++) {
+        const uint8_t *bp = g + (size_t)sb * BLK, *c = ci + (size_t)sb * NX_MM_ICI_B256;
+        const float *dx = (const float *)(c + 256);
+        prefetch_blk(bp, 320);
+        const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)bp));
+        const __m512 ndm = _mm512_castsi512_ps(_mm512_xor_si512(
+            _mm512_castps_si512(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(bp + 32)))), _mm512_set1_epi32((int)0x80000000u)));
+        for (int j = 0; j < 8; j++) {
+            DS[j] = _mm512_mul_ps(dw, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(bp + 64 + 16 * j)))));
+            const __m512i m = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(bp + 192 + 16 * j)));
+            MD[j] = _mm512_or_si512(m, _mm512_slli_epi32(m, 16));
+        }
+        __m512 t0, t1, t2, t3, t4, t5, t6, t7;
+        K4T_MIN(0); K4T_MIN(1); K4T_MIN(2); K4T_MIN(3); K4T_MIN(4); K4T_MIN(5); K4T_MIN(6); K4T_MIN(7);
+#pragma GCC unroll 1
+        for (int j = 0; j < 8; j++) {
+            const uint8_t *cp = bp + 320 + (Q5 ? 320 : 256) * j, *qs = qi + 2048 * sb + 32 * j;
+            prefetch_blk(cp, Q5 ? 320 : 256);
+            const __m512i v0 = _mm512_loadu_si512(cp), v1 = _mm512_loadu_si512(cp + 64);
+            const __m512i v2 = _mm512_loadu_si512(cp + 128), v3 = _mm512_loadu_si512(cp + 192);
+            __m512i W0 = _mm512_and_si512(v0, m4), W1 = _mm512_and_si512(_mm512_srli_epi16(v0, 4), m4);
+            __m512i W2 = _mm512_and_si512(v1, m4), W3 = _mm512_and_si512(_mm512_srli_epi16(v1, 4), m4);
+            __m512i W4 = _mm512_and_si512(v2, m4), W5 = _mm512_and_si512(_mm512_srli_epi16(v2, 4), m4);
+            __m512i W6 = _mm512_and_si512(v3, m4), W7 = _mm512_and_si512(_mm512_srli_epi16(v3, 4), m4);
+            if (Q5) {   /* fifth bits as in k4_step */
+                const __m512i hb = _mm512_loadu_si512(cp + 256);
+                W0 = _mm512_ternarylogic_epi32(W0, _mm512_slli_epi16(hb, 4), m10, 0xF8);
+                W1 = _mm512_ternarylogic_epi32(W1, _mm512_slli_epi16(hb, 3), m10, 0xF8);
+                W2 = _mm512_ternarylogic_epi32(W2, _mm512_slli_epi16(hb, 2), m10, 0xF8);
+                W3 = _mm512_ternarylogic_epi32(W3, _mm512_slli_epi16(hb, 1), m10, 0xF8);
+                W4 = _mm512_ternarylogic_epi32(W4, hb, m10, 0xF8);
+                W5 = _mm512_ternarylogic_epi32(W5, _mm512_srli_epi16(hb, 1), m10, 0xF8);
+                W6 = _mm512_ternarylogic_epi32(W6, _mm512_srli_epi16(hb, 2), m10, 0xF8);
+                W7 = _mm512_ternarylogic_epi32(W7, _mm512_srli_epi16(hb, 3), m10, 0xF8);
+            }
+            const __m512 DSj = DS[j];
+            K4T_ROW(0); K4T_ROW(1); K4T_ROW(2); K4T_ROW(3); K4T_ROW(4); K4T_ROW(5); K4T_ROW(6); K4T_ROW(7);
+        }
+        T8_ACC(0); T8_ACC(1); T8_ACC(2); T8_ACC(3); T8_ACC(4); T8_ACC(5); T8_ACC(6); T8_ACC(7);
+    }
+    for (int r = 0; r < 8; r++) _mm512_storeu_ps(y + r * ldy, acc[r]);
+}
+static void q4k_tile8(int64_t nb, const uint8_t *g, const uint8_t *qi, const uint8_t *ci, float *y, int64_t ldy) { k4_tile8(0, nb, g, qi, ci, y, ldy); }
+static void q5k_tile8(int64_t nb, const uint8_t *g, const uint8_t *qi, const uint8_t *ci, float *y, int64_t ldy) { k4_tile8(1, nb, g, qi, ci, y, ldy); }
+
+/* Whole tiles of the interleaved copy through TILE8 (each group against every tile while it
+ * is in L1), the remaining rows through the plain kernel. */
+#define PK_TILED(fname, TILE8, BLOCK) \
+    void fname(int64_t nb, const uint8_t *wp, int64_t n_groups, const nx_mm_act *a, int n_act, float *y, int64_t ldy) { \
+        const int nt = a->qi ? n_act / NX_MM_ITILE : 0; \
+        const size_t gs = (size_t)nb * (BLOCK); \
+        for (int64_t g = 0; g < n_groups && nt; g++) \
+            for (int t = 0; t < nt; t++) \
+                TILE8(nb, wp + (size_t)g * gs, a->qi + t * a->qi_stride, a->ci + t * a->ci_stride, \
+                      y + (int64_t)t * NX_MM_ITILE * ldy + NX_MM_PACK_ROWS * g, ldy); \
+        if (n_act > nt * NX_MM_ITILE) { \
+            const nx_mm_act sub = nx_mm_act_rows(a, nt * NX_MM_ITILE); \
+            fname##_plain(nb, wp, n_groups, &sub, n_act - nt * NX_MM_ITILE, y + (int64_t)nt * NX_MM_ITILE * ldy, ldy); \
+        } \
+    }
+PK_TILED(nx_mm_pk_q8_0_avx512, q8_tile8, NX_MM_Q8X16_BLOCK)
+PK_TILED(nx_mm_pk_q4_K_avx512, q4k_tile8, NX_MM_Q4KX16_BLOCK)
+PK_TILED(nx_mm_pk_q5_K_avx512, q5k_tile8, NX_MM_Q5KX16_BLOCK)
 
 /* ===== Q6_K x16 =====
  * Per super-block, shared by the activation rows: the scale pairs (one sign-extending load
@@ -231,4 +376,57 @@ AI void q6k_step(const int NR, const uint8_t *bp, const nx_mm_act *a, int64_t sb
 #pragma GCC unroll 8
     for (int r = 0; r < NR; r++) acc[r] = _mm512_fmadd_ps(t[r], _mm512_set1_ps(a->d[r * a->d_stride + sb]), acc[r]);
 }
-PK_KERNELS(nx_mm_pk_q6_K_avx512, q6k_step, NX_MM_Q6KX16_BLOCK)
+NX_MM_PK_DECL(nx_mm_pk_q6_K_avx512_plain)
+PK_KERNELS(nx_mm_pk_q6_K_avx512_plain, q6k_step, NX_MM_Q6KX16_BLOCK)
+
+/* Prefill, as k4_tile8, with q6k_step's arithmetic exactly. */
+#define Q6T_ROW(r) do { \
+        const uint8_t *q = qs + 256 * (r); \
+        __m512i I = _mm512_dpbusd_epi32(zero, W0, _mm512_set1_epi32((int)ld32(q))); \
+        __m512i J = _mm512_dpbusd_epi32(zero, W1, _mm512_set1_epi32((int)ld32(q + 4))); \
+        I = _mm512_dpbusd_epi32(I, W2, _mm512_set1_epi32((int)ld32(q + 8))); \
+        J = _mm512_dpbusd_epi32(J, W3, _mm512_set1_epi32((int)ld32(q + 12))); \
+        t##r = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(I, J)), DSg, t##r); \
+    } while (0)
+#define Q6T_C(r) do { \
+        const int16_t *bs = (const int16_t *)(c + 32 * (r)); \
+        __m512i cc = _mm512_setzero_si512(); \
+        for (int p = 0; p < 8; p++) cc = _mm512_dpwssd_epi32(cc, P[p], _mm512_set1_epi32((int)ld32(bs + 2 * p))); \
+        t##r = _mm512_mul_ps(_mm512_cvtepi32_ps(cc), n32d); \
+    } while (0)
+
+static void q6k_tile8(int64_t nb, const uint8_t *g, const uint8_t *qi, const uint8_t *ci, float *y, int64_t ldy) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30), zero = _mm512_setzero_si512();
+    __m512 acc[8], DS[16];
+    __m512i P[8];
+    for (int r = 0; r < 8; r++) acc[r] = _mm512_setzero_ps();
+    for (int64_t sb = 0; sb < nb; sb++) {
+        const uint8_t *bp = g + (size_t)sb * NX_MM_Q6KX16_BLOCK, *c = ci + (size_t)sb * NX_MM_ICI_B256;
+        const float *dx = (const float *)(c + 256);
+        prefetch_blk(bp, 320);
+        const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(bp)));
+        const __m512 n32d = _mm512_mul_ps(dw, _mm512_set1_ps(-32.0f));
+        for (int p = 0; p < 8; p++) {
+            P[p] = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(bp + 32 + 32 * p)));
+            DS[2 * p] = _mm512_mul_ps(dw, _mm512_cvtepi32_ps(_mm512_srai_epi32(_mm512_slli_epi32(P[p], 16), 16)));
+            DS[2 * p + 1] = _mm512_mul_ps(dw, _mm512_cvtepi32_ps(_mm512_srai_epi32(P[p], 16)));
+        }
+        __m512 t0, t1, t2, t3, t4, t5, t6, t7;
+        Q6T_C(0); Q6T_C(1); Q6T_C(2); Q6T_C(3); Q6T_C(4); Q6T_C(5); Q6T_C(6); Q6T_C(7);
+#pragma GCC unroll 1
+        for (int gg = 0; gg < 16; gg++) {
+            const uint8_t *gp = bp + 320 + 192 * gg, *qs = qi + 2048 * sb + 16 * gg;
+            prefetch_blk(gp, 192);
+            const __m512i L0 = _mm512_loadu_si512(gp), L1 = _mm512_loadu_si512(gp + 64), H = _mm512_loadu_si512(gp + 128);
+            const __m512i W0 = _mm512_ternarylogic_epi32(_mm512_and_si512(L0, m4), _mm512_slli_epi16(H, 4), m30, 0xF8);
+            const __m512i W1 = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(L0, 4), m4), _mm512_slli_epi16(H, 2), m30, 0xF8);
+            const __m512i W2 = _mm512_ternarylogic_epi32(_mm512_and_si512(L1, m4), H, m30, 0xF8);
+            const __m512i W3 = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(L1, 4), m4), _mm512_srli_epi16(H, 2), m30, 0xF8);
+            const __m512 DSg = DS[gg];
+            Q6T_ROW(0); Q6T_ROW(1); Q6T_ROW(2); Q6T_ROW(3); Q6T_ROW(4); Q6T_ROW(5); Q6T_ROW(6); Q6T_ROW(7);
+        }
+        T8_ACC(0); T8_ACC(1); T8_ACC(2); T8_ACC(3); T8_ACC(4); T8_ACC(5); T8_ACC(6); T8_ACC(7);
+    }
+    for (int r = 0; r < 8; r++) _mm512_storeu_ps(y + r * ldy, acc[r]);
+}
+PK_TILED(nx_mm_pk_q6_K_avx512, q6k_tile8, NX_MM_Q6KX16_BLOCK)

@@ -545,8 +545,9 @@ def export(gpath, d):
         json.dump(tc, f, ensure_ascii=False)
 
 
-def compare(apath, bpath, values=False):
-    """values: B was converted to another type (f32): compare the dequantized values exactly."""
+def compare(apath, bpath, values=False, tokenizer=True):
+    """values: B was converted to another type (f32): compare the dequantized values exactly.
+    tokenizer=False: the model keys only (B's vocabulary is another one)."""
     a, b = gguf_np.GGUF(apath), gguf_np.GGUF(bpath)
     passed = failed = 0
 
@@ -582,7 +583,7 @@ def compare(apath, bpath, values=False):
     for k, v in a.kv.items():
         if k in skip:
             continue
-        if k.startswith(("tokenizer.", A + ".")) or k == "general.architecture":
+        if k.startswith((A + ".",) + (("tokenizer.",) if tokenizer else ())) or k == "general.architecture":
             check(b.kv.get(k) == v, "key %s: shipped %s, converted %s" % (k, str(v)[:80], str(b.kv.get(k))[:80]))
     print("%d passed, %d failed" % (passed, failed))
     return failed == 0
