@@ -551,6 +551,21 @@ static void test_float_order(void) {
     nx_cpu_set_level(NX_CPU_AVX512);
 }
 
+/* nx_matmul_stream_read's checksum at the SIMD levels: the 64-bit words' sum (mod 2^64). */
+static void test_stream_read(void) {
+    enum { N = 4096 };
+    uint64_t *buf = aligned_alloc(64, N), want = 0;
+    for (int i = 0; i < N / 8; i++) want += buf[i] = 0x9E3779B97F4A7C15ull * (uint64_t)(i + 1);
+    nx_cpu_level lv[NX_CPU_MAX_LEVELS];
+    const int nl = nx_cpu_levels(lv);
+    for (int l = 1; l < nl; l++) {
+        nx_cpu_set_level(lv[l]);
+        CHECK_MSG(nx_matmul_stream_read(buf, N) == want, "level %s", nx_cpu_level_name(lv[l]));
+    }
+    nx_cpu_set_level(nx_cpu_level_detected());
+    free(buf);
+}
+
 /* Non-finite activations must not crash or hang (values are then unspecified). */
 static void test_nonfinite(void) {
     wmat m;
@@ -886,6 +901,7 @@ int main(void) {
     RUN(test_neon_exact);   /* the aarch64 subset (.ci/aarch64.sh) */
 #endif
     RUN(test_float_order);
+    RUN(test_stream_read);
     RUN(test_packed);
     return test_summary();
 }

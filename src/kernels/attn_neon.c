@@ -4,7 +4,9 @@
  * are (a0 + a2) + (a1 + a3); four queries share each key load. Multiply-adds are explicit
  * vfmaq_f32 (one rounding, as fmaf) and everything else is a separate add or multiply (the
  * aarch64 build has -ffp-contract=off): bit-identical to the scalar reference in attn.c.
- * Heads whose sizes are not multiples of 16 take the scalar path.
+ * Heads whose sizes are not multiples of 16 take the scalar path. A decode's few queries read
+ * K / V in the cache's type inside the dot loops (scores_kv / pv_kv, heads of multiples of
+ * 32), with row_f32's exact conversions: the same bits as through the tile buffer.
  */
 #include <arm_neon.h>
 #include <string.h>
@@ -32,29 +34,65 @@ static inline float reduce1(float32x4_t v4) {
     return vget_lane_f32(v2, 0) + vget_lane_f32(v2, 1);
 }
 
-static void scores(const float *const *q, int nq, const float *const *k, int nk, int D, float scale, float *S,
-                   int ldS) {
-    if (D & 15) {
-        nx_attn_tier_scalar.scores(q, nq, k, nk, D, scale, S, ldS);
+#define NX_INLINE static inline __attribute__((always_inline))
+
+/* Values d..d+15 (d a multiple of 16) of a row of type t as four vectors, each converted
+ * exactly as row_f32 converts it (so reading the cache here gives row_f32's bits). */
+NX_INLINE void ld16(nx_type t, const void *row, int d, float32x4_t x[4]) {
+    if (t == NX_TYPE_F16 || t == NX_TYPE_BF16) {
+        const uint16x8_t h0 = vld1q_u16((const uint16_t *)row + d), h1 = vld1q_u16((const uint16_t *)row + d + 8);
+        if (t == NX_TYPE_F16) {
+            x[0] = vcvt_f32_f16(vreinterpret_f16_u16(vget_low_u16(h0)));
+            x[1] = vcvt_high_f32_f16(vreinterpretq_f16_u16(h0));
+            x[2] = vcvt_f32_f16(vreinterpret_f16_u16(vget_low_u16(h1)));
+            x[3] = vcvt_high_f32_f16(vreinterpretq_f16_u16(h1));
+        } else {
+            x[0] = vreinterpretq_f32_u32(vshll_n_u16(vget_low_u16(h0), 16));
+            x[1] = vreinterpretq_f32_u32(vshll_high_n_u16(h0, 16));
+            x[2] = vreinterpretq_f32_u32(vshll_n_u16(vget_low_u16(h1), 16));
+            x[3] = vreinterpretq_f32_u32(vshll_high_n_u16(h1, 16));
+        }
         return;
     }
+    if (t == NX_TYPE_Q8_0 || t == NX_TYPE_Q4_0) {
+        int8x16_t c;
+        float sc;
+        if (t == NX_TYPE_Q8_0) {
+            const nx_block_q8_0 *b = (const nx_block_q8_0 *)row + d / 32;
+            sc = nx_half_to_f32(b->d);
+            c = vld1q_s8(b->qs + (d & 16));
+        } else {   /* values 0..15 of a block are the low nibbles, 16..31 the high ones */
+            const nx_block_q4_0 *b = (const nx_block_q4_0 *)row + d / 32;
+            sc = nx_half_to_f32(b->d);
+            const uint8x16_t v = vld1q_u8(b->qs);
+            c = vsubq_s8(vreinterpretq_s8_u8(d & 16 ? vshrq_n_u8(v, 4) : vandq_u8(v, vdupq_n_u8(0x0F))), vdupq_n_s8(8));
+        }
+        const int16x8_t lo = vmovl_s8(vget_low_s8(c)), hi = vmovl_high_s8(c);
+        x[0] = vmulq_n_f32(vcvtq_f32_s32(vmovl_s16(vget_low_s16(lo))), sc);
+        x[1] = vmulq_n_f32(vcvtq_f32_s32(vmovl_high_s16(lo)), sc);
+        x[2] = vmulq_n_f32(vcvtq_f32_s32(vmovl_s16(vget_low_s16(hi))), sc);
+        x[3] = vmulq_n_f32(vcvtq_f32_s32(vmovl_high_s16(hi)), sc);
+        return;
+    }
+    const float *f = (const float *)row + d;
+    for (int c = 0; c < 4; c++) x[c] = vld1q_f32(f + 4 * c);
+}
+
+/* S = dot16 * scale for key rows of type t; four queries share each key's loads. */
+NX_INLINE void scores_t(nx_type t, const float *const *q, int nq, const void *const *k, int nk, int D, float scale,
+                        float *S, int ldS) {
     int i = 0;
     for (; i + 4 <= nq; i += 4) {
         const float *qq[4] = {q[i], q[i + 1], q[i + 2], q[i + 3]};
         for (int j = 0; j < nk; j++) {
-            const float *kj = k[j];
             float32x4_t a[4][4];
             for (int r = 0; r < 4; r++)
                 for (int c = 0; c < 4; c++) a[r][c] = vdupq_n_f32(0.0f);
             for (int d = 0; d < D; d += 16) {
-                const float32x4_t x0 = vld1q_f32(kj + d), x1 = vld1q_f32(kj + d + 4);
-                const float32x4_t x2 = vld1q_f32(kj + d + 8), x3 = vld1q_f32(kj + d + 12);
-                for (int r = 0; r < 4; r++) {
-                    a[r][0] = vfmaq_f32(a[r][0], vld1q_f32(qq[r] + d), x0);
-                    a[r][1] = vfmaq_f32(a[r][1], vld1q_f32(qq[r] + d + 4), x1);
-                    a[r][2] = vfmaq_f32(a[r][2], vld1q_f32(qq[r] + d + 8), x2);
-                    a[r][3] = vfmaq_f32(a[r][3], vld1q_f32(qq[r] + d + 12), x3);
-                }
+                float32x4_t x[4];
+                ld16(t, k[j], d, x);
+                for (int r = 0; r < 4; r++)
+                    for (int c = 0; c < 4; c++) a[r][c] = vfmaq_f32(a[r][c], vld1q_f32(qq[r] + d + 4 * c), x[c]);
             }
             float rs[4];
             vst1q_f32(rs, vmulq_n_f32(reduce4x4(reduce_to4(a[0][0], a[0][1], a[0][2], a[0][3]),
@@ -65,17 +103,45 @@ static void scores(const float *const *q, int nq, const float *const *k, int nk,
             for (int ii = 0; ii < 4; ii++) S[(size_t)(i + ii) * ldS + j] = rs[ii];
         }
     }
-    for (; i < nq; i++)
-        for (int j = 0; j < nk; j++) {
-            float32x4_t a0 = vdupq_n_f32(0.0f), a1 = a0, a2 = a0, a3 = a0;
-            for (int d = 0; d < D; d += 16) {
-                a0 = vfmaq_f32(a0, vld1q_f32(q[i] + d), vld1q_f32(k[j] + d));
-                a1 = vfmaq_f32(a1, vld1q_f32(q[i] + d + 4), vld1q_f32(k[j] + d + 4));
-                a2 = vfmaq_f32(a2, vld1q_f32(q[i] + d + 8), vld1q_f32(k[j] + d + 8));
-                a3 = vfmaq_f32(a3, vld1q_f32(q[i] + d + 12), vld1q_f32(k[j] + d + 12));
-            }
-            S[(size_t)i * ldS + j] = reduce1(reduce_to4(a0, a1, a2, a3)) * scale;
+    if (i == nq) return;
+    /* the last 1-3 queries together, so each key is converted once */
+    const int nr = nq - i;
+    for (int j = 0; j < nk; j++) {
+        float32x4_t a[3][4];
+        for (int r = 0; r < nr; r++)
+            for (int c = 0; c < 4; c++) a[r][c] = vdupq_n_f32(0.0f);
+        for (int d = 0; d < D; d += 16) {
+            float32x4_t x[4];
+            ld16(t, k[j], d, x);
+            for (int r = 0; r < nr; r++)
+                for (int c = 0; c < 4; c++) a[r][c] = vfmaq_f32(a[r][c], vld1q_f32(q[i + r] + d + 4 * c), x[c]);
         }
+        for (int r = 0; r < nr; r++)
+            S[(size_t)(i + r) * ldS + j] = reduce1(reduce_to4(a[r][0], a[r][1], a[r][2], a[r][3])) * scale;
+    }
+}
+
+static void scores(const float *const *q, int nq, const float *const *k, int nk, int D, float scale, float *S,
+                   int ldS) {
+    if (D & 15) {
+        nx_attn_tier_scalar.scores(q, nq, k, nk, D, scale, S, ldS);
+        return;
+    }
+    scores_t(NX_TYPE_F32, q, nq, (const void *const *)k, nk, D, scale, S, ldS);
+}
+
+/* Few queries (a decode): keys read in the cache's type, no tile buffer. */
+static bool scores_kv(const float *const *q, int nq, const void *const *k, nx_type tk, int nk, int D, float scale,
+                      float *S, int ldS) {
+    if (D & 31) return false;
+    switch (tk) {
+    case NX_TYPE_F16: scores_t(NX_TYPE_F16, q, nq, k, nk, D, scale, S, ldS); return true;
+    case NX_TYPE_BF16: scores_t(NX_TYPE_BF16, q, nq, k, nk, D, scale, S, ldS); return true;
+    case NX_TYPE_Q8_0: scores_t(NX_TYPE_Q8_0, q, nq, k, nk, D, scale, S, ldS); return true;
+    case NX_TYPE_Q4_0: scores_t(NX_TYPE_Q4_0, q, nq, k, nk, D, scale, S, ldS); return true;
+    case NX_TYPE_F32: scores_t(NX_TYPE_F32, q, nq, k, nk, D, scale, S, ldS); return true;
+    default: return false;
+    }
 }
 
 /* nx_attn_exp on four lanes: rintf is FRINTN (ties to even, the default mode) */
@@ -104,52 +170,45 @@ static void exp_row(float *s, int n, float m) {
     for (; j < n; j++) s[j] = nx_attn_exp(s[j] - m);
 }
 
+/* o += E v for value rows of type t: four queries share each converted chunk of v. */
+NX_INLINE void pv_t(nx_type t, const float *E, int ldE, int nq, const void *const *v, int nk, float *const *o, int Dv) {
+    for (int i = 0; i < nq; i += 4) {
+        const int nr = nq - i < 4 ? nq - i : 4;
+        for (int d = 0; d < Dv; d += 16) {
+            float32x4_t a[4][4];
+            for (int r = 0; r < nr; r++)
+                for (int c = 0; c < 4; c++) a[r][c] = vld1q_f32(o[i + r] + d + 4 * c);
+            for (int p = 0; p < nk; p++) {
+                float32x4_t x[4];
+                ld16(t, v[p], d, x);
+                for (int r = 0; r < nr; r++) {
+                    const float32x4_t w = vdupq_n_f32(E[(size_t)(i + r) * ldE + p]);
+                    for (int c = 0; c < 4; c++) a[r][c] = vfmaq_f32(a[r][c], w, x[c]);
+                }
+            }
+            for (int r = 0; r < nr; r++)
+                for (int c = 0; c < 4; c++) vst1q_f32(o[i + r] + d + 4 * c, a[r][c]);
+        }
+    }
+}
+
 static void pv(const float *E, int ldE, int nq, const float *const *v, int nk, float *const *o, int Dv) {
     if (Dv & 15) {
         nx_attn_tier_scalar.pv(E, ldE, nq, v, nk, o, Dv);
         return;
     }
-    int i = 0;
-    for (; i + 4 <= nq; i += 4) {
-        const float *e[4] = {E + (size_t)i * ldE, E + (size_t)(i + 1) * ldE, E + (size_t)(i + 2) * ldE,
-                             E + (size_t)(i + 3) * ldE};
-        for (int d = 0; d < Dv; d += 8) {
-            float32x4_t a[4][2];
-            for (int r = 0; r < 4; r++) {
-                a[r][0] = vld1q_f32(o[i + r] + d);
-                a[r][1] = vld1q_f32(o[i + r] + d + 4);
-            }
-            for (int p = 0; p < nk; p++) {
-                const float32x4_t x0 = vld1q_f32(v[p] + d), x1 = vld1q_f32(v[p] + d + 4);
-                for (int r = 0; r < 4; r++) {
-                    const float32x4_t w = vdupq_n_f32(e[r][p]);
-                    a[r][0] = vfmaq_f32(a[r][0], w, x0);
-                    a[r][1] = vfmaq_f32(a[r][1], w, x1);
-                }
-            }
-            for (int r = 0; r < 4; r++) {
-                vst1q_f32(o[i + r] + d, a[r][0]);
-                vst1q_f32(o[i + r] + d + 4, a[r][1]);
-            }
-        }
-    }
-    for (; i < nq; i++) {
-        const float *e = E + (size_t)i * ldE;
-        for (int d = 0; d < Dv; d += 16) {
-            float32x4_t a0 = vld1q_f32(o[i] + d), a1 = vld1q_f32(o[i] + d + 4);
-            float32x4_t a2 = vld1q_f32(o[i] + d + 8), a3 = vld1q_f32(o[i] + d + 12);
-            for (int p = 0; p < nk; p++) {
-                const float32x4_t w = vdupq_n_f32(e[p]);
-                a0 = vfmaq_f32(a0, w, vld1q_f32(v[p] + d));
-                a1 = vfmaq_f32(a1, w, vld1q_f32(v[p] + d + 4));
-                a2 = vfmaq_f32(a2, w, vld1q_f32(v[p] + d + 8));
-                a3 = vfmaq_f32(a3, w, vld1q_f32(v[p] + d + 12));
-            }
-            vst1q_f32(o[i] + d, a0);
-            vst1q_f32(o[i] + d + 4, a1);
-            vst1q_f32(o[i] + d + 8, a2);
-            vst1q_f32(o[i] + d + 12, a3);
-        }
+    pv_t(NX_TYPE_F32, E, ldE, nq, (const void *const *)v, nk, o, Dv);
+}
+
+static bool pv_kv(const float *E, int ldE, int nq, const void *const *v, nx_type tv, int nk, float *const *o, int Dv) {
+    if (Dv & 31) return false;
+    switch (tv) {
+    case NX_TYPE_F16: pv_t(NX_TYPE_F16, E, ldE, nq, v, nk, o, Dv); return true;
+    case NX_TYPE_BF16: pv_t(NX_TYPE_BF16, E, ldE, nq, v, nk, o, Dv); return true;
+    case NX_TYPE_Q8_0: pv_t(NX_TYPE_Q8_0, E, ldE, nq, v, nk, o, Dv); return true;
+    case NX_TYPE_Q4_0: pv_t(NX_TYPE_Q4_0, E, ldE, nq, v, nk, o, Dv); return true;
+    case NX_TYPE_F32: pv_t(NX_TYPE_F32, E, ldE, nq, v, nk, o, Dv); return true;
+    default: return false;
     }
 }
 
@@ -206,4 +265,4 @@ static bool row_f32(nx_type t, const void *row, float *dst, int n) {
     return nx_attn_tier_scalar.row_f32(t, row, dst, n);
 }
 
-const nx_attn_tier nx_attn_tier_neon = {scores, exp_row, pv, row_f32};
+const nx_attn_tier nx_attn_tier_neon = {scores, exp_row, pv, row_f32, scores_kv, pv_kv};

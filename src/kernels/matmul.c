@@ -474,6 +474,9 @@ uint64_t nx_matmul_stream_read(const void *p, size_t n) {
     case NX_CPU_AVX512: return nx_mm_stream_read_avx512(p, n);
     case NX_CPU_AVX2: return nx_mm_stream_read_avx2(p, n);
 #endif
+#if NX_MM_NEON
+    case NX_CPU_NEON_I8MM: case NX_CPU_NEON_DOT: case NX_CPU_NEON: return nx_mm_stream_read_neon(p, n);
+#endif
     default: break;
     }
     uint64_t s = 0;

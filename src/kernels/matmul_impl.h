@@ -184,6 +184,7 @@ uint64_t nx_mm_stream_read_avx512(const void *p, size_t n);
 /* Reorder n (a multiple of 256) quantized activations into the AVX-512 Q4_K kernel's order. */
 void nx_mm_q4k_perm_avx512(const uint8_t *src, uint8_t *dst, int64_t n);
 uint64_t nx_mm_stream_read_avx2(const void *p, size_t n);
+uint64_t nx_mm_stream_read_neon(const void *p, size_t n);
 
 /* IQ4_NL / IQ4_XS value table (our copy, so the kernels do not depend on the quant module). */
 static const int8_t nx_mm_iq4_table[16] = {

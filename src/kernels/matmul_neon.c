@@ -1,5 +1,6 @@
 /* matmul_neon.c — the aarch64 base level's matmul kernels (matmul_neon_kernels.h, no dot
- * product instructions) and the NEON activation quantizer, which every NEON level uses. */
+ * product instructions), and what every NEON level shares: the activation quantizer and the
+ * bandwidth measurement's streaming read. */
 #define NX_NEON_DOT 0
 #define NX_NEON_FN nx_mm_kernel_neon
 #include "kernels/matmul_neon_kernels.h"
@@ -35,4 +36,19 @@ void nx_mm_quantize_neon(const float *x, int64_t n, int B, int bias, uint8_t *q,
         d[b] = db;
         if (s) s[b] = db * (float)sum;
     }
+}
+
+/* The bandwidth measurement's reads (matmul.h nx_matmul_stream_read): four q registers per
+ * 64-byte line, LD1 of four vectors at a time, as the kernels stream weights. */
+uint64_t nx_mm_stream_read_neon(const void *p, size_t n) {
+    const uint64_t *u = p;
+    uint64x2_t s0 = vdupq_n_u64(0), s1 = s0, s2 = s0, s3 = s0;
+    for (size_t i = 0; i < n / 8; i += 8) {
+        const uint64x2x4_t v = vld1q_u64_x4(u + i);
+        s0 = vaddq_u64(s0, v.val[0]);
+        s1 = vaddq_u64(s1, v.val[1]);
+        s2 = vaddq_u64(s2, v.val[2]);
+        s3 = vaddq_u64(s3, v.val[3]);
+    }
+    return vaddvq_u64(vaddq_u64(vaddq_u64(s0, s1), vaddq_u64(s2, s3)));
 }
