@@ -400,7 +400,9 @@ static nx_status mm_dispatch(nx_threadpool *tp, nx_matmul_scratch *scratch, nx_t
         act_plan p = plan_act(kind, job->n_in, job->n_rows);
         nx_matmul_scratch *s = scratch ? scratch : &own;
         const bool perm = q4k_permuted(type) && !job->pkern;   /* packed kernels read the codes in order */
-        const size_t it = job->pkern && nx_cpu_level_get() == NX_CPU_AVX512 ? itile_size(type, job->n_in, job->n_rows) : 0;
+        /* Prefill only: a verify batch (<= one tile of rows) streams each weight once, as is. */
+        const size_t it = job->pkern && job->n_rows > NX_MM_TILE && nx_cpu_level_get() == NX_CPU_AVX512
+                              ? itile_size(type, job->n_in, job->n_rows) : 0;
         nx_status st = scratch_reserve(s, p.total + (perm ? p.q_row * (size_t)job->n_rows : 0) + it, err);
         if (st != NX_OK) return st;
         quantize_rows(kind, bias, x, job->n_rows, ldx, job->n_in, &p, s->buf, &job->act);
@@ -416,6 +418,7 @@ static nx_status mm_dispatch(nx_threadpool *tp, nx_matmul_scratch *scratch, nx_t
         }
 #endif
     }
+    job->act.prefill = job->n_rows > NX_MM_TILE;
     nx_threadpool_run(tp, mm_task, job);
     nx_matmul_scratch_free(&own);
     return NX_OK;

@@ -96,6 +96,9 @@ nx_status nx_matmul_multi(nx_threadpool *tp, nx_matmul_scratch *scratch, const n
  * exact integer dot product of block b) — the same for every batch size, tile and thread
  * count, so batch invariance holds; values differ from the unpacked kernels only by that
  * rounding order (within the tolerance of the levels, tested).
+ * Prefill batches (more than 16 rows) on AVX-512 also get an interleaved copy of the quantized
+ * activations in the scratch (8-row tiles, matmul_impl.h) so the packed kernels keep a tile's
+ * accumulators in registers; the per-pair arithmetic is the same, so results are too.
  * nx_matmul_pack_size: bytes of w's packed copy at the current level, 0 when it has none
  * (type, shape, level, or NEXTN_REPACK=0). nx_matmul_pack fills dst (64-byte aligned, that
  * many bytes). With w->packed set, nx_matmul / nx_matmul_multi use it whenever the current

@@ -61,6 +61,7 @@ typedef struct nx_mm_act {
      * 8 rows' cs (int32), then their d (float); B = 256 (K-quants): the 8 rows' 16 bs (int16),
      * then their d (float). */
     const uint8_t *qi, *ci;
+    bool prefill;   /* the call has more than NX_MM_TILE rows (kernels may choose their pass shape by it) */
     int64_t q_stride, d_stride, s_stride, bs_stride, de_stride, ldx, cs_stride, qi_stride, ci_stride;
 } nx_mm_act;
 

@@ -72,7 +72,7 @@ AI __m256 neg(__m256 v) { return _mm256_xor_ps(v, _mm256_set1_ps(-0.0f)); }
     } \
     void fname(int64_t nb, const uint8_t *wp, int64_t n_groups, const nx_mm_act *a, int n_act, float *y, int64_t ldy) { \
         const size_t gs = (size_t)nb * (BLOCK); \
-        if (n_act > 4) { /* prefill: one group, passes of <= 4 rows (8 accumulators: the 16 ymm hold them) */ \
+        if (a->prefill && n_act > 4) { /* one group (in L2), passes of <= 4 rows: 8 accumulators, which the 16 ymm hold */ \
             for (int64_t g = 0; g < n_groups; g++) \
                 for (int r0 = 0; r0 < n_act;) { \
                     const int np = (n_act - r0 + 3) / 4, nr = (n_act - r0 + np - 1) / np; \
