@@ -7,7 +7,7 @@
  *   q[r*q_stride + i]   = bias + rint(x_i / d_b)  (a byte; the code c = rint(..) is in
  *                         [-127, 127]; bias = nx_mm_act_bias(type): 128 stores c + 128 as
  *                         unsigned, for dot products with signed weight bytes; 0 stores c as
- *                         int8, for types whose weight codes are unsigned: Q4_K, Q5_K; the
+ *                         int8, for types whose weight codes are unsigned: Q4_K, Q5_K, Q2_K; the
  *                         AVX2 kernels' choice differs, see nx_mm_act_bias_avx2)
  *   d[r*d_stride + b]   = d_b = amax_b / 127      (float, one per block of B values)
  *   s[r*s_stride + b]   = d_b * sum_{i in b} (q_i - 128)        (B = 32 layouts only)
@@ -15,7 +15,7 @@
  *                         over 16 lanes, the shape the AVX-512 kernel multiplies with; a
  *                         missing odd last block gives 0)
  *   bs[r*bs_stride + g] = sum over the 16 values of group g of (q_i - 128)  (B = 256 only)
- * with B = 32 for Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/IQ4_NL and B = 256 for Q4_K/Q5_K/Q6_K/IQ4_XS.
+ * with B = 32 for Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/IQ4_NL and B = 256 for Q2_K/Q3_K/Q4_K/Q5_K/Q6_K/IQ4_XS.
  * The float weight types read x directly (x, ldx).
  *
  * A kernel computes, for weight rows o < n_w (row o at w + o*w_stride) and activation rows
@@ -172,7 +172,9 @@ void nx_mm_quantize_avx2(const float *x, int64_t n, int B, int bias, uint8_t *q,
 void nx_mm_quantize_neon(const float *x, int64_t n, int B, int bias, uint8_t *q, float *d, float *s, int16_t *bs);
 
 /* The bias of the scalar and AVX-512 kernels. */
-static inline int nx_mm_act_bias(nx_type t) { return t == NX_TYPE_Q4_K || t == NX_TYPE_Q5_K ? 0 : 128; }
+static inline int nx_mm_act_bias(nx_type t) {
+    return t == NX_TYPE_Q4_K || t == NX_TYPE_Q5_K || t == NX_TYPE_Q2_K ? 0 : 128;
+}
 /* The AVX2 kernels take signed codes (bias 0) for every type but Q6_K, whose kernel multiplies
  * the unsigned byte: AVX2 has no u8 x s8 dot, and maddubs with the signed code saves a flip
  * per (block, activation row) pair. The dispatcher quantizes with the bias of the level whose
