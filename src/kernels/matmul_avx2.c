@@ -273,11 +273,12 @@ AI size_t bsize256(const int T) {
     }
 }
 
-/* SC[z] for per-group scales sc[16]: lanes 0-7 sc[2z], lanes 8-15 sc[2z + 1]. */
-AI void sc_pairs(const int16_t *sc, __m256i *SC) {
+/* SC[z] from 16 int16 group scales s16 (lane g = group g): lanes 0-7 group 2z, 8-15 group 2z + 1. */
+AI void sc_pairs(__m256i s16, __m256i *SC) {
+    const __m256i pick = _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1,
+                                          2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3);
 #pragma GCC unroll 8
-    for (int z = 0; z < 8; z++)
-        SC[z] = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi16(sc[2 * z])), _mm_set1_epi16(sc[2 * z + 1]), 1);
+    for (int z = 0; z < 8; z++) SC[z] = _mm256_shuffle_epi8(_mm256_permutevar8x32_epi32(s16, _mm256_set1_epi32(z)), pick);
 }
 
 /* W[z] = values 32z..32z+31 as bytes; SC[z] their integer sub-block scales as 16 int16 lanes
@@ -318,27 +319,23 @@ AI void dec256(const int T, const uint8_t *blk, __m256i *W, __m256i *SC, float *
         /* value 32z + i (z = 4h + s) is bits 2s, 2s+1 of qs[32h + i]; Q3_K's third bit is bit z
          * of hmask[i] (set: code u - 4 >= 0) */
         const uint8_t *qs;
-        int16_t sc[16];
         if (T == NX_TYPE_Q2_K) {
             const nx_block_q2_K *b = (const void *)blk;
             *d = _cvtsh_ss(b->d);
             *dmin = _cvtsh_ss(b->dmin);
-            const __m128i sb = _mm_loadu_si128((const __m128i *)b->scales);
-            *M16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sb, 4), _mm_set1_epi8(0x0F)));
-            for (int g = 0; g < 16; g++) sc[g] = (int16_t)(b->scales[g] & 0xF);
+            const __m128i sb = _mm_loadu_si128((const __m128i *)b->scales), m4 = _mm_set1_epi8(0x0F);
+            *M16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sb, 4), m4));
+            sc_pairs(_mm256_cvtepu8_epi16(_mm_and_si128(sb, m4)), SC);
             qs = b->qs;
         } else {
             const nx_block_q3_K *b = (const void *)blk;
             *d = _cvtsh_ss(b->d);
-            for (int g = 0; g < 16; g++) {
-                const int lo = g < 8 ? b->scales[g] & 0xF : b->scales[g - 8] >> 4;
-                const int hi = (b->scales[8 + g % 4] >> (2 * (g / 4))) & 3;
-                sc[g] = (int16_t)((lo | (hi << 4)) - 32);
-            }
-            *M16 = _mm256_loadu_si256((const __m256i *)sc);
+            uint32_t sw[4];
+            nx_mm_q3k_scales(b->scales, sw);
+            *M16 = _mm256_sub_epi16(_mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)sw)), _mm256_set1_epi16(32));
+            sc_pairs(*M16, SC);
             qs = b->qs;
         }
-        sc_pairs(sc, SC);
         const __m256i m3 = _mm256_set1_epi8(3);
 #pragma GCC unroll 2
         for (int h = 0; h < 2; h++) {

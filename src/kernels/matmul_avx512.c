@@ -610,13 +610,9 @@ AI void dec256(const int T, const uint8_t *blk, __m512i *W, __m512 *SC, __m512i 
         } else {
             const nx_block_q3_K *b = (const void *)blk;
             d = _cvtsh_ss(b->d);
-            int16_t sc[16];
-            for (int j = 0; j < 16; j++) {
-                const int lo = j < 8 ? b->scales[j] & 0xF : b->scales[j - 8] >> 4;
-                const int hi = (b->scales[8 + j % 4] >> (2 * (j / 4))) & 3;
-                sc[j] = (int16_t)((lo | (hi << 4)) - 32);
-            }
-            g = _mm512_cvtepi32_ps(_mm512_cvtepi16_epi32(_mm256_loadu_si256((const __m256i *)sc)));
+            uint32_t sw[4];
+            nx_mm_q3k_scales(b->scales, sw);
+            g = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)sw)), _mm512_set1_epi32(32)));
             qs = b->qs;
         }
         g = _mm512_mul_ps(g, _mm512_set1_ps(d));

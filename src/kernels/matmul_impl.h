@@ -192,6 +192,20 @@ static const int8_t nx_mm_iq4_table[16] = {
     -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113,
 };
 
+/* Q3_K: the 16 six-bit scales (stored + 32, 0..63) packed in 12 bytes, as 16 bytes in 4 words
+ * (byte j = scale j): scale j's low nibble is the low (j < 8) or high nibble of byte j % 8, its
+ * top 2 bits are bits 2(j/4), 2(j/4)+1 of byte 8 + j % 4. Word-wide, for the SIMD decoders. */
+static inline void nx_mm_q3k_scales(const uint8_t *s, uint32_t out[4]) {
+    const uint32_t w0 = s[0] | (uint32_t)s[1] << 8 | (uint32_t)s[2] << 16 | (uint32_t)s[3] << 24;
+    const uint32_t w1 = s[4] | (uint32_t)s[5] << 8 | (uint32_t)s[6] << 16 | (uint32_t)s[7] << 24;
+    const uint32_t w2 = s[8] | (uint32_t)s[9] << 8 | (uint32_t)s[10] << 16 | (uint32_t)s[11] << 24;
+    const uint32_t l4 = 0x0F0F0F0Fu, h2 = 0x03030303u;
+    out[0] = (w0 & l4) | ((w2 & h2) << 4);
+    out[1] = (w1 & l4) | (((w2 >> 2) & h2) << 4);
+    out[2] = ((w0 >> 4) & l4) | (((w2 >> 4) & h2) << 4);
+    out[3] = ((w1 >> 4) & l4) | (((w2 >> 6) & h2) << 4);
+}
+
 /* Q4_K / Q5_K: the 8 six-bit scales and mins packed in 12 bytes (sc[j], m[j], j < 8). */
 static inline void nx_mm_k4_scales(const uint8_t *s, uint8_t *sc, uint8_t *m) {
     for (int j = 0; j < 4; j++) {
