@@ -10,7 +10,8 @@
 #   imatrix: GGUF and legacy .dat from a calibration text that is not the held-out one
 #   (tests/data/quant/calib.py.txt, Python's shlex.py), MTP layer entries only with the warmup;
 #   quantize: Q4_K_M with either imatrix file has a lower KL divergence against the F32 model on
-#   the held-out text than without; refusals (requantize, unknown type, too short a text).
+#   the held-out text than without; Q3_K_M and Q2_K files load and run (perplexity, run); refusals
+#   (requantize, unknown type, too short a text).
 set -u
 NEXTN=${NEXTN:-build/nextn}
 work="$(mktemp -d "${TMPDIR:-/tmp}/nx_quantize_cli.XXXXXX")"
@@ -93,6 +94,20 @@ check "imatrix recorded in the metadata" "grep -q 'quantize.imatrix.file' '$work
 check "--tensor-type overrides the MTP layer" "[ \$(grep -c 'q8_0 .* blk\.4\.' '$work/mtp8.info') -eq 8 ] && grep -q 'q6_K .* blk\.2\.ffn_down' '$work/mtp8.info'" "$(grep 'blk.4' "$work/mtp8.info" | head -4)"
 "$NEXTN" quantize --tensor-type '(=q8_0' "$work/f32.gguf" "$work/bad.gguf" Q4_K_M 2 >/dev/null 2>"$work/re.err"
 check "bad --tensor-type regex: error" "[ $? -eq 1 ] && grep -q 'bad regular expression' '$work/re.err' && [ ! -e '$work/bad.gguf' ]" "$(cat "$work/re.err")"
+
+# ---- Q3_K_M / Q2_K: written and run by nextn (the Q3_K / Q2_K matmul kernels) ----
+for T in Q3_K_M Q2_K; do
+    case "$T" in Q3_K_M) t=q3_K ;; *) t=q2_K ;; esac
+    "$NEXTN" quantize --allow-requantize "$M" "$work/$T.gguf" "$T" 2 >"$work/$T.q" 2>&1
+    "$NEXTN" gguf-info "$work/$T.gguf" --tensors >"$work/$T.info" 2>&1
+    check "$T written with $t tensors" "grep -q ' $t ' '$work/$T.info'" "$(tail -2 "$work/$T.q")"
+    "$NEXTN" perplexity -m "$work/$T.gguf" -f "$H" -c 256 --chunks 2 -t 2 >"$work/$T.ppl" 2>&1
+    p=$(sed -n 's/^Final estimate: PPL = \([0-9.]*\) .*/\1/p' "$work/$T.ppl")
+    # first 2 chunks: 27.26 (Q3_K_M) / 28.65 (Q2_K) against the Q8_0 file's 26.25; a wrong kernel gives hundreds
+    check "$T perplexity runs: PPL $p < 33 (Q8_0: 26.25)" "awk -v p='${p:-1e9}' 'BEGIN { exit !(p > 1 && p < 33) }'" "$(tail -3 "$work/$T.ppl")"
+    "$NEXTN" run -m "$work/$T.gguf" -p 'def main():' -n 8 --temp 0 -t 2 >"$work/$T.run" 2>"$work/$T.rerr"
+    check "$T run generates" "[ $? -eq 0 ] && [ -s '$work/$T.run' ] && grep -q 'generated 8 tokens' '$work/$T.rerr'" "$(tail -2 "$work/$T.rerr")"
+done
 
 # ---- MoE: per-expert entries, used per expert ---------------------------------
 "$NEXTN" gen-model --arch qwen35moe --out "$work/moe.gguf" --seed 5 \

@@ -27,6 +27,7 @@
 static const nx_type k_types[] = {
     NX_TYPE_F32, NX_TYPE_F16, NX_TYPE_BF16, NX_TYPE_Q8_0, NX_TYPE_Q4_0, NX_TYPE_Q4_1, NX_TYPE_Q5_0,
     NX_TYPE_Q5_1, NX_TYPE_Q4_K, NX_TYPE_Q5_K, NX_TYPE_Q6_K, NX_TYPE_IQ4_NL, NX_TYPE_IQ4_XS,
+    NX_TYPE_Q2_K, NX_TYPE_Q3_K,
 };
 #define N_TYPES (int)(sizeof k_types / sizeof k_types[0])
 
@@ -57,6 +58,8 @@ static uint8_t *make_weights(nx_type t, int64_t n_in, int64_t n_out, size_t *row
             case NX_TYPE_Q4_1: case NX_TYPE_Q5_1: case NX_TYPE_Q4_K: case NX_TYPE_Q5_K:
                 put_half(blk, 0.01f + 0.02f * (frnd() + 1)); put_half(blk + 2, 0.02f * (frnd() + 1)); break;
             case NX_TYPE_Q6_K: put_half(blk + 208, 0.01f * frnd()); break;
+            case NX_TYPE_Q2_K: put_half(blk + 80, 0.01f + 0.02f * (frnd() + 1)); put_half(blk + 82, 0.02f * (frnd() + 1)); break;
+            case NX_TYPE_Q3_K: put_half(blk + 108, 0.01f * frnd()); break;
             default: put_half(blk, 0.05f * frnd()); break;   /* d at offset 0 */
             }
         }
@@ -70,7 +73,8 @@ static void quantize_x(nx_type t, const float *x, int64_t n, float *xq, float *e
     int B = 0;
     switch (t) {
     case NX_TYPE_F32: case NX_TYPE_F16: case NX_TYPE_BF16: B = 0; break;
-    case NX_TYPE_Q4_K: case NX_TYPE_Q5_K: case NX_TYPE_Q6_K: case NX_TYPE_IQ4_XS: B = 256; break;
+    case NX_TYPE_Q4_K: case NX_TYPE_Q5_K: case NX_TYPE_Q6_K: case NX_TYPE_IQ4_XS:
+    case NX_TYPE_Q2_K: case NX_TYPE_Q3_K: B = 256; break;
     default: B = 32; break;
     }
     if (!B) { memcpy(xq, x, (size_t)n * sizeof *x); for (int64_t i = 0; i < n; i++) err_bound_d[i] = 0; return; }
@@ -378,10 +382,11 @@ static void test_errors(void) {
     uint8_t buf[4096] = {0};
     nx_tensor w;
     int64_t ne[2] = {256, 2};
-    CHECK(nx_tensor_init(&w, "bad", NX_TYPE_Q2_K, 2, ne, buf));
+    CHECK(nx_tensor_init(&w, "bad", NX_TYPE_IQ2_XXS, 2, ne, buf));
     CHECK(nx_matmul(NULL, NULL, &w, x, 1, 256, y, 2, &err) == NX_ERR_UNSUPPORTED);
-    CHECK(strstr(err.msg, "q2_K") != NULL);
-    CHECK(!nx_matmul_supports(NX_TYPE_Q2_K) && nx_matmul_supports(NX_TYPE_Q4_K));
+    CHECK(strstr(err.msg, "iq2_xxs") != NULL);
+    CHECK(!nx_matmul_supports(NX_TYPE_IQ2_XXS) && nx_matmul_supports(NX_TYPE_Q4_K));
+    CHECK(nx_matmul_supports(NX_TYPE_Q2_K) && nx_matmul_supports(NX_TYPE_Q3_K));
     CHECK(nx_tensor_init(&w, "w", NX_TYPE_Q8_0, 2, ne, buf));
     CHECK(nx_matmul(NULL, NULL, &w, x, 1, 100, y, 2, &err) == NX_ERR_INVALID_ARG);   /* ldx < n_in */
     CHECK(nx_matmul(NULL, NULL, &w, x, 1, 256, y, 1, &err) == NX_ERR_INVALID_ARG);   /* ldy < n_out */
@@ -420,6 +425,9 @@ static void test_extremes(void) {
                 if (t == NX_TYPE_Q6_K) {   /* ql, qh, int8 scales, then d */
                     memset(blk, fills[o % 4], 192);
                     memset(blk + 192, o < 4 ? 0x80 : 0x7F, 16);
+                } else if (t == NX_TYPE_Q2_K || t == NX_TYPE_Q3_K) {   /* scales and codes first, then d (, dmin) */
+                    memset(blk, fills[o % 4], t == NX_TYPE_Q2_K ? 80 : 108);
+                    if (o >= 4) memset(blk, 0xFF, t == NX_TYPE_Q2_K ? 16 : 0);   /* Q2_K: scales / mins 15 */
                 } else {
                     const size_t skip = t == NX_TYPE_Q4_1 || t == NX_TYPE_Q5_1 || t == NX_TYPE_Q4_K || t == NX_TYPE_Q5_K ? 4 : 2;
                     memset(blk + skip, fills[o % 4], tt->type_size - skip);
@@ -477,6 +485,7 @@ static void test_neon_exact(void) {
             for (int64_t b = 0; b < nb; b++) {
                 uint8_t *blk = m.wbytes + m.rb * (size_t)o + (size_t)b * tt->type_size;
                 if (t == NX_TYPE_Q6_K) { memset(blk, fills[o], 192); memset(blk + 192, o % 2 ? 0x80 : 0x7F, 16); }
+                else if (t == NX_TYPE_Q2_K || t == NX_TYPE_Q3_K) memset(blk, fills[o], t == NX_TYPE_Q2_K ? 80 : 108);
                 else {
                     const size_t skip = t == NX_TYPE_Q4_1 || t == NX_TYPE_Q5_1 || t == NX_TYPE_Q4_K || t == NX_TYPE_Q5_K ? 4 : 2;
                     memset(blk + skip, fills[o], tt->type_size - skip);

@@ -24,7 +24,8 @@ static bool mm_type(nx_type type, act_kind *kind) {
     case NX_TYPE_F32: case NX_TYPE_F16: case NX_TYPE_BF16: k = ACT_FLOAT; break;
     case NX_TYPE_Q4_0: case NX_TYPE_Q4_1: case NX_TYPE_Q5_0: case NX_TYPE_Q5_1:
     case NX_TYPE_Q8_0: case NX_TYPE_IQ4_NL: k = ACT_B32; break;
-    case NX_TYPE_Q4_K: case NX_TYPE_Q5_K: case NX_TYPE_Q6_K: case NX_TYPE_IQ4_XS: k = ACT_B256; break;
+    case NX_TYPE_Q4_K: case NX_TYPE_Q5_K: case NX_TYPE_Q6_K: case NX_TYPE_IQ4_XS:
+    case NX_TYPE_Q2_K: case NX_TYPE_Q3_K: k = ACT_B256; break;
     default: return false;
     }
     if (kind) *kind = k;

@@ -4,8 +4,8 @@
  * Contract:
  *   y[r*ldy + (o - o0)] = sum_i W[o][i] * x[r*ldx + i]   for r < n_rows, o0 <= o < o1,
  *   where W is a 2-D tensor view (ne[0] = n_in values per row, ne[1] = n_out rows, row
- *   stride nb[1]) of type F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K,
- *   IQ4_NL or IQ4_XS.
+ *   stride nb[1]) of type F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K,
+ *   Q5_K, Q6_K, IQ4_NL or IQ4_XS.
  *
  * How: the activation rows are quantized once per call to the weight type's "vec dot" format
  * (8-bit, per 32 values for the 32-blocks, per 256 values for K-quants and IQ4_XS; float

@@ -5,7 +5,7 @@
  * with each activation row of the group: maddubs (u8 x s8 -> s16 pairs) and madd (-> 8 int32
  * lanes). Activations arrive as signed codes (nx_mm_act_bias_avx2; Q6_K: the unsigned byte).
  * Signed weights use the sign trick (|w| x sign(a, w)), which cannot saturate because
- * |a| <= 127; unsigned codes (Q4_1, Q5_1, Q4_K, Q5_K) multiply directly. The 32-value types
+ * |a| <= 127; unsigned codes (Q4_1, Q5_1, Q4_K, Q5_K, Q2_K; Q3_K's offset by 4) multiply directly. The 32-value types
  * convert and scale per block; the 256-value types sum each super-block's integer dot
  * product exactly (madd by the integer sub-block scales) and convert once.
  *
@@ -267,14 +267,25 @@ AI size_t bsize256(const int T) {
     case NX_TYPE_Q4_K: return sizeof(nx_block_q4_K);
     case NX_TYPE_Q5_K: return sizeof(nx_block_q5_K);
     case NX_TYPE_Q6_K: return sizeof(nx_block_q6_K);
+    case NX_TYPE_Q2_K: return sizeof(nx_block_q2_K);
+    case NX_TYPE_Q3_K: return sizeof(nx_block_q3_K);
     default: return sizeof(nx_block_iq4_xs);
     }
 }
 
+/* SC[z] from 16 int16 group scales s16 (lane g = group g): lanes 0-7 group 2z, 8-15 group 2z + 1. */
+AI void sc_pairs(__m256i s16, __m256i *SC) {
+    const __m256i pick = _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1,
+                                          2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3);
+#pragma GCC unroll 8
+    for (int z = 0; z < 8; z++) SC[z] = _mm256_shuffle_epi8(_mm256_permutevar8x32_epi32(s16, _mm256_set1_epi32(z)), pick);
+}
+
 /* W[z] = values 32z..32z+31 as bytes; SC[z] their integer sub-block scales as 16 int16 lanes
  * (lane j covers values 2j, 2j+1: lanes 0-7 one group of 16, lanes 8-15 the next); *d the
- * super-block scale. Q4_K / Q5_K: unsigned codes, and the mins as int16 pairs M16 with dmin.
- * Q6_K and IQ4_XS: signed values. */
+ * super-block scale. Q4_K / Q5_K / Q2_K: unsigned codes, and the mins as int16 lanes M16 (lane g:
+ * group g's min) with dmin. Q3_K: the unsigned code u = q + 4 (0..7), and M16 lane g = sc_g for
+ * the correction 4 * sum_g sc_g * bs_g. Q6_K and IQ4_XS: signed values. */
 AI void dec256(const int T, const uint8_t *blk, __m256i *W, __m256i *SC, float *d, __m256i *M16, float *dmin) {
     const __m256i m4 = _mm256_set1_epi8(0x0F);
     if (T == NX_TYPE_Q4_K || T == NX_TYPE_Q5_K) {
@@ -302,6 +313,44 @@ AI void dec256(const int T, const uint8_t *blk, __m256i *W, __m256i *SC, float *
             for (int z = 0; z < 8; z++) {
                 const __m256i bit = _mm256_set1_epi8((char)(1 << z));   /* value 32z + i: bit z of qh[i] */
                 W[z] = _mm256_or_si256(W[z], _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(h, bit), bit), c16));
+            }
+        }
+    } else if (T == NX_TYPE_Q2_K || T == NX_TYPE_Q3_K) {
+        /* value 32z + i (z = 4h + s) is bits 2s, 2s+1 of qs[32h + i]; Q3_K's third bit is bit z
+         * of hmask[i] (set: code u - 4 >= 0) */
+        const uint8_t *qs;
+        if (T == NX_TYPE_Q2_K) {
+            const nx_block_q2_K *b = (const void *)blk;
+            *d = _cvtsh_ss(b->d);
+            *dmin = _cvtsh_ss(b->dmin);
+            const __m128i sb = _mm_loadu_si128((const __m128i *)b->scales), m4 = _mm_set1_epi8(0x0F);
+            *M16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sb, 4), m4));
+            sc_pairs(_mm256_cvtepu8_epi16(_mm_and_si128(sb, m4)), SC);
+            qs = b->qs;
+        } else {
+            const nx_block_q3_K *b = (const void *)blk;
+            *d = _cvtsh_ss(b->d);
+            uint32_t sw[4];
+            nx_mm_q3k_scales(b->scales, sw);
+            *M16 = _mm256_sub_epi16(_mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)sw)), _mm256_set1_epi16(32));
+            sc_pairs(*M16, SC);
+            qs = b->qs;
+        }
+        const __m256i m3 = _mm256_set1_epi8(3);
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            const __m256i v = ld256(qs + 32 * h);
+            W[4 * h + 0] = _mm256_and_si256(v, m3);
+            W[4 * h + 1] = _mm256_and_si256(_mm256_srli_epi16(v, 2), m3);
+            W[4 * h + 2] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m3);
+            W[4 * h + 3] = _mm256_and_si256(_mm256_srli_epi16(v, 6), m3);
+        }
+        if (T == NX_TYPE_Q3_K) {
+            const __m256i hm = ld256(((const nx_block_q3_K *)(const void *)blk)->hmask), c4 = _mm256_set1_epi8(4);
+#pragma GCC unroll 8
+            for (int z = 0; z < 8; z++) {
+                const __m256i bit = _mm256_set1_epi8((char)(1 << z));
+                W[z] = _mm256_or_si256(W[z], _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hm, bit), bit), c4));
             }
         }
     } else if (T == NX_TYPE_Q6_K) {
@@ -351,7 +400,8 @@ AI void dec256(const int T, const uint8_t *blk, __m256i *W, __m256i *SC, float *
 /* Per super-block and activation row the whole integer dot product sum_g sc_g * (w . c)_g is
  * summed exactly in 8 int32 lanes (madd by the sub-block scales instead of by 1), then
  * converted and scaled once: no float op per sub-block.
- *   Q4_K / Q5_K: maddubs(code 0..31, c) directly (activations stored signed).
+ *   Q4_K / Q5_K / Q2_K: maddubs(code 0..31, c) directly (activations stored signed).
+ *   Q3_K: maddubs(q + 4, c), minus 4 * sum_g sc_g * bs_g per activation row (exact, int32).
  *   Q6_K: maddubs(c + 128, w) with the stored unsigned byte (|w| <= 32: pairs <= 16320, no
  *         saturation), minus 128 * sum_g sc_g * sum w, once per weight super-block.
  *   IQ4_XS: |w| <= 127 needs the sign trick (|w| x sign(c, w)), with signed c.
@@ -359,7 +409,7 @@ AI void dec256(const int T, const uint8_t *blk, __m256i *W, __m256i *SC, float *
  * float result is d_a * (d * isum - dmin * msum), the scalar reference's formula. */
 AI void b256_kernel(const int T, const int NR, int64_t n, const uint8_t *w, size_t ws, int64_t nw,
                     const nx_mm_act *a, float *y, int64_t ldy) {
-    const int has_m = T == NX_TYPE_Q4_K || T == NX_TYPE_Q5_K;
+    const int has_m = T == NX_TYPE_Q4_K || T == NX_TYPE_Q5_K || T == NX_TYPE_Q2_K;
     const int64_t nsb = n / 256;
     const size_t bs = bsize256(T);
     const __m256i ones8 = _mm256_set1_epi8(1);
@@ -386,7 +436,7 @@ AI void b256_kernel(const int T, const int NR, int64_t n, const uint8_t *w, size
                 for (int r = 0; r < NR; r++) {
                     const __m256i x = ld256(a->q + r * a->q_stride + 256 * sb + 32 * z);
                     __m256i p;
-                    if (has_m) p = _mm256_maddubs_epi16(W[z], x);
+                    if (has_m || T == NX_TYPE_Q3_K) p = _mm256_maddubs_epi16(W[z], x);
                     else if (T == NX_TYPE_Q6_K) p = _mm256_maddubs_epi16(x, W[z]);
                     else p = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(x, W[z]));
                     isum[r] = _mm256_add_epi32(isum[r], _mm256_madd_epi16(p, SC[z]));
@@ -397,6 +447,8 @@ AI void b256_kernel(const int T, const int NR, int64_t n, const uint8_t *w, size
 #pragma GCC unroll 16
             for (int r = 0; r < NR; r++) {
                 if (T == NX_TYPE_Q6_K) isum[r] = _mm256_sub_epi32(isum[r], corr);
+                if (T == NX_TYPE_Q3_K)
+                    isum[r] = _mm256_sub_epi32(isum[r], _mm256_slli_epi32(_mm256_madd_epi16(ld256(a->bs + r * a->bs_stride + 16 * sb), M16), 2));
                 __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(isum[r]), D);
                 if (has_m) {
                     const __m256i ms = _mm256_madd_epi16(ld256(a->bs + r * a->bs_stride + 16 * sb), M16);
@@ -414,10 +466,14 @@ AI void b256_kernel(const int T, const int NR, int64_t n, const uint8_t *w, size
 #define B256_Q5_K(nr) b256_kernel(NX_TYPE_Q5_K, nr, n, wo, ws, 1, &sub, yo, ldy)
 #define B256_Q6_K(nr) b256_kernel(NX_TYPE_Q6_K, nr, n, wo, ws, 1, &sub, yo, ldy)
 #define B256_IQ4_XS(nr) b256_kernel(NX_TYPE_IQ4_XS, nr, n, wo, ws, 1, &sub, yo, ldy)
+#define B256_Q2_K(nr) b256_kernel(NX_TYPE_Q2_K, nr, n, wo, ws, 1, &sub, yo, ldy)
+#define B256_Q3_K(nr) b256_kernel(NX_TYPE_Q3_K, nr, n, wo, ws, 1, &sub, yo, ldy)
 KERNEL_FN(k_q4_K, 8, B256_Q4_K)
 KERNEL_FN(k_q5_K, 8, B256_Q5_K)
 KERNEL_FN(k_q6_K, 8, B256_Q6_K)
 KERNEL_FN(k_iq4_xs, 8, B256_IQ4_XS)
+KERNEL_FN(k_q2_K, 8, B256_Q2_K)
+KERNEL_FN(k_q3_K, 8, B256_Q3_K)
 
 /* ===== Activation quantization (bit-identical to the scalar reference in matmul.c) ===== */
 
@@ -494,6 +550,8 @@ nx_mm_kernel nx_mm_kernel_avx2(nx_type type) {
     case NX_TYPE_Q5_K: return k_q5_K;
     case NX_TYPE_Q6_K: return k_q6_K;
     case NX_TYPE_IQ4_XS: return k_iq4_xs;
+    case NX_TYPE_Q2_K: return k_q2_K;
+    case NX_TYPE_Q3_K: return k_q3_K;
     default: return NULL;
     }
 }

@@ -525,6 +525,8 @@ AI size_t bsize256(const int T) {
     case NX_TYPE_Q4_K: return sizeof(nx_block_q4_K);
     case NX_TYPE_Q5_K: return sizeof(nx_block_q5_K);
     case NX_TYPE_Q6_K: return sizeof(nx_block_q6_K);
+    case NX_TYPE_Q2_K: return sizeof(nx_block_q2_K);
+    case NX_TYPE_Q3_K: return sizeof(nx_block_q3_K);
     default: return sizeof(nx_block_iq4_xs);
     }
 }
@@ -555,8 +557,9 @@ AI void nibbles_k4(const uint8_t *qs, __m512i *W) {
     }
 }
 
-/* Decode one super-block: W[4] signed bytes, SC[4] per-lane float scales (d folded in),
- * and for Q4_K / Q5_K the mins as int16 pairs M16 (zmm, lanes 0..15) and dmin. */
+/* Decode one super-block: W[4] signed bytes (Q4_K / Q5_K / Q2_K: unsigned codes), SC[4]
+ * per-lane float scales (d folded in), and for Q4_K / Q5_K / Q2_K the mins as int16 lanes
+ * M16 (zmm, lanes 0..15: the min of each group of 16 values) and dmin. */
 AI void dec256(const int T, const uint8_t *blk, __m512i *W, __m512 *SC, __m512i *M16, float *dmin) {
     if (T == NX_TYPE_Q4_K || T == NX_TYPE_Q5_K) {
         const nx_block_q4_K *b4 = (const void *)blk;
@@ -587,6 +590,50 @@ AI void dec256(const int T, const uint8_t *blk, __m512i *W, __m512 *SC, __m512i 
                 const __m512i sel = _mm512_mask_blend_epi8(0xFFFFFFFF00000000ull, _mm512_set1_epi8((char)(1 << (2 * c))),
                                                            _mm512_set1_epi8((char)(2 << (2 * c))));
                 W[c] = _mm512_mask_add_epi8(W[c], _mm512_test_epi8_mask(hz, sel), W[c], c16);
+            }
+        }
+    } else if (T == NX_TYPE_Q2_K || T == NX_TYPE_Q3_K) {
+        /* value 128h + 32s + i is bits 2s, 2s+1 of qs[32h + i], so vector z (h = z/2) takes
+         * shift 4(z%2) in its low half and 4(z%2) + 2 in its high half; Q3_K's third bit of
+         * value 32k + i is bit k of hmask[i] (clear: code - 4). */
+        const uint8_t *qs;
+        float d;
+        __m512 g;
+        if (T == NX_TYPE_Q2_K) {
+            const nx_block_q2_K *b = (const void *)blk;
+            d = _cvtsh_ss(b->d);
+            *dmin = _cvtsh_ss(b->dmin);
+            const __m128i sb = _mm_loadu_si128((const __m128i *)b->scales), m4 = _mm_set1_epi8(0x0F);
+            *M16 = _mm512_zextsi256_si512(_mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sb, 4), m4)));
+            g = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_and_si128(sb, m4)));
+            qs = b->qs;
+        } else {
+            const nx_block_q3_K *b = (const void *)blk;
+            d = _cvtsh_ss(b->d);
+            uint32_t sw[4];
+            nx_mm_q3k_scales(b->scales, sw);
+            g = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)sw)), _mm512_set1_epi32(32)));
+            qs = b->qs;
+        }
+        g = _mm512_mul_ps(g, _mm512_set1_ps(d));
+#pragma GCC unroll 4
+        for (int z = 0; z < 4; z++) SC[z] = lanes16(g, z);
+        const __m512i m3 = _mm512_set1_epi8(3);
+#pragma GCC unroll 4
+        for (int z = 0; z < 4; z++) {
+            const __m256i v = _mm256_loadu_si256((const __m256i *)(qs + 32 * (z / 2)));
+            const __m512i vz = _mm512_inserti64x4(_mm512_castsi256_si512(v), v, 1);
+            const __m512i cnt = _mm512_inserti64x4(_mm512_set1_epi16((short)(4 * (z % 2))), _mm256_set1_epi16((short)(4 * (z % 2) + 2)), 1);
+            W[z] = _mm512_and_si512(_mm512_srlv_epi16(vz, cnt), m3);
+        }
+        if (T == NX_TYPE_Q3_K) {
+            const __m256i h = _mm256_loadu_si256((const __m256i *)((const nx_block_q3_K *)(const void *)blk)->hmask);
+            const __m512i hz = _mm512_inserti64x4(_mm512_castsi256_si512(h), h, 1), c4 = _mm512_set1_epi8(4);
+#pragma GCC unroll 4
+            for (int z = 0; z < 4; z++) {
+                const __m512i sel = _mm512_mask_blend_epi8(0xFFFFFFFF00000000ull, _mm512_set1_epi8((char)(1 << (2 * z))),
+                                                           _mm512_set1_epi8((char)(2 << (2 * z))));
+                W[z] = _mm512_mask_sub_epi8(W[z], _mm512_testn_epi8_mask(hz, sel), W[z], c4);
             }
         }
     } else if (T == NX_TYPE_Q6_K) {
@@ -644,12 +691,12 @@ typedef struct b256_dec {
 } b256_dec;
 
 AI void b256_decode(const int T, const uint8_t *blk, b256_dec *D) {
-    const int has_m = T == NX_TYPE_Q4_K || T == NX_TYPE_Q5_K;
+    const int has_m = T == NX_TYPE_Q4_K || T == NX_TYPE_Q5_K || T == NX_TYPE_Q2_K;
     const __m512i c128 = _mm512_set1_epi8((char)0x80), zero = _mm512_setzero_si512();
     float dmin = 0.0f;
     D->M16 = zero;
     dec256(T, blk, D->W, D->SC, &D->M16, &dmin);
-    /* Q4_K / Q5_K: unsigned weight codes times signed activations, no correction */
+    /* Q4_K / Q5_K / Q2_K: unsigned weight codes times signed activations, no correction */
     if (!has_m) {
 #pragma GCC unroll 4
         for (int z = 0; z < 4; z++) D->corr[z] = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, c128, D->W[z]));
@@ -659,7 +706,7 @@ AI void b256_decode(const int T, const uint8_t *blk, b256_dec *D) {
 
 /* acc += one super-block of one activation row (q: its 256 bytes, bs: its group sums, d: its scale). */
 AI __m512 b256_dot(const int T, const b256_dec *D, const uint8_t *q, const int16_t *bs, float d, __m512 acc) {
-    const int has_m = T == NX_TYPE_Q4_K || T == NX_TYPE_Q5_K;
+    const int has_m = T == NX_TYPE_Q4_K || T == NX_TYPE_Q5_K || T == NX_TYPE_Q2_K;
     const __m512i zero = _mm512_setzero_si512();
     __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps((has_m ? _mm512_dpbusd_epi32(zero, D->W[0], _mm512_loadu_si512(q)) : _mm512_dpbusd_epi32(D->corr[0], _mm512_loadu_si512(q), D->W[0]))), D->SC[0]);
     f = _mm512_fmadd_ps(_mm512_cvtepi32_ps((has_m ? _mm512_dpbusd_epi32(zero, D->W[1], _mm512_loadu_si512(q + 64)) : _mm512_dpbusd_epi32(D->corr[1], _mm512_loadu_si512(q + 64), D->W[1]))), D->SC[1], f);
@@ -852,6 +899,10 @@ void nx_mm_q4k_perm_avx512(const uint8_t *src, uint8_t *dst, int64_t n) {
 KERNEL_FN_P(k_q5_K, B256_CALL_NX_TYPE_Q5_K, if (na == 1) { b256_pair1(NX_TYPE_Q5_K, n, w, ws, nw, a, y); return; })
 KERNEL_FN_P(k_q6_K, B256_CALL_NX_TYPE_Q6_K, if (na == 1) { b256_pair1(NX_TYPE_Q6_K, n, w, ws, nw, a, y); return; })
 KERNEL_FN_P(k_iq4_xs, B256_CALL_NX_TYPE_IQ4_XS, if (na == 1) { b256_pair1(NX_TYPE_IQ4_XS, n, w, ws, nw, a, y); return; })
+#define B256_CALL_NX_TYPE_Q2_K(nr) b256_kernel(NX_TYPE_Q2_K, nr, n, wo, ws, 1, &sub, yo, ldy)
+#define B256_CALL_NX_TYPE_Q3_K(nr) b256_kernel(NX_TYPE_Q3_K, nr, n, wo, ws, 1, &sub, yo, ldy)
+KERNEL_FN_P(k_q2_K, B256_CALL_NX_TYPE_Q2_K, if (na == 1) { b256_pair1(NX_TYPE_Q2_K, n, w, ws, nw, a, y); return; })
+KERNEL_FN_P(k_q3_K, B256_CALL_NX_TYPE_Q3_K, if (na == 1) { b256_pair1(NX_TYPE_Q3_K, n, w, ws, nw, a, y); return; })
 
 /* ===== Activation quantization (bit-identical to the scalar reference in matmul.c) ===== */
 
@@ -919,6 +970,8 @@ nx_mm_kernel nx_mm_kernel_avx512(nx_type type) {
     case NX_TYPE_Q5_K: return k_q5_K;
     case NX_TYPE_Q6_K: return k_q6_K;
     case NX_TYPE_IQ4_XS: return k_iq4_xs;
+    case NX_TYPE_Q2_K: return k_q2_K;
+    case NX_TYPE_Q3_K: return k_q3_K;
     default: return NULL;
     }
 }

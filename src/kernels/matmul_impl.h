@@ -7,7 +7,7 @@
  *   q[r*q_stride + i]   = bias + rint(x_i / d_b)  (a byte; the code c = rint(..) is in
  *                         [-127, 127]; bias = nx_mm_act_bias(type): 128 stores c + 128 as
  *                         unsigned, for dot products with signed weight bytes; 0 stores c as
- *                         int8, for types whose weight codes are unsigned: Q4_K, Q5_K; the
+ *                         int8, for types whose weight codes are unsigned: Q4_K, Q5_K, Q2_K; the
  *                         AVX2 kernels' choice differs, see nx_mm_act_bias_avx2)
  *   d[r*d_stride + b]   = d_b = amax_b / 127      (float, one per block of B values)
  *   s[r*s_stride + b]   = d_b * sum_{i in b} (q_i - 128)        (B = 32 layouts only)
@@ -15,7 +15,7 @@
  *                         over 16 lanes, the shape the AVX-512 kernel multiplies with; a
  *                         missing odd last block gives 0)
  *   bs[r*bs_stride + g] = sum over the 16 values of group g of (q_i - 128)  (B = 256 only)
- * with B = 32 for Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/IQ4_NL and B = 256 for Q4_K/Q5_K/Q6_K/IQ4_XS.
+ * with B = 32 for Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/IQ4_NL and B = 256 for Q2_K/Q3_K/Q4_K/Q5_K/Q6_K/IQ4_XS.
  * The float weight types read x directly (x, ldx).
  *
  * A kernel computes, for weight rows o < n_w (row o at w + o*w_stride) and activation rows
@@ -173,7 +173,9 @@ void nx_mm_quantize_avx2(const float *x, int64_t n, int B, int bias, uint8_t *q,
 void nx_mm_quantize_neon(const float *x, int64_t n, int B, int bias, uint8_t *q, float *d, float *s, int16_t *bs);
 
 /* The bias of the scalar and AVX-512 kernels. */
-static inline int nx_mm_act_bias(nx_type t) { return t == NX_TYPE_Q4_K || t == NX_TYPE_Q5_K ? 0 : 128; }
+static inline int nx_mm_act_bias(nx_type t) {
+    return t == NX_TYPE_Q4_K || t == NX_TYPE_Q5_K || t == NX_TYPE_Q2_K ? 0 : 128;
+}
 /* The AVX2 kernels take signed codes (bias 0) for every type but Q6_K, whose kernel multiplies
  * the unsigned byte: AVX2 has no u8 x s8 dot, and maddubs with the signed code saves a flip
  * per (block, activation row) pair. The dispatcher quantizes with the bias of the level whose
@@ -191,6 +193,20 @@ uint64_t nx_mm_stream_read_neon(const void *p, size_t n);
 static const int8_t nx_mm_iq4_table[16] = {
     -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113,
 };
+
+/* Q3_K: the 16 six-bit scales (stored + 32, 0..63) packed in 12 bytes, as 16 bytes in 4 words
+ * (byte j = scale j): scale j's low nibble is the low (j < 8) or high nibble of byte j % 8, its
+ * top 2 bits are bits 2(j/4), 2(j/4)+1 of byte 8 + j % 4. Word-wide, for the SIMD decoders. */
+static inline void nx_mm_q3k_scales(const uint8_t *s, uint32_t out[4]) {
+    const uint32_t w0 = s[0] | (uint32_t)s[1] << 8 | (uint32_t)s[2] << 16 | (uint32_t)s[3] << 24;
+    const uint32_t w1 = s[4] | (uint32_t)s[5] << 8 | (uint32_t)s[6] << 16 | (uint32_t)s[7] << 24;
+    const uint32_t w2 = s[8] | (uint32_t)s[9] << 8 | (uint32_t)s[10] << 16 | (uint32_t)s[11] << 24;
+    const uint32_t l4 = 0x0F0F0F0Fu, h2 = 0x03030303u;
+    out[0] = (w0 & l4) | ((w2 & h2) << 4);
+    out[1] = (w1 & l4) | (((w2 >> 2) & h2) << 4);
+    out[2] = ((w0 >> 4) & l4) | (((w2 >> 4) & h2) << 4);
+    out[3] = ((w1 >> 4) & l4) | (((w2 >> 6) & h2) << 4);
+}
 
 /* Q4_K / Q5_K: the 8 six-bit scales and mins packed in 12 bytes (sc[j], m[j], j < 8). */
 static inline void nx_mm_k4_scales(const uint8_t *s, uint8_t *sc, uint8_t *m) {

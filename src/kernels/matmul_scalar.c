@@ -145,7 +145,7 @@ K32(k_iq4_nl, NX_TYPE_IQ4_NL)
 typedef struct {
     int8_t q[256];
     int sc[16];      /* integer scale per group of 16 values */
-    int m[8];        /* integer min per sub-block of 32 (Q4_K / Q5_K) */
+    int m[16];       /* integer min per group of 16 (Q2_K; Q4_K / Q5_K repeat theirs per pair) */
     float d, dmin;
 } dec256;
 
@@ -154,6 +154,8 @@ static size_t bsize256(nx_type t) {
     case NX_TYPE_Q4_K: return sizeof(nx_block_q4_K);
     case NX_TYPE_Q5_K: return sizeof(nx_block_q5_K);
     case NX_TYPE_Q6_K: return sizeof(nx_block_q6_K);
+    case NX_TYPE_Q2_K: return sizeof(nx_block_q2_K);
+    case NX_TYPE_Q3_K: return sizeof(nx_block_q3_K);
     default: return sizeof(nx_block_iq4_xs);
     }
 }
@@ -183,7 +185,7 @@ static void decode256(nx_type t, const uint8_t *blk, dec256 *o) {
         nx_mm_k4_scales(scales, sc, m);
         for (int j = 0; j < 8; j++) {
             o->sc[2 * j] = o->sc[2 * j + 1] = sc[j];
-            o->m[j] = m[j];
+            o->m[2 * j] = o->m[2 * j + 1] = m[j];
         }
         /* 64 values per 32 bytes: low nibbles first, then high nibbles; Q5_K's fifth bit
          * of value 64c + 32h + i is bit 2c + h of qh[i]. */
@@ -214,6 +216,40 @@ static void decode256(nx_type t, const uint8_t *blk, dec256 *o) {
                     o->q[128 * h + 32 * k + i] = (int8_t)(v - 32);
                 }
         }
+        break;
+    }
+    case NX_TYPE_Q2_K:
+    case NX_TYPE_Q3_K: {
+        /* 2-bit codes: value 128h + 32s + i is bits 2s, 2s+1 of qs[32h + i]; Q3_K's third bit
+         * is bit 4h + s of hmask[i], and a clear bit means code - 4. */
+        const uint8_t *qs, *hm = NULL;
+        if (t == NX_TYPE_Q2_K) {
+            const nx_block_q2_K *b = (const void *)blk;
+            o->d = nx_half_to_f32(b->d);
+            o->dmin = nx_half_to_f32(b->dmin);
+            for (int g = 0; g < 16; g++) {
+                o->sc[g] = b->scales[g] & 0xF;
+                o->m[g] = b->scales[g] >> 4;
+            }
+            qs = b->qs;
+        } else {
+            const nx_block_q3_K *b = (const void *)blk;
+            o->d = nx_half_to_f32(b->d);
+            for (int g = 0; g < 16; g++) {
+                int lo = g < 8 ? b->scales[g] & 0xF : b->scales[g - 8] >> 4;
+                int hi = (b->scales[8 + g % 4] >> (2 * (g / 4))) & 3;
+                o->sc[g] = (lo | (hi << 4)) - 32;
+            }
+            qs = b->qs;
+            hm = b->hmask;
+        }
+        for (int h = 0; h < 2; h++)
+            for (int sh = 0; sh < 4; sh++)
+                for (int i = 0; i < 32; i++) {
+                    int v = (qs[32 * h + i] >> (2 * sh)) & 3;
+                    if (hm && !((hm[i] >> (4 * h + sh)) & 1)) v -= 4;
+                    o->q[128 * h + 32 * sh + i] = (int8_t)v;
+                }
         break;
     }
     default: { /* IQ4_XS: sub-block j = 16 bytes of nibbles, scale 6 bits minus 32 */
@@ -255,7 +291,7 @@ static void kern_b256(nx_type t, int64_t n_in, const uint8_t *w, size_t w_stride
                         gs += k.q[i] * (bias ? (int)q[256 * b + i] - 128 : (int)(int8_t)q[256 * b + i]);
                     isum += k.sc[g] * gs;
                 }
-                for (int j = 0; j < 8; j++) msum += k.m[j] * (bs[16 * b + 2 * j] + bs[16 * b + 2 * j + 1]);
+                for (int g = 0; g < 16; g++) msum += k.m[g] * bs[16 * b + g];
                 sum += d[b] * (k.d * (float)isum - k.dmin * (float)msum);
             }
             y[r * ldy + o] = sum;
@@ -268,6 +304,8 @@ K256(k_q4_K, NX_TYPE_Q4_K)
 K256(k_q5_K, NX_TYPE_Q5_K)
 K256(k_q6_K, NX_TYPE_Q6_K)
 K256(k_iq4_xs, NX_TYPE_IQ4_XS)
+K256(k_q2_K, NX_TYPE_Q2_K)
+K256(k_q3_K, NX_TYPE_Q3_K)
 
 nx_mm_kernel nx_mm_kernel_scalar(nx_type type) {
     switch (type) {
@@ -284,6 +322,8 @@ nx_mm_kernel nx_mm_kernel_scalar(nx_type type) {
     case NX_TYPE_Q5_K: return k_q5_K;
     case NX_TYPE_Q6_K: return k_q6_K;
     case NX_TYPE_IQ4_XS: return k_iq4_xs;
+    case NX_TYPE_Q2_K: return k_q2_K;
+    case NX_TYPE_Q3_K: return k_q3_K;
     default: return NULL;
     }
 }
