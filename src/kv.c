@@ -18,7 +18,7 @@
 #include "quant/quant.h"
 
 /* A recurrent-state buffer: calloc'd (untouched pages stay unallocated), used from a 64-byte
- * boundary so the DeltaNet kernels' streaming stores apply to whole cache lines. */
+ * boundary so the kernels' state rows start on cache lines. */
 typedef struct rec_buf {
     void *mem;
     float *f;

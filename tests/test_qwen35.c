@@ -648,7 +648,7 @@ static void test_deferred_state(void) {
 }
 
 /* qw_dn_run_*: T chained tokens in one call == T calls of the level's head function, bit for
- * bit, out of place (snapshots: streaming stores) and in place, odd sizes included. */
+ * bit, out of place and in place, odd sizes included. */
 static void test_dn_run(void) {
     const int dims[3][2] = {{128, 128}, {64, 48}, {37, 21}};
     enum { T = 5 };

@@ -12,13 +12,10 @@
  * qw_dn_run_*: T tokens of one head in order, token t reading the state after token t-1
  * (token 0 reads S), storing it to Sd[t] unless Sd[t] is NULL and its output to o[t] unless
  * o[t] is NULL (tokens replayed onto a deferred state: no output wanted). Preconditions:
- * dk <= QW_DN_RUN_MAX_DK, T <= QW_DN_RUN_MAX_T. The SIMD
- * versions keep each state row in L1 across the T tokens and write snapshots (out of place)
- * with streaming stores: a snapshot is not read again before the weights have swept the
- * caches, so its read-for-ownership would be wasted DRAM traffic; a state updated in place
- * (a prompt chunk, a verify batch's last token on the live state) takes ordinary stores and
- * stays cached. The choice is made per token (it changes no value). Bit-identical to T calls of the
- * level's head function (the same per-row operations).
+ * dk <= QW_DN_RUN_MAX_DK, T <= QW_DN_RUN_MAX_T. The runs keep each state row in L1 across
+ * the T tokens (the forward stores at most the state before a verify batch, in place, so
+ * ordinary stores suffice). Bit-identical to T calls of the level's head function (the same
+ * per-row operations).
  * Must never: allocate or touch memory outside the dv x dk state and the vectors.
  */
 #ifndef NX_ARCH_QWEN35_DN_H

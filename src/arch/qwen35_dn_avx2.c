@@ -132,5 +132,4 @@ void qw_dn_head_avx2(const float *S, float *Sd, int dv, int dk, const float *k, 
 #define DN_RUN_NAME qw_dn_run_avx2
 #define DN_LANES 8
 #define DN_BYTES 32
-#define DN_STREAM(d, x) _mm256_stream_ps((d), _mm256_load_ps(x))
 #include "arch/qwen35_dn_run.h"

@@ -131,5 +131,4 @@ void qw_dn_head_avx512(const float *S, float *Sd, int dv, int dk, const float *k
 #define DN_RUN_NAME qw_dn_run_avx512
 #define DN_LANES 16
 #define DN_BYTES 64
-#define DN_STREAM(d, x) _mm512_stream_ps((d), _mm512_load_ps(x))
 #include "arch/qwen35_dn_run.h"

@@ -1,20 +1,15 @@
 /*
  * qwen35_dn_run.h — the body of a DeltaNet run (qwen35_dn.h) shared by the x86 tiers: included
  * once by each ISA file after it defines dn_row_o (one state row, one token), dn_rows4 (four
- * rows, one token, each with dn_row_o's arithmetic), DN_RUN_NAME, DN_LANES (floats per vector),
- * DN_BYTES (its alignment) and DN_STREAM(dst, src) (one streaming vector store). The run walks
- * the state rows four at a time, keeps them in L1 across the T tokens and stores per token as
- * qwen35_dn.h says; the ISA files differ only in those pieces.
+ * rows, one token, each with dn_row_o's arithmetic), DN_RUN_NAME, DN_LANES (floats per vector)
+ * and DN_BYTES (its alignment). The run walks the state rows four at a time, keeps them in L1
+ * across the T tokens and stores per token as qwen35_dn.h says; the ISA files differ only in
+ * those pieces.
  */
 void DN_RUN_NAME(const float *S, float *const *Sd, int T, int dv, int dk, const float *const *k, const float *const *q,
                  const float *const *v, const float *beta, const float *decay, float scale, float *const *o) {
     float lb[4][QW_DN_RUN_MAX_DK] __attribute__((aligned(DN_BYTES)));
     const size_t rb = (size_t)dk * sizeof(float);
-    /* per token: streaming stores for an out-of-place snapshot; ordinary ones for the state
-     * updated in place (a prompt chunk, or a verify batch's last token writing the live state),
-     * which the next token or forward reads while it is still cached */
-    unsigned char nt[QW_DN_RUN_MAX_T];
-    for (int t = 0; t < T; t++) nt[t] = Sd[t] && rb % DN_BYTES == 0 && ((uintptr_t)Sd[t] & (DN_BYTES - 1)) == 0 && Sd[t] != S;
     /* four state rows at a time (dn_rows4), a single-row tail; replayed tokens (o[t] NULL) skip
      * the output dot */
     const int step = dk % DN_LANES == 0 ? 4 : 1;
@@ -47,14 +42,7 @@ void DN_RUN_NAME(const float *S, float *const *Sd, int T, int dv, int dk, const 
                 dn_row_o(0, lb[0], lb[0], dk, k[t], q[t], v[t][i], beta[t], decay[t], scale);
             }
             if (!Sd[t]) continue;
-            for (int r = 0; r < nr; r++) {
-                float *di = Sd[t] + (size_t)(i + r) * dk;
-                if (nt[t])
-                    for (int c = 0; c < dk; c += DN_LANES) DN_STREAM(di + c, lb[r] + c);
-                else
-                    memcpy(di, lb[r], rb);
-            }
+            for (int r = 0; r < nr; r++) memcpy(Sd[t] + (size_t)(i + r) * dk, lb[r], rb);
         }
     }
-    _mm_sfence();   /* streaming stores are weakly ordered: visible before the next reader */
 }
