@@ -62,59 +62,71 @@ static inline __attribute__((always_inline)) __m256 red2(__m256 x0, __m256 x1) {
 static inline float lane0(__m256 x) { return _mm256_cvtss_f32(x); }
 static inline float lane4(__m256 x) { return _mm_cvtss_f32(_mm256_extractf128_ps(x, 1)); }
 
-/* Four state rows (L[r], dk % 8 == 0, in place) for one token, each with dn_row's arithmetic:
- * their serial chains interleave and share the reductions (as in the AVX-512 run). */
-static inline __attribute__((always_inline)) void dn_rows4(const int WANT_O, float (*L)[QW_DN_RUN_MAX_DK], int dk,
-                                                           const float *k, const float *q, const float *v, float beta,
-                                                           float decay, float scale, float *o, const float *pf) {
-    const __m256 vdec = _mm256_set1_ps(decay), lo = _mm256_set1_ps(-1e6f), hi = _mm256_set1_ps(1e6f);
+/* Four state rows (L[r], dk % 8 == 0, in place) through the T tokens, each row with dn_row's
+ * arithmetic, fused as in the AVX-512 run: token t's update pass accumulates token t+1's S.k
+ * (a0: the 8-chunks at c % 16 == 0, a1: the others, as dn_row). vn goes through memory
+ * (broadcast loads: the 16 registers hold the 12 accumulators and the chunk's operands). */
+static inline __attribute__((always_inline)) void dn_rows4_run(float (*L)[QW_DN_RUN_MAX_DK], int T, int dk, int i,
+                                                               const float *const *k, const float *const *q,
+                                                               const float *const *v, const float *beta,
+                                                               const float *decay, float scale, float *const *o,
+                                                               float *const *Sd, const float *pf) {
+    const size_t rb = (size_t)dk * sizeof(float);
     __m256 a0[4], a1[4];
 #pragma GCC unroll 4
     for (int r = 0; r < 4; r++) a0[r] = a1[r] = _mm256_setzero_ps();
-    int c = 0;
-    for (; c + 16 <= dk; c += 16) {
-        const __m256 k0 = _mm256_loadu_ps(k + c), k1 = _mm256_loadu_ps(k + c + 8);
+    for (int c = 0; c < dk; c += 8) {
+        const __m256 kc = _mm256_loadu_ps(k[0] + c);
 #pragma GCC unroll 4
         for (int r = 0; r < 4; r++) {
-            a0[r] = _mm256_fmadd_ps(_mm256_load_ps(L[r] + c), k0, a0[r]);
-            a1[r] = _mm256_fmadd_ps(_mm256_load_ps(L[r] + c + 8), k1, a1[r]);
+            if (c & 8) a1[r] = _mm256_fmadd_ps(_mm256_load_ps(L[r] + c), kc, a1[r]);
+            else a0[r] = _mm256_fmadd_ps(_mm256_load_ps(L[r] + c), kc, a0[r]);
         }
     }
-    if (c < dk) {
-        const __m256 k0 = _mm256_loadu_ps(k + c);
-#pragma GCC unroll 4
-        for (int r = 0; r < 4; r++) a0[r] = _mm256_fmadd_ps(_mm256_load_ps(L[r] + c), k0, a0[r]);
-    }
-    const __m256 R01 = red2(_mm256_add_ps(a0[0], a1[0]), _mm256_add_ps(a0[1], a1[1]));
-    const __m256 R23 = red2(_mm256_add_ps(a0[2], a1[2]), _mm256_add_ps(a0[3], a1[3]));
-    const float red[4] = {lane0(R01), lane4(R01), lane0(R23), lane4(R23)};
-    __m256 vvn[4], b[4];
-#pragma GCC unroll 4
-    for (int r = 0; r < 4; r++) {
-        vvn[r] = _mm256_set1_ps(beta * fmaf(-decay, red[r], v[r]));
-        b[r] = _mm256_setzero_ps();
-    }
-    for (c = 0; c < dk; c += 8) {
-        if (pf && c % 16 == 0) {   /* 4 rows to come, one line of each per 16 values */
-#pragma GCC unroll 4
-            for (int r = 0; r < 4; r++) _mm_prefetch((const char *)(pf + (size_t)r * dk + c), _MM_HINT_T0);
-        }
-        const __m256 kc = _mm256_loadu_ps(k + c);
-        const __m256 qc = WANT_O ? _mm256_loadu_ps(q + c) : kc;
+    for (int t = 0; t < T; t++) {
+        const int WANT_O = o[t] != NULL, NEXT = t + 1 < T;
+        const float dec = decay[t];
+        const __m256 R01 = red2(_mm256_add_ps(a0[0], a1[0]), _mm256_add_ps(a0[1], a1[1]));
+        const __m256 R23 = red2(_mm256_add_ps(a0[2], a1[2]), _mm256_add_ps(a0[3], a1[3]));
+        const float red[4] = {lane0(R01), lane4(R01), lane0(R23), lane4(R23)};
+        float vn[4];
+        __m256 b[4];
 #pragma GCC unroll 4
         for (int r = 0; r < 4; r++) {
-            __m256 y = _mm256_fmadd_ps(vdec, _mm256_load_ps(L[r] + c), _mm256_mul_ps(vvn[r], kc));
-            y = _mm256_min_ps(_mm256_max_ps(y, lo), hi);
-            _mm256_store_ps(L[r] + c, y);
-            if (WANT_O) b[r] = _mm256_fmadd_ps(y, qc, b[r]);
+            vn[r] = beta[t] * fmaf(-dec, red[r], v[t][i + r]);
+            b[r] = a0[r] = a1[r] = _mm256_setzero_ps();
         }
-    }
-    if (WANT_O) {
-        const __m256 B01 = red2(b[0], b[1]), B23 = red2(b[2], b[3]);
-        o[0] = lane0(B01) * scale;
-        o[1] = lane4(B01) * scale;
-        o[2] = lane0(B23) * scale;
-        o[3] = lane4(B23) * scale;
+        const float *kt = k[t], *qt = q[t], *kn = NEXT ? k[t + 1] : k[t];
+        const float *p = t ? NULL : pf;
+        const __m256 vdec = _mm256_set1_ps(dec), lo = _mm256_set1_ps(-1e6f), hi = _mm256_set1_ps(1e6f);
+        for (int c = 0; c < dk; c += 8) {
+            if (p && c % 16 == 0) {   /* 4 rows to come, one line of each per 16 values */
+#pragma GCC unroll 4
+                for (int r = 0; r < 4; r++) _mm_prefetch((const char *)(p + (size_t)r * dk + c), _MM_HINT_T0);
+            }
+            const __m256 kc = _mm256_loadu_ps(kt + c), qc = _mm256_loadu_ps(qt + c), nc = _mm256_loadu_ps(kn + c);
+#pragma GCC unroll 4
+            for (int r = 0; r < 4; r++) {
+                __m256 y = _mm256_fmadd_ps(vdec, _mm256_load_ps(L[r] + c), _mm256_mul_ps(_mm256_broadcast_ss(vn + r), kc));
+                y = _mm256_min_ps(_mm256_max_ps(y, lo), hi);
+                _mm256_store_ps(L[r] + c, y);
+                if (WANT_O) b[r] = _mm256_fmadd_ps(y, qc, b[r]);
+                if (NEXT) {
+                    if (c & 8) a1[r] = _mm256_fmadd_ps(y, nc, a1[r]);
+                    else a0[r] = _mm256_fmadd_ps(y, nc, a0[r]);
+                }
+            }
+        }
+        if (WANT_O) {
+            const __m256 B01 = red2(b[0], b[1]), B23 = red2(b[2], b[3]);
+            float *ot = o[t] + i;
+            ot[0] = lane0(B01) * scale;
+            ot[1] = lane4(B01) * scale;
+            ot[2] = lane0(B23) * scale;
+            ot[3] = lane4(B23) * scale;
+        }
+        if (Sd[t])
+            for (int r = 0; r < 4; r++) memcpy(Sd[t] + (size_t)(i + r) * dk, L[r], rb);
     }
 }
 

@@ -6,13 +6,18 @@
 #include <math.h>
 #include <string.h>
 
+/* The clamp |y| <= 1e6 in one op: VRANGEPS picks the smaller magnitude of y and 1e6 and keeps
+ * y's sign, i.e. min(max(y, -1e6), 1e6) for every non-NaN y (and NaN stays NaN, like the
+ * scalar reference); the 512-bit FP port is the recurrence's bottleneck. */
+static inline __attribute__((always_inline)) __m512 clamp6(__m512 y, __m512 hi) { return _mm512_range_ps(y, hi, 0x02); }
+
 /* One state row: si -> di (may be equal), returns o_i. */
 static inline __attribute__((always_inline)) float dn_row_o(const int WANT_O, const float *si, float *di, int dk,
                                                             const float *k, const float *q, float vi, float beta,
                                                             float decay, float scale) {
     const int nf = dk & ~15;
     const __mmask16 tm = (__mmask16)((1u << (dk & 15)) - 1u);
-    const __m512 vdec = _mm512_set1_ps(decay), lo = _mm512_set1_ps(-1e6f), hi = _mm512_set1_ps(1e6f);
+    const __m512 vdec = _mm512_set1_ps(decay), hi = _mm512_set1_ps(1e6f);
     __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
     int c = 0;
     for (; c + 32 <= nf; c += 32) {
@@ -26,13 +31,13 @@ static inline __attribute__((always_inline)) float dn_row_o(const int WANT_O, co
     __m512 b0 = _mm512_setzero_ps();
     for (c = 0; c < nf; c += 16) {
         __m512 y = _mm512_fmadd_ps(vdec, _mm512_loadu_ps(si + c), _mm512_mul_ps(vvn, _mm512_loadu_ps(k + c)));
-        y = _mm512_min_ps(_mm512_max_ps(y, lo), hi);
+        y = clamp6(y, hi);
         _mm512_storeu_ps(di + c, y);
         if (WANT_O) b0 = _mm512_fmadd_ps(y, _mm512_loadu_ps(q + c), b0);
     }
     if (tm) {
         __m512 y = _mm512_fmadd_ps(vdec, _mm512_maskz_loadu_ps(tm, si + c), _mm512_mul_ps(vvn, _mm512_maskz_loadu_ps(tm, k + c)));
-        y = _mm512_min_ps(_mm512_max_ps(y, lo), hi);
+        y = clamp6(y, hi);
         _mm512_mask_storeu_ps(di + c, tm, y);
         if (WANT_O) b0 = _mm512_fmadd_ps(y, _mm512_maskz_loadu_ps(tm, q + c), b0);
     }
@@ -57,63 +62,79 @@ static inline __attribute__((always_inline)) __m512 red4(__m512 x0, __m512 x1, _
     return _mm512_add_ps(g, _mm512_permute_ps(g, _MM_SHUFFLE(2, 3, 0, 1)));
 }
 
-/* Four state rows (L[r], dk % 16 == 0, in place) for one token, each with dn_row's arithmetic:
- * their serial chains (dot, reduce, update, dot, reduce) interleave and share the reductions. */
-static inline __attribute__((always_inline)) void dn_rows4(const int WANT_O, float (*L)[QW_DN_RUN_MAX_DK], int dk,
-                                                           const float *k, const float *q, const float *v, float beta,
-                                                           float decay, float scale, float *o, const float *pf) {
-    const __m512 vdec = _mm512_set1_ps(decay), lo = _mm512_set1_ps(-1e6f), hi = _mm512_set1_ps(1e6f);
-    __m512 a0[4], a1[4];
+/* acc[r] = the S_r . k accumulators of dn_row (a0: the 16-chunks at c % 32 == 0, a1: the others) */
+static inline __attribute__((always_inline)) void dot4(float (*L)[QW_DN_RUN_MAX_DK], int dk, const float *k,
+                                                       __m512 *a0, __m512 *a1) {
 #pragma GCC unroll 4
     for (int r = 0; r < 4; r++) a0[r] = a1[r] = _mm512_setzero_ps();
-    int c = 0;
-    for (; c + 32 <= dk; c += 32) {
-        const __m512 k0 = _mm512_loadu_ps(k + c), k1 = _mm512_loadu_ps(k + c + 16);
-#pragma GCC unroll 4
-        for (int r = 0; r < 4; r++) {
-            a0[r] = _mm512_fmadd_ps(_mm512_load_ps(L[r] + c), k0, a0[r]);
-            a1[r] = _mm512_fmadd_ps(_mm512_load_ps(L[r] + c + 16), k1, a1[r]);
-        }
-    }
-    if (c < dk) {
-        const __m512 k0 = _mm512_loadu_ps(k + c);
-#pragma GCC unroll 4
-        for (int r = 0; r < 4; r++) a0[r] = _mm512_fmadd_ps(_mm512_load_ps(L[r] + c), k0, a0[r]);
-    }
-    /* vn per row in lanes 0, 4, 8, 12 (vector math: a scalar read of a just-stored vector lane
-     * stalls store forwarding), then broadcast */
-    const __m512 R = red4(_mm512_add_ps(a0[0], a1[0]), _mm512_add_ps(a0[1], a1[1]), _mm512_add_ps(a0[2], a1[2]),
-                          _mm512_add_ps(a0[3], a1[3]));
-    /* v[r] into lanes 4r..4r+3 (expand loads and compress stores are slow on some cores) */
-    const __m512 V = _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3),
-                                           _mm512_castps128_ps512(_mm_loadu_ps(v)));
-    const __m512 VN = _mm512_mul_ps(_mm512_set1_ps(beta), _mm512_fnmadd_ps(vdec, R, V));
-    __m512 vvn[4], b[4];
-#pragma GCC unroll 4
-    for (int r = 0; r < 4; r++) {
-        vvn[r] = _mm512_permutexvar_ps(_mm512_set1_epi32(4 * r), VN);
-        b[r] = _mm512_setzero_ps();
-    }
-    for (c = 0; c < dk; c += 16) {
-        /* pf: 4 rows to come, one line of each per 16 values (a burst of 32 prefetches would
-         * stall on the fill buffers) */
-        if (pf) {
-#pragma GCC unroll 4
-            for (int r = 0; r < 4; r++) _mm_prefetch((const char *)(pf + (size_t)r * dk + c), _MM_HINT_T0);
-        }
+    for (int c = 0; c < dk; c += 16) {
         const __m512 kc = _mm512_loadu_ps(k + c);
-        const __m512 qc = WANT_O ? _mm512_loadu_ps(q + c) : kc;
 #pragma GCC unroll 4
         for (int r = 0; r < 4; r++) {
-            __m512 y = _mm512_fmadd_ps(vdec, _mm512_load_ps(L[r] + c), _mm512_mul_ps(vvn[r], kc));
-            y = _mm512_min_ps(_mm512_max_ps(y, lo), hi);
-            _mm512_store_ps(L[r] + c, y);
-            if (WANT_O) b[r] = _mm512_fmadd_ps(y, qc, b[r]);
+            if (c & 16) a1[r] = _mm512_fmadd_ps(_mm512_load_ps(L[r] + c), kc, a1[r]);
+            else a0[r] = _mm512_fmadd_ps(_mm512_load_ps(L[r] + c), kc, a0[r]);
         }
     }
-    if (WANT_O) {
-        const __m512 O = _mm512_mul_ps(red4(b[0], b[1], b[2], b[3]), _mm512_set1_ps(scale));
-        _mm_storeu_ps(o, _mm512_castps512_ps128(_mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), O)));
+}
+
+/* Four state rows (L[r], dk % 16 == 0, in place) through the T tokens, each row with dn_row's
+ * arithmetic. The update pass of token t also accumulates token t+1's S.k from the values it
+ * just produced (in dn_row's chunk order), so a row is read once per token and the serial chain
+ * (dot, reduce, update) of one token overlaps the next; the four rows share the reductions. */
+static inline __attribute__((always_inline)) void dn_rows4_run(float (*L)[QW_DN_RUN_MAX_DK], int T, int dk, int i,
+                                                               const float *const *k, const float *const *q,
+                                                               const float *const *v, const float *beta,
+                                                               const float *decay, float scale, float *const *o,
+                                                               float *const *Sd, const float *pf) {
+    const __m512 hi = _mm512_set1_ps(1e6f);
+    const size_t rb = (size_t)dk * sizeof(float);
+    __m512 a0[4], a1[4];
+    dot4(L, dk, k[0], a0, a1);
+    for (int t = 0; t < T; t++) {
+        const int WANT_O = o[t] != NULL, NEXT = t + 1 < T;
+        const __m512 vdec = _mm512_set1_ps(decay[t]);
+        /* vn per row in lanes 0, 4, 8, 12 (vector math: a scalar read of a just-stored vector lane
+         * stalls store forwarding), then broadcast */
+        const __m512 R = red4(_mm512_add_ps(a0[0], a1[0]), _mm512_add_ps(a0[1], a1[1]), _mm512_add_ps(a0[2], a1[2]),
+                              _mm512_add_ps(a0[3], a1[3]));
+        /* v[r] into lanes 4r..4r+3 (expand loads and compress stores are slow on some cores) */
+        const __m512 V = _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3),
+                                               _mm512_castps128_ps512(_mm_loadu_ps(v[t] + i)));
+        const __m512 VN = _mm512_mul_ps(_mm512_set1_ps(beta[t]), _mm512_fnmadd_ps(vdec, R, V));
+        __m512 vvn[4], b[4];
+#pragma GCC unroll 4
+        for (int r = 0; r < 4; r++) {
+            vvn[r] = _mm512_permutexvar_ps(_mm512_set1_epi32(4 * r), VN);
+            b[r] = a0[r] = a1[r] = _mm512_setzero_ps();
+        }
+        const float *kt = k[t], *qt = q[t], *kn = NEXT ? k[t + 1] : k[t];
+        const float *p = t ? NULL : pf;
+        for (int c = 0; c < dk; c += 16) {
+            /* pf: 4 rows to come, one line of each per 16 values (a burst of 32 prefetches would
+             * stall on the fill buffers) */
+            if (p) {
+#pragma GCC unroll 4
+                for (int r = 0; r < 4; r++) _mm_prefetch((const char *)(p + (size_t)r * dk + c), _MM_HINT_T0);
+            }
+            const __m512 kc = _mm512_loadu_ps(kt + c), qc = _mm512_loadu_ps(qt + c), nc = _mm512_loadu_ps(kn + c);
+#pragma GCC unroll 4
+            for (int r = 0; r < 4; r++) {
+                const __m512 y = clamp6(_mm512_fmadd_ps(vdec, _mm512_load_ps(L[r] + c), _mm512_mul_ps(vvn[r], kc)), hi);
+                _mm512_store_ps(L[r] + c, y);
+                if (WANT_O) b[r] = _mm512_fmadd_ps(y, qc, b[r]);
+                if (NEXT) {
+                    if (c & 16) a1[r] = _mm512_fmadd_ps(y, nc, a1[r]);
+                    else a0[r] = _mm512_fmadd_ps(y, nc, a0[r]);
+                }
+            }
+        }
+        if (WANT_O) {
+            const __m512 O = _mm512_mul_ps(red4(b[0], b[1], b[2], b[3]), _mm512_set1_ps(scale));
+            _mm_storeu_ps(o[t] + i, _mm512_castps512_ps128(_mm512_permutexvar_ps(
+                                        _mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), O)));
+        }
+        if (Sd[t])
+            for (int r = 0; r < 4; r++) memcpy(Sd[t] + (size_t)(i + r) * dk, L[r], rb);
     }
 }
 

@@ -32,17 +32,14 @@ void DN_RUN_NAME(const float *S, float *const *Sd, int T, int dv, int dk, const 
         if (nr == 1 && i + 4 < dv)
             for (size_t bo = 0; bo < rb; bo += 64) _mm_prefetch((const char *)(S + (size_t)(i + 4) * dk) + bo, _MM_HINT_T0);
         for (int r = 0; r < nr; r++) memcpy(lb[r], S + (size_t)(i + r) * dk, rb);
+        if (nr == 4) {
+            dn_rows4_run(lb, T, dk, i, k, q, v, beta, decay, scale, o, Sd, pf);
+            continue;
+        }
         for (int t = 0; t < T; t++) {
-            if (nr == 4) {
-                if (o[t]) dn_rows4(1, lb, dk, k[t], q[t], v[t] + i, beta[t], decay[t], scale, o[t] + i, t ? NULL : pf);
-                else dn_rows4(0, lb, dk, k[t], q[t], v[t] + i, beta[t], decay[t], scale, NULL, t ? NULL : pf);
-            } else if (o[t]) {
-                o[t][i] = dn_row_o(1, lb[0], lb[0], dk, k[t], q[t], v[t][i], beta[t], decay[t], scale);
-            } else {
-                dn_row_o(0, lb[0], lb[0], dk, k[t], q[t], v[t][i], beta[t], decay[t], scale);
-            }
-            if (!Sd[t]) continue;
-            for (int r = 0; r < nr; r++) memcpy(Sd[t] + (size_t)(i + r) * dk, lb[r], rb);
+            if (o[t]) o[t][i] = dn_row_o(1, lb[0], lb[0], dk, k[t], q[t], v[t][i], beta[t], decay[t], scale);
+            else dn_row_o(0, lb[0], lb[0], dk, k[t], q[t], v[t][i], beta[t], decay[t], scale);
+            if (Sd[t]) memcpy(Sd[t] + (size_t)i * dk, lb[0], rb);
         }
     }
 }
