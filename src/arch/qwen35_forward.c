@@ -34,7 +34,6 @@ struct qw_scratch {
     int n_rows, n_ctx, n_threads;
     float *x, *u;               /* [n][E] residual stream, normed input / block output */
     float *b1, *b2, *b3, *b4;   /* stage buffers shared by the blocks (sizes below) */
-    float *win;                 /* conv window [(d_conv-1) + 1][conv_dim] */
     float *rope;                /* [n_rot] cos/sin cache */
     float *thr;                 /* per thread: thr_stride floats (attention scores, row conversions) */
     size_t thr_stride;
@@ -71,14 +70,14 @@ nx_status qw_scratch_create(const qw_model *qm, int n, int n_ctx, int n_threads,
     s->b2 = malloc(sb2 * sizeof(float));
     s->b3 = malloc(N * sb3 * sizeof(float));
     s->b4 = malloc(N * sb4 * sizeof(float));
-    s->win = malloc(K * C * sizeof(float) + 64);
     s->rope = malloc(((size_t)hp->n_rot + 2) * sizeof(float));
-    s->thr_stride = (maxz(nx_attend_work_floats(hp->n_head, hp->n_head_kv, (int)D), 3 * maxz(D, (size_t)hp->dv)) + 15) &
-                    ~(size_t)15;
+    /* per thread: attention scores, a head's gate / norm rows, a conv block's taps + output */
+    s->thr_stride = (maxz(maxz(nx_attend_work_floats(hp->n_head, hp->n_head_kv, (int)D), 3 * maxz(D, (size_t)hp->dv)),
+                          K * maxz((size_t)hp->dk, (size_t)hp->dv)) + 15) & ~(size_t)15;
     s->thr = malloc((size_t)n_threads * s->thr_stride * sizeof(float));
     s->dn_toks_stride = (size_t)NX_SNAPSHOT_MAX + N;
     s->dn_toks = malloc((size_t)n_threads * s->dn_toks_stride * sizeof *s->dn_toks);
-    bool ok = s->x && s->u && s->b1 && s->b2 && s->b3 && s->b4 && s->win && s->rope && s->thr && s->dn_toks;
+    bool ok = s->x && s->u && s->b1 && s->b2 && s->b3 && s->b4 && s->rope && s->thr && s->dn_toks;
     if (hp->moe) {
         s->sel = malloc(N * kx * sizeof(int));
         s->selw = malloc(N * kx * sizeof(float));
@@ -106,7 +105,7 @@ nx_status qw_scratch_create(const qw_model *qm, int n, int n_ctx, int n_threads,
 void qw_scratch_free(qw_scratch *s) {
     if (!s) return;
     free(s->x); free(s->u); free(s->b1); free(s->b2); free(s->b3); free(s->b4);
-    free(s->win); free(s->rope); free(s->thr); free(s->dn_toks);
+    free(s->rope); free(s->thr); free(s->dn_toks);
     free(s->sel); free(s->selw); free(s->e_cnt); free(s->e_off); free(s->e_slot); free(s->gath);
     free(s->gu); free(s->hm); free(s->yo); free(s->ys); free(s->moe_out); free(s->gs);
     free(s);
@@ -279,41 +278,99 @@ static void dn_task(void *arg, int ith, int nth) {
     }
 }
 
-/* Causal depthwise conv of one sequence's rows (in place in m), updating / snapshotting the
- * conv state (the last d_conv-1 pre-activation inputs, oldest first, [tap][channel]). */
-static void dn_conv(const qw_model *qm, const qw_layer *L, nx_kv *kv, qw_scratch *s, const nx_ubatch *ub, int g,
-                    float *m) {
-    const qw_hparams *hp = &qm->hp;
-    const int K = hp->d_conv, C = hp->conv_dim, sq = ub->grp_seq[g], rl = L->rec_layer;
-    const int t0 = ub->grp_off[g], t1 = ub->grp_off[g + 1];
-    const size_t cs = (size_t)(K - 1) * C;
-    float *win = s->win, *y = s->win + cs;
-    const float *w = L->conv_t;
-    if (cs) memcpy(win, nx_kv_conv(kv, sq, rl, ub->rec_src[ub->order[t0]]), cs * sizeof(float));
-    for (int t = t0; t < t1; t++) {
-        const int r = ub->order[t];
-        float *mr = m + (size_t)r * C;
-        if (K > 1) {
-            for (int c = 0; c < C; c++) y[c] = win[c] * w[c];
-            for (int jj = 1; jj < K - 1; jj++)
-                for (int c = 0; c < C; c++) y[c] += win[(size_t)jj * C + c] * w[(size_t)jj * C + c];
-            for (int c = 0; c < C; c++) y[c] += mr[c] * w[(size_t)(K - 1) * C + c];
-            memmove(win, win + C, (size_t)(K - 2) * C * sizeof(float));
-            memcpy(win + (size_t)(K - 2) * C, mr, (size_t)C * sizeof(float));
-        } else {
-            for (int c = 0; c < C; c++) y[c] = mr[c] * w[c];
+/* ===== DeltaNet inputs: conv, SiLU, q/k L2 norms, replay log ===== */
+
+/* Channel blocks of the conv: one head's q, k or v channels. Channels are independent through
+ * the depthwise conv and SiLU, and the L2 norms act on whole q / k heads, so a block's rows can
+ * run on any thread in one go (each value computed by the same expressions in the same order as
+ * a whole-row pass: the split changes no bit). */
+static int dn_blocks(const qw_hparams *hp) { return 2 * hp->nk + hp->nv; }
+static void dn_block(const qw_hparams *hp, int b, int *c0, int *bw) {
+    if (b < 2 * hp->nk) { *c0 = b * hp->dk; *bw = hp->dk; }
+    else { *c0 = 2 * hp->key_dim + (b - 2 * hp->nk) * hp->dv; *bw = hp->dv; }
+}
+
+typedef struct conv_job {
+    const qw_model *qm;
+    const qw_layer *L;
+    nx_kv *kv;
+    qw_scratch *s;
+    const nx_ubatch *ub;
+    float *m;             /* [n][conv_dim]: projections in, conv + silu (+ q/k L2 norm) out */
+    const float *beta, *decay;
+} conv_job;
+
+/* Causal depthwise conv of one channel block [c0, c0 + bw) over every sequence's rows, in place
+ * in m, updating / snapshotting that block of the conv state (the last d_conv-1 pre-activation
+ * inputs, oldest first, [tap][channel]); then SiLU, the q/k head's L2 norm and, for a snapshot
+ * batch, the block's part of each row's replay log entry (kv.h "deferred SSM"). */
+static void dn_conv_block(const conv_job *j, int c0, int bw, bool qk, float *win) {
+    const qw_hparams *hp = &j->qm->hp;
+    const nx_ubatch *ub = j->ub;
+    const int K = hp->d_conv, C = hp->conv_dim, rl = j->L->rec_layer;
+    const size_t rb = (size_t)bw * sizeof(float);
+    float *y = win + (size_t)(K - 1) * bw;   /* win: [K-1][bw] taps, then y: [bw] */
+    const float *w = j->L->conv_t + c0;
+    const bool log = nx_kv_deferred(j->kv);
+    for (int g = 0; g < ub->n_groups; g++) {
+        const int sq = ub->grp_seq[g], t0 = ub->grp_off[g], t1 = ub->grp_off[g + 1];
+        const float *src = nx_kv_conv(j->kv, sq, rl, ub->rec_src[ub->order[t0]]) + c0;
+        for (int jj = 0; jj < K - 1; jj++) memcpy(win + (size_t)jj * bw, src + (size_t)jj * C, rb);
+        for (int t = t0; t < t1; t++) {
+            const int r = ub->order[t];
+            float *mr = j->m + (size_t)r * C + c0;
+            if (K > 1) {
+                for (int c = 0; c < bw; c++) y[c] = win[c] * w[c];
+                for (int jj = 1; jj < K - 1; jj++)
+                    for (int c = 0; c < bw; c++) y[c] += win[(size_t)jj * bw + c] * w[(size_t)jj * C + c];
+                for (int c = 0; c < bw; c++) y[c] += mr[c] * w[(size_t)(K - 1) * C + c];
+                memmove(win, win + bw, (size_t)(K - 2) * rb);
+                memcpy(win + (size_t)(K - 2) * bw, mr, rb);
+            } else {
+                for (int c = 0; c < bw; c++) y[c] = mr[c] * w[c];
+            }
+            const int dst = ub->rec_dst[r];
+            if (K > 1 && (dst >= 0 || t == t1 - 1)) {
+                float *d = nx_kv_conv(j->kv, sq, rl, dst) + c0;
+                for (int jj = 0; jj < K - 1; jj++) memcpy(d + (size_t)jj * C, win + (size_t)jj * bw, rb);
+            }
+            nx_silu(mr, y, bw);
+            if (qk) nx_l2norm(mr, mr, bw, hp->eps);
+            if (log && ub->rec_log[g])
+                memcpy(nx_kv_log_next(j->kv, sq, j->L->rec_layer, ub->rec_done[g] + t - t0) + c0, mr, rb);
         }
-        memcpy(mr, y, (size_t)C * sizeof(float));
-        const int dst = ub->rec_dst[r];
-        if (cs && (dst >= 0 || t == t1 - 1)) memcpy(nx_kv_conv(kv, sq, rl, dst), win, cs * sizeof(float));
     }
+}
+
+static void conv_task(void *arg, int ith, int nth) {
+    const conv_job *j = arg;
+    const qw_hparams *hp = &j->qm->hp;
+    const nx_ubatch *ub = j->ub;
+    const int C = hp->conv_dim, nv = hp->nv;
+    float *win = j->s->thr + (size_t)ith * j->s->thr_stride;
+    for (int b = ith; b < dn_blocks(hp); b += nth) {
+        int c0, bw;
+        dn_block(hp, b, &c0, &bw);
+        dn_conv_block(j, c0, bw, b < 2 * hp->nk, win);
+    }
+    /* the log entries' beta and decay (a few floats per row) */
+    if (ith == 0 && nx_kv_deferred(j->kv))
+        for (int g = 0; g < ub->n_groups; g++) {
+            if (!ub->rec_log[g]) continue;
+            for (int t = ub->grp_off[g]; t < ub->grp_off[g + 1]; t++) {
+                const int r = ub->order[t];
+                float *e = nx_kv_log_next(j->kv, ub->grp_seq[g], j->L->rec_layer, ub->rec_done[g] + t - ub->grp_off[g]);
+                memcpy(e + C, j->beta + (size_t)r * nv, (size_t)nv * sizeof(float));
+                memcpy(e + C + nv, j->decay + (size_t)r * nv, (size_t)nv * sizeof(float));
+            }
+        }
 }
 
 static nx_status qw_deltanet_block(nx_ctx *ctx, qw_scratch *s, const qw_layer *L, const nx_ubatch *ub, float *x,
                                    nx_error *err) {
     const qw_model *qm = qw_of(ctx->model);
     const qw_hparams *hp = &qm->hp;
-    const int n = ub->n, E = hp->n_embd, C = hp->conv_dim, VD = hp->value_dim, nv = hp->nv, nk = hp->nk, dk = hp->dk;
+    const int n = ub->n, E = hp->n_embd, C = hp->conv_dim, VD = hp->value_dim, nv = hp->nv;
     nx_status st;
     nx_rmsnorm_rows(s->u, x, L->attn_norm, E, n, hp->eps);
     float *m = s->b1, *z = s->b2, *beta = s->b3, *decay = s->b3 + (size_t)n * nv, *o = s->b4;
@@ -329,23 +386,8 @@ static nx_status qw_deltanet_block(nx_ctx *ctx, qw_scratch *s, const qw_layer *L
         for (int h = 0; h < nv; h++) a[h] = a[h] < 50.0f ? a[h] : 50.0f;   /* engine quirk: g <= 50 */
         nx_exp(a, a, nv);
     }
-    for (int g = 0; g < ub->n_groups; g++) dn_conv(qm, L, ctx->kv, s, ub, g, m);
-    for (int r = 0; r < n; r++) {
-        float *mr = m + (size_t)r * C;
-        nx_silu(mr, mr, C);
-        for (int h = 0; h < 2 * nk; h++) nx_l2norm(mr + (size_t)h * dk, mr + (size_t)h * dk, dk, hp->eps);
-    }
-    if (nx_kv_deferred(ctx->kv))   /* a snapshot batch's rows go to the replay log (kv.h) */
-        for (int g = 0; g < ub->n_groups; g++) {
-            if (!ub->rec_log[g]) continue;
-            for (int t = ub->grp_off[g]; t < ub->grp_off[g + 1]; t++) {
-                const int r = ub->order[t];
-                float *e = nx_kv_log_next(ctx->kv, ub->grp_seq[g], L->rec_layer, ub->rec_done[g] + t - ub->grp_off[g]);
-                memcpy(e, m + (size_t)r * C, (size_t)C * sizeof(float));
-                memcpy(e + C, beta + (size_t)r * nv, (size_t)nv * sizeof(float));
-                memcpy(e + C + nv, decay + (size_t)r * nv, (size_t)nv * sizeof(float));
-            }
-        }
+    conv_job cj = {.qm = qm, .L = L, .kv = ctx->kv, .s = s, .ub = ub, .m = m, .beta = beta, .decay = decay};
+    nx_threadpool_run(ctx->tp, conv_task, &cj);
     dn_job job = {.qm = qm, .L = L, .kv = ctx->kv, .s = s, .ub = ub, .m = m, .beta = beta, .decay = decay, .zs = z, .o = o};
     nx_threadpool_run(ctx->tp, dn_task, &job);
     if ((st = mm(ctx, L->wout, o, n, VD, s->u, E, err)) != NX_OK) return st;
