@@ -21,6 +21,7 @@
 #include "core/fp16.h"
 
 #define QW_FFN_ROWS 64
+#define QW_PAR_MIN 4096   /* element-wise work below this many values stays on the caller */
 
 /* A token's inputs to one V head's recurrence: q, k of its K head, v, beta, decay. */
 typedef struct dn_tok {
@@ -197,7 +198,7 @@ typedef struct dn_job {
     const float *m;       /* [n][conv_dim]: conv + silu output, q/k L2-normalised */
     const float *beta;    /* [n][nv] */
     const float *decay;   /* [n][nv] */
-    const float *zs;      /* [n][value_dim]: silu(z) */
+    const float *z;       /* [n][value_dim]: the output gate's projection (silu applied per head here) */
     float *o;             /* [n][value_dim] */
 } dn_job;
 
@@ -273,7 +274,8 @@ static void dn_task(void *arg, int ith, int nth) {
             const int r = j->ub->order[t];
             float *o = j->o + (size_t)r * VD + (size_t)h * dv;
             nx_rmsnorm(tmp, o, j->L->ssm_norm, dv, hp->eps);
-            ops->mul(o, tmp, j->zs + (size_t)r * VD + (size_t)h * dv, dv);
+            ops->silu(tmp + dv, j->z + (size_t)r * VD + (size_t)h * dv, dv);
+            ops->mul(o, tmp, tmp + dv, dv);
         }
     }
 }
@@ -377,7 +379,6 @@ static nx_status qw_deltanet_block(nx_ctx *ctx, qw_scratch *s, const qw_layer *L
     const nx_mm_out proj[4] = {{L->wqkv, m, C}, {L->wz, z, VD}, {L->wbeta, beta, nv}, {L->walpha, decay, nv}};
     if ((st = nx_matmul_multi(ctx->tp, &ctx->mm, proj, 4, s->u, n, E, err)) != NX_OK) return st;
     nx_sigmoid(beta, beta, n * nv);
-    nx_silu(z, z, n * VD);
     for (int r = 0; r < n; r++) {
         float *a = decay + (size_t)r * nv;
         nx_add(a, a, L->dt_bias, nv);
@@ -388,7 +389,7 @@ static nx_status qw_deltanet_block(nx_ctx *ctx, qw_scratch *s, const qw_layer *L
     }
     conv_job cj = {.qm = qm, .L = L, .kv = ctx->kv, .s = s, .ub = ub, .m = m, .beta = beta, .decay = decay};
     nx_threadpool_run(ctx->tp, conv_task, &cj);
-    dn_job job = {.qm = qm, .L = L, .kv = ctx->kv, .s = s, .ub = ub, .m = m, .beta = beta, .decay = decay, .zs = z, .o = o};
+    dn_job job = {.qm = qm, .L = L, .kv = ctx->kv, .s = s, .ub = ub, .m = m, .beta = beta, .decay = decay, .z = z, .o = o};
     nx_threadpool_run(ctx->tp, dn_task, &job);
     if ((st = mm(ctx, L->wout, o, n, VD, s->u, E, err)) != NX_OK) return st;
     nx_add(x, x, s->u, n * E);
@@ -396,6 +397,24 @@ static nx_status qw_deltanet_block(nx_ctx *ctx, qw_scratch *s, const qw_layer *L
 }
 
 /* ===== FFN ===== */
+
+/* g = swiglu(g, up) over n values, split across the threads in ranges of whole cache lines
+ * (element-wise: the split changes no bit); a verify batch's few rows are tens of µs of it. */
+typedef struct swiglu_job { float *g; const float *up; long n; } swiglu_job;
+static void swiglu_task(void *arg, int ith, int nth) {
+    const swiglu_job *j = arg;
+    const long lines = (j->n + 15) / 16;
+    long lo, hi;
+    nx_split_range(lines, ith, nth, &lo, &hi);
+    lo *= 16;
+    hi = hi * 16 < j->n ? hi * 16 : j->n;
+    if (hi > lo) nx_swiglu(j->g + lo, j->g + lo, j->up + lo, (int)(hi - lo));
+}
+static void swiglu_rows(nx_ctx *ctx, float *g, const float *up, long n) {
+    swiglu_job j = {g, up, n};
+    if (n < QW_PAR_MIN) swiglu_task(&j, 0, 1);   /* one row of a small model: not worth a hand-off */
+    else nx_threadpool_run(ctx->tp, swiglu_task, &j);
+}
 
 static nx_status moe_block(nx_ctx *ctx, qw_scratch *s, const qw_layer *L, int n, float *x, nx_error *err) {
     const qw_hparams *hp = &qw_of(ctx->model)->hp;
@@ -455,7 +474,7 @@ nx_status qw_ffn_block(nx_ctx *ctx, qw_scratch *s, const qw_layer *L, int n, flo
         const float *u = s->u + (size_t)r0 * E;
         const nx_mm_out gu[2] = {{f->gate, g, FF}, {f->up, up, FF}};
         if ((st = nx_matmul_multi(ctx->tp, &ctx->mm, gu, 2, u, nr, E, err)) != NX_OK) return st;
-        nx_swiglu(g, g, up, nr * FF);
+        swiglu_rows(ctx, g, up, (long)nr * FF);
         if ((st = mm(ctx, f->down, g, nr, FF, d, E, err)) != NX_OK) return st;
         nx_add(x + (size_t)r0 * E, x + (size_t)r0 * E, d, nr * E);
     }
