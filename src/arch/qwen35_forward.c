@@ -35,7 +35,6 @@ struct qw_scratch {
     int n_rows, n_ctx, n_threads;
     float *x, *u;               /* [n][E] residual stream, normed input / block output */
     float *b1, *b2, *b3, *b4;   /* stage buffers shared by the blocks (sizes below) */
-    float *rope;                /* [n_rot] cos/sin cache */
     float *thr;                 /* per thread: thr_stride floats (attention scores, row conversions) */
     size_t thr_stride;
     dn_tok *dn_toks;            /* per thread: dn_toks_stride tokens (deferred replay + a group's rows) */
@@ -71,14 +70,14 @@ nx_status qw_scratch_create(const qw_model *qm, int n, int n_ctx, int n_threads,
     s->b2 = malloc(sb2 * sizeof(float));
     s->b3 = malloc(N * sb3 * sizeof(float));
     s->b4 = malloc(N * sb4 * sizeof(float));
-    s->rope = malloc(((size_t)hp->n_rot + 2) * sizeof(float));
-    /* per thread: attention scores, a head's gate / norm rows, a conv block's taps + output */
+    /* per thread: attention scores, a head's gate / norm rows, a conv block's taps + output, a
+     * row's RoPE cache */
     s->thr_stride = (maxz(maxz(nx_attend_work_floats(hp->n_head, hp->n_head_kv, (int)D), 3 * maxz(D, (size_t)hp->dv)),
-                          K * maxz((size_t)hp->dk, (size_t)hp->dv)) + 15) & ~(size_t)15;
+                          maxz(K * maxz((size_t)hp->dk, (size_t)hp->dv), (size_t)hp->n_rot)) + 15) & ~(size_t)15;
     s->thr = malloc((size_t)n_threads * s->thr_stride * sizeof(float));
     s->dn_toks_stride = (size_t)NX_SNAPSHOT_MAX + N;
     s->dn_toks = malloc((size_t)n_threads * s->dn_toks_stride * sizeof *s->dn_toks);
-    bool ok = s->x && s->u && s->b1 && s->b2 && s->b3 && s->b4 && s->rope && s->thr && s->dn_toks;
+    bool ok = s->x && s->u && s->b1 && s->b2 && s->b3 && s->b4 && s->thr && s->dn_toks;
     if (hp->moe) {
         s->sel = malloc(N * kx * sizeof(int));
         s->selw = malloc(N * kx * sizeof(float));
@@ -106,7 +105,7 @@ nx_status qw_scratch_create(const qw_model *qm, int n, int n_ctx, int n_threads,
 void qw_scratch_free(qw_scratch *s) {
     if (!s) return;
     free(s->x); free(s->u); free(s->b1); free(s->b2); free(s->b3); free(s->b4);
-    free(s->rope); free(s->thr); free(s->dn_toks);
+    free(s->thr); free(s->dn_toks);
     free(s->sel); free(s->selw); free(s->e_cnt); free(s->e_off); free(s->e_slot); free(s->gath);
     free(s->gu); free(s->hm); free(s->yo); free(s->ys); free(s->moe_out); free(s->gs);
     free(s);
@@ -155,30 +154,54 @@ static void gate_task(void *arg, int ith, int nth) {
     }
 }
 
+/* Per row: q / k head norms, RoPE, K / V into the cache (rows are distinct positions: no two
+ * threads write one cell). Rows split across the threads; each thread its own RoPE cache. */
+typedef struct qkv_job {
+    const qw_model *qm;
+    const qw_layer *L;
+    nx_kv *kv;
+    qw_scratch *s;
+    int n;
+    const nx_pos *pos;
+    const nx_seq_id *seq;
+    float *qa, *k, *v;
+} qkv_job;
+
+static void qkv_task(void *arg, int ith, int nth) {
+    const qkv_job *j = arg;
+    const qw_model *qm = j->qm;
+    const qw_hparams *hp = &qm->hp;
+    const int H = hp->n_head, Hkv = hp->n_head_kv, D = hp->head_dim, half = hp->n_rot / 2;
+    float *rope = j->s->thr + (size_t)ith * j->s->thr_stride;
+    for (int r = ith; r < j->n; r += nth) {
+        float *qr = j->qa + (size_t)r * 2 * H * D, *kr = j->k + (size_t)r * Hkv * D, *vr = j->v + (size_t)r * Hkv * D;
+        for (int h = 0; h < H; h++) nx_rmsnorm(qr + (size_t)h * 2 * D, qr + (size_t)h * 2 * D, j->L->q_norm, D, hp->eps);
+        for (int h = 0; h < Hkv; h++) nx_rmsnorm(kr + (size_t)h * D, kr + (size_t)h * D, j->L->k_norm, D, hp->eps);
+        if (hp->n_rot > 0) {
+            nx_rope_cache(&qm->rope, j->pos[r], rope);
+            for (int i = 0; i < half; i++)
+                if (qm->rope_pos0[i]) { rope[i] = 1.0f; rope[half + i] = 0.0f; }
+            nx_rope_apply(qr, H, 2 * D, &qm->rope, rope);
+            nx_rope_apply(kr, Hkv, D, &qm->rope, rope);
+        }
+        nx_kv_put_k(j->kv, j->seq[r], j->L->kv_layer, j->pos[r], kr);
+        nx_kv_put_v(j->kv, j->seq[r], j->L->kv_layer, j->pos[r], vr);
+    }
+}
+
 nx_status qw_attn_block(nx_ctx *ctx, qw_scratch *s, const qw_layer *L, nx_kv *kv, int n, const nx_pos *pos,
                         const nx_seq_id *seq, float *x, nx_error *err) {
     const qw_model *qm = qw_of(ctx->model);
     const qw_hparams *hp = &qm->hp;
-    const int E = hp->n_embd, H = hp->n_head, Hkv = hp->n_head_kv, D = hp->head_dim, half = hp->n_rot / 2;
+    const int E = hp->n_embd, H = hp->n_head, Hkv = hp->n_head_kv, D = hp->head_dim;
     nx_status st;
     nx_rmsnorm_rows(s->u, x, L->attn_norm, E, n, hp->eps);
     float *qa = s->b1, *k = s->b2, *v = s->b3, *o = s->b4;
     const nx_mm_out qkv[3] = {{L->wq, qa, 2 * H * D}, {L->wk, k, Hkv * D}, {L->wv, v, Hkv * D}};
     if ((st = nx_matmul_multi(ctx->tp, &ctx->mm, qkv, 3, s->u, n, E, err)) != NX_OK) return st;
-    for (int r = 0; r < n; r++) {
-        float *qr = qa + (size_t)r * 2 * H * D, *kr = k + (size_t)r * Hkv * D, *vr = v + (size_t)r * Hkv * D;
-        for (int h = 0; h < H; h++) nx_rmsnorm(qr + (size_t)h * 2 * D, qr + (size_t)h * 2 * D, L->q_norm, D, hp->eps);
-        for (int h = 0; h < Hkv; h++) nx_rmsnorm(kr + (size_t)h * D, kr + (size_t)h * D, L->k_norm, D, hp->eps);
-        if (hp->n_rot > 0) {
-            nx_rope_cache(&qm->rope, pos[r], s->rope);
-            for (int i = 0; i < half; i++)
-                if (qm->rope_pos0[i]) { s->rope[i] = 1.0f; s->rope[half + i] = 0.0f; }
-            nx_rope_apply(qr, H, 2 * D, &qm->rope, s->rope);
-            nx_rope_apply(kr, Hkv, D, &qm->rope, s->rope);
-        }
-        nx_kv_put_k(kv, seq[r], L->kv_layer, pos[r], kr);
-        nx_kv_put_v(kv, seq[r], L->kv_layer, pos[r], vr);
-    }
+    qkv_job qj = {.qm = qm, .L = L, .kv = kv, .s = s, .n = n, .pos = pos, .seq = seq, .qa = qa, .k = k, .v = v};
+    if (n == 1) qkv_task(&qj, 0, 1);   /* one row: no hand-off */
+    else nx_threadpool_run(ctx->tp, qkv_task, &qj);
     attn_job job = {.qm = qm, .L = L, .kv = kv, .s = s, .n = n, .pos = pos, .seq = seq, .qa = qa, .o = o};
     nx_threadpool_run(ctx->tp, attn_task, &job);
     nx_threadpool_run(ctx->tp, gate_task, &job);
