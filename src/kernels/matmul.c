@@ -177,8 +177,11 @@ static void quantize_rows(act_kind kind, int bias, const float *x, int64_t n_row
               kind == ACT_B32 ? s + r * a->s_stride : NULL, kind == ACT_B256 ? bs + r * a->bs_stride : NULL);
         if (kind != ACT_B32) continue;
         float *der = de + r * a->de_stride;
-        for (int64_t b = 0; b < (nb + 1) / 2 * 2; b++)
-            for (int l = 0; l < 8; l++) der[8 * b + l] = b < nb ? dr[b] : 0.0f;
+        for (int64_t b = 0; b < nb; b++) {   /* v local, no branch: vector stores (a serial part of every call) */
+            const float v = dr[b];
+            for (int l = 0; l < 8; l++) der[8 * b + l] = v;
+        }
+        if (nb % 2) memset(der + 8 * nb, 0, 8 * sizeof(float));
     }
 }
 
