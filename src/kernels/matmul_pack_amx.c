@@ -25,20 +25,23 @@ typedef struct amx_cfg {
     uint8_t rows[16];
 } amx_cfg;
 
-/* Tile numbers, two blocks in flight (macros: the intrinsics paste them into the asm). */
+/* Tile numbers (macros: the intrinsics paste them into the asm): A and B of two blocks, and
+ * two pairs of C tiles, so one pair's products run while the other pair's results are used. */
 #define TA0 0
 #define TA1 1
 #define TB0 2
 #define TB1 3
 #define TC0 4
 #define TC1 5
+#define TC2 6
+#define TC3 7
 
 static void amx_config(void) {
     amx_cfg c = {0};
     c.palette = 1;
     for (int t = TA0; t <= TA1; t++) { c.rows[t] = 16; c.colsb[t] = 32; }   /* 16 rows x 32 codes */
     for (int t = TB0; t <= TB1; t++) { c.rows[t] = 8; c.colsb[t] = 64; }    /* K/4 x 16 rows x 4 */
-    for (int t = TC0; t <= TC1; t++) { c.rows[t] = 16; c.colsb[t] = 64; }   /* 16 x 16 int32 */
+    for (int t = TC0; t <= TC3; t++) { c.rows[t] = 16; c.colsb[t] = 64; }   /* 16 x 16 int32 */
     _tile_loadconfig(&c);
 }
 
@@ -53,40 +56,61 @@ static inline __attribute__((always_inline)) void amx_epilogue(const int32_t *c,
     AMX_ROW(8); AMX_ROW(9); AMX_ROW(10); AMX_ROW(11); AMX_ROW(12); AMX_ROW(13); AMX_ROW(14); AMX_ROW(15);
 }
 
-/* One group of 16 weight rows against 16 activation rows, blocks in pairs: both products are
- * issued before the float work of the first, so the tile unit runs beside the vector units. */
+/* Weights two pairs ahead into L1: a tile load waits for its whole 512 bytes. */
+#ifndef AMX_PREFETCH
+#define AMX_PREFETCH (4 * NX_MM_Q8X16_BLOCK)
+#endif
+
+/* The products of blocks b and b + 1 (if any) into C tiles CX, CY. */
+#define AMX_ISSUE(CX, CY, b) do { \
+        const uint8_t *p0 = g + (size_t)(b) * NX_MM_Q8X16_BLOCK; \
+        for (int o = 0; o < 2 * NX_MM_Q8X16_BLOCK; o += 64) \
+            _mm_prefetch((const char *)(p0 + AMX_PREFETCH + o), _MM_HINT_T0); \
+        _tile_loadd(TA0, q + 32 * (b), qs); \
+        _tile_loadd(TB0, p0 + 32, 64); \
+        _tile_zero(CX); \
+        _tile_dpbssd(CX, TA0, TB0); \
+        if ((b) + 1 < nb) { \
+            _tile_loadd(TA1, q + 32 * (b) + 32, qs); \
+            _tile_loadd(TB1, p0 + NX_MM_Q8X16_BLOCK + 32, 64); \
+            _tile_zero(CY); \
+            _tile_dpbssd(CY, TA1, TB1); \
+        } \
+    } while (0)
+/* Pair p of blocks (2p, 2p + 1): store its C tiles CX, CY to buffer pair bc, start pair p + 1's
+ * products in NX, NY, then the float work of pair p - 1 from the other buffer pair: the
+ * vector loads read stores made a whole step earlier (a tile store does not forward to
+ * loads), and the tile unit works meanwhile. */
+#define AMX_STAGE(CX, CY, NX, NY, bc, p) do { \
+        const int64_t b_ = 2 * (p); \
+        _tile_stored(CX, c[bc][0], 64); \
+        if (b_ + 1 < nb) _tile_stored(CY, c[bc][1], 64); \
+        if (b_ + 2 < nb) AMX_ISSUE(NX, NY, b_ + 2); \
+        if ((p) > 0) AMX_EPI(1 - (bc), b_ - 2); \
+    } while (0)
+#define AMX_EPI(bc, b) do { \
+        amx_epilogue(c[bc][0], g + (size_t)(b) * NX_MM_Q8X16_BLOCK, a->d + (b), ds, acc); \
+        if ((b) + 1 < nb) amx_epilogue(c[bc][1], g + (size_t)((b) + 1) * NX_MM_Q8X16_BLOCK, a->d + (b) + 1, ds, acc); \
+    } while (0)
+
+/* One group of 16 weight rows against 16 activation rows, blocks in pairs, software-pipelined
+ * over two pairs of C tiles and two pairs of buffers. Blocks are still added to each
+ * accumulator in order. */
 static void amx_group16(int64_t nb, const uint8_t *g, const nx_mm_act *a, float *y, int64_t ldy) {
-    __attribute__((aligned(64))) int32_t c[2][256];
+    __attribute__((aligned(64))) int32_t c[2][2][256];
     __m512 acc[16];
     for (int r = 0; r < 16; r++) acc[r] = _mm512_setzero_ps();
     const uint8_t *q = a->q;
     const size_t qs = (size_t)a->q_stride;
     const int64_t ds = a->d_stride;
-    int64_t b = 0;
-    for (; b + 1 < nb; b += 2) {
-        const uint8_t *b0 = g + (size_t)b * NX_MM_Q8X16_BLOCK, *b1 = b0 + NX_MM_Q8X16_BLOCK;
-        _tile_loadd(TA0, q + 32 * b, qs);
-        _tile_loadd(TB0, b0 + 32, 64);
-        _tile_zero(TC0);
-        _tile_dpbssd(TC0, TA0, TB0);
-        _tile_loadd(TA1, q + 32 * b + 32, qs);
-        _tile_loadd(TB1, b1 + 32, 64);
-        _tile_zero(TC1);
-        _tile_dpbssd(TC1, TA1, TB1);
-        _tile_stored(TC0, c[0], 64);
-        _tile_stored(TC1, c[1], 64);
-        amx_epilogue(c[0], b0, a->d + b, ds, acc);
-        amx_epilogue(c[1], b1, a->d + b + 1, ds, acc);
+    const int64_t np = (nb + 1) / 2;
+    AMX_ISSUE(TC0, TC1, 0);
+    for (int64_t p = 0; p < np; p += 2) {
+        AMX_STAGE(TC0, TC1, TC2, TC3, 0, p);
+        if (p + 1 >= np) break;
+        AMX_STAGE(TC2, TC3, TC0, TC1, 1, p + 1);
     }
-    if (b < nb) {
-        const uint8_t *b0 = g + (size_t)b * NX_MM_Q8X16_BLOCK;
-        _tile_loadd(TA0, q + 32 * b, qs);
-        _tile_loadd(TB0, b0 + 32, 64);
-        _tile_zero(TC0);
-        _tile_dpbssd(TC0, TA0, TB0);
-        _tile_stored(TC0, c[0], 64);
-        amx_epilogue(c[0], b0, a->d + b, ds, acc);
-    }
+    AMX_EPI((np - 1) % 2, 2 * (np - 1));
     for (int r = 0; r < 16; r++) _mm512_storeu_ps(y + r * ldy, acc[r]);
 }
 
