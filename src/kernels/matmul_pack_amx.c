@@ -46,15 +46,18 @@ static void amx_config(void) {
 }
 
 /* The float part of one block for 16 activation rows: C row r holds I_b of row r against the
- * 16 weight rows, so each row is one vector of the contract's per-pair operations. */
-#define AMX_ROW(r) acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(c + 16 * (r))), \
-                                             _mm512_mul_ps(dw, _mm512_set1_ps(d[(r) * ds])), acc[r])
-static inline __attribute__((always_inline)) void amx_epilogue(const int32_t *c, const uint8_t *bp, const float *d,
-                                                               int64_t ds, __m512 *acc) {
-    const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)bp));
-    AMX_ROW(0); AMX_ROW(1); AMX_ROW(2); AMX_ROW(3); AMX_ROW(4); AMX_ROW(5); AMX_ROW(6); AMX_ROW(7);
-    AMX_ROW(8); AMX_ROW(9); AMX_ROW(10); AMX_ROW(11); AMX_ROW(12); AMX_ROW(13); AMX_ROW(14); AMX_ROW(15);
-}
+ * 16 weight rows, so each row is one vector of the contract's per-pair operations. The
+ * accumulators are 16 named variables, not an array: the tile intrinsics are asm with a
+ * memory clobber, which would keep an array on the stack. */
+#define AMX_ROW(r) acc##r = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(c_ + 16 * (r))), \
+                                             _mm512_mul_ps(dw, _mm512_set1_ps(d_[(r) * ds])), acc##r)
+#define AMX_EPILOGUE(cbuf, bp, dptr) do { \
+        const int32_t *c_ = (cbuf); \
+        const float *d_ = (dptr); \
+        const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(bp))); \
+        AMX_ROW(0); AMX_ROW(1); AMX_ROW(2); AMX_ROW(3); AMX_ROW(4); AMX_ROW(5); AMX_ROW(6); AMX_ROW(7); \
+        AMX_ROW(8); AMX_ROW(9); AMX_ROW(10); AMX_ROW(11); AMX_ROW(12); AMX_ROW(13); AMX_ROW(14); AMX_ROW(15); \
+    } while (0)
 
 /* Weights two pairs ahead into L1: a tile load waits for its whole 512 bytes. */
 #ifndef AMX_PREFETCH
@@ -89,8 +92,8 @@ static inline __attribute__((always_inline)) void amx_epilogue(const int32_t *c,
         if ((p) > 0) AMX_EPI(1 - (bc), b_ - 2); \
     } while (0)
 #define AMX_EPI(bc, b) do { \
-        amx_epilogue(c[bc][0], g + (size_t)(b) * NX_MM_Q8X16_BLOCK, a->d + (b), ds, acc); \
-        if ((b) + 1 < nb) amx_epilogue(c[bc][1], g + (size_t)((b) + 1) * NX_MM_Q8X16_BLOCK, a->d + (b) + 1, ds, acc); \
+        AMX_EPILOGUE(c[bc][0], g + (size_t)(b) * NX_MM_Q8X16_BLOCK, a->d + (b)); \
+        if ((b) + 1 < nb) AMX_EPILOGUE(c[bc][1], g + (size_t)((b) + 1) * NX_MM_Q8X16_BLOCK, a->d + (b) + 1); \
     } while (0)
 
 /* One group of 16 weight rows against 16 activation rows, blocks in pairs, software-pipelined
@@ -98,8 +101,9 @@ static inline __attribute__((always_inline)) void amx_epilogue(const int32_t *c,
  * accumulator in order. */
 static void amx_group16(int64_t nb, const uint8_t *g, const nx_mm_act *a, float *y, int64_t ldy) {
     __attribute__((aligned(64))) int32_t c[2][2][256];
-    __m512 acc[16];
-    for (int r = 0; r < 16; r++) acc[r] = _mm512_setzero_ps();
+    __m512 acc0 = _mm512_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0, acc4 = acc0, acc5 = acc0, acc6 = acc0,
+           acc7 = acc0, acc8 = acc0, acc9 = acc0, acc10 = acc0, acc11 = acc0, acc12 = acc0, acc13 = acc0, acc14 = acc0,
+           acc15 = acc0;
     const uint8_t *q = a->q;
     const size_t qs = (size_t)a->q_stride;
     const int64_t ds = a->d_stride;
@@ -111,7 +115,9 @@ static void amx_group16(int64_t nb, const uint8_t *g, const nx_mm_act *a, float 
         AMX_STAGE(TC2, TC3, TC0, TC1, 1, p + 1);
     }
     AMX_EPI((np - 1) % 2, 2 * (np - 1));
-    for (int r = 0; r < 16; r++) _mm512_storeu_ps(y + r * ldy, acc[r]);
+#define AMX_OUT(r) _mm512_storeu_ps(y + (r) * ldy, acc##r)
+    AMX_OUT(0); AMX_OUT(1); AMX_OUT(2); AMX_OUT(3); AMX_OUT(4); AMX_OUT(5); AMX_OUT(6); AMX_OUT(7);
+    AMX_OUT(8); AMX_OUT(9); AMX_OUT(10); AMX_OUT(11); AMX_OUT(12); AMX_OUT(13); AMX_OUT(14); AMX_OUT(15);
 }
 
 void nx_mm_pk_q8_0_amx(int64_t nb, const uint8_t *wp, int64_t n_groups, const nx_mm_act *a, int n_act, float *y,
