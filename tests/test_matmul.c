@@ -605,7 +605,18 @@ static void test_cpu_env(void) {
     CHECK_MSG(got == (n > 1 ? mid : NX_CPU_SCALAR), "NEXTN_CPU capped to %s", nx_cpu_level_name(got));
     CHECK(nx_cpu_set_level(other) == nx_cpu_level_detected());   /* the other architecture's level: the best */
     CHECK(nx_cpu_set_level(NX_CPU_SCALAR) == NX_CPU_SCALAR);
+    /* AMX: a switch on top of the AVX-512 level, never in effect below it or where absent */
+    CHECK(!nx_cpu_amx());
+    CHECK(nx_cpu_set_amx(1) == nx_cpu_amx_detected());
+    CHECK(!nx_cpu_amx());
     nx_cpu_set_level(nx_cpu_level_detected());
+    CHECK(nx_cpu_amx() == (nx_cpu_amx_detected() && nx_cpu_level_detected() == NX_CPU_AVX512));
+#if NX_MM_X86
+    if (nx_cpu_amx()) CHECK(nx_mm_pick_pkernel(NX_TYPE_Q8_0) == nx_mm_pk_q8_0_amx);
+    CHECK(nx_cpu_set_amx(0) == 0 && !nx_cpu_amx());
+    if (nx_cpu_level_get() == NX_CPU_AVX512) CHECK(nx_mm_pick_pkernel(NX_TYPE_Q8_0) == nx_mm_pk_q8_0_avx512);
+    nx_cpu_set_amx(1);
+#endif
 }
 
 /* Activation quantization: the same bytes on every level, including halfway and non-finite values. */

@@ -1,4 +1,6 @@
-/* cpu.c — CPU feature detection (CPUID / HWCAP) and the SIMD level in effect (capped by NEXTN_CPU). */
+/* cpu.c — CPU feature detection (CPUID / HWCAP) and the SIMD level in effect (capped by NEXTN_CPU);
+ * AMX, asked of the OS once per process and switched by NEXTN_AMX. */
+#define _GNU_SOURCE   /* syscall() (arch_prctl) */
 #include "kernels/cpu.h"
 #include <stdatomic.h>
 #include <stdbool.h>
