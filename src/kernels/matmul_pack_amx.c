@@ -9,6 +9,11 @@
  * in order: acc = fma((float)I_b, d_w * d_x, acc), the same ops as nx_mm_pk_q8_0_avx512 and
  * the scalar reference, so the bits do not depend on which kernel ran a row.
  *
+ * Cost (Sapphire Rapids, measured): one thread's tile loads, stores and products run one after
+ * another, ~28 ns per (group, block) of 16 rows, and the float work (3 vector ops per row) adds
+ * ~19 ns (they overlap little); the AVX-512 kernel needs ~67 ns. K is 32, half a product's
+ * depth: the block scales forbid summing two blocks in int32.
+ *
  * Only whole tiles of 16 activation rows of a prefill call run here; shorter calls and verify
  * batches go to the AVX-512 kernel. The tile configuration is per thread: each call loads it
  * and releases the tiles on return, so no tile state outlives a call.
