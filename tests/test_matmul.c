@@ -11,7 +11,8 @@
  *     int32 saturation in the SIMD kernels' integer sums (== scalar, batches 1..9);
  *   - bad arguments give errors, not crashes;
  *   - packed Q8_0 / Q4_K / Q5_K / Q6_K x16 weights (AVX2 and AVX-512): the packed contract bit for bit,
- *     batch / thread invariance, up to prefill batches of 512 (the AVX-512 interleaved tiles).
+ *     batch / thread invariance, up to prefill batches of 512 (the AVX-512 interleaved tiles);
+ *     the AVX-512 level once more with AMX where the machine has it (Q8_0 prefill tiles).
  * Weights are random bytes with sane scale fields, so every code pattern is exercised.
  */
 #include "test.h"
@@ -604,7 +605,18 @@ static void test_cpu_env(void) {
     CHECK_MSG(got == (n > 1 ? mid : NX_CPU_SCALAR), "NEXTN_CPU capped to %s", nx_cpu_level_name(got));
     CHECK(nx_cpu_set_level(other) == nx_cpu_level_detected());   /* the other architecture's level: the best */
     CHECK(nx_cpu_set_level(NX_CPU_SCALAR) == NX_CPU_SCALAR);
+    /* AMX: a switch on top of the AVX-512 level, never in effect below it or where absent */
+    CHECK(!nx_cpu_amx());
+    CHECK(nx_cpu_set_amx(1) == nx_cpu_amx_detected());
+    CHECK(!nx_cpu_amx());
     nx_cpu_set_level(nx_cpu_level_detected());
+    CHECK(nx_cpu_amx() == (nx_cpu_amx_detected() && nx_cpu_level_detected() == NX_CPU_AVX512));
+#if NX_MM_X86
+    if (nx_cpu_amx()) CHECK(nx_mm_pick_pkernel(NX_TYPE_Q8_0) == nx_mm_pk_q8_0_amx);
+    CHECK(nx_cpu_set_amx(0) == 0 && !nx_cpu_amx());
+    if (nx_cpu_level_get() == NX_CPU_AVX512) CHECK(nx_mm_pick_pkernel(NX_TYPE_Q8_0) == nx_mm_pk_q8_0_avx512);
+    nx_cpu_set_amx(1);
+#endif
 }
 
 /* Activation quantization: the same bytes on every level, including halfway and non-finite values. */
@@ -736,6 +748,49 @@ static void packed_reference(const wmat *m, const float *x, int64_t n_rows, int6
     free(q); free(d); free(bs);
 }
 
+/* The packed tests' passes: every level, then the AVX-512 level with AMX (skipped where the
+ * machine or the OS has none). Sets the level and the AMX switch; false: pass not run here. */
+#define PK_PASSES (sizeof k_levels / sizeof k_levels[0] + 1)
+static bool pk_pass(size_t l, const char **name) {
+    const bool amx = l == PK_PASSES - 1;
+    const nx_cpu_level lv = amx ? NX_CPU_AVX512 : k_levels[l];
+    *name = amx ? "avx512+amx" : nx_cpu_level_name(lv);
+    return nx_cpu_set_level(lv) == lv && nx_cpu_set_amx(amx) == amx;
+}
+
+/* Packed tests leave the AVX-512 level with AMX allowed (where present), the default. */
+static void pk_restore(void) {
+    nx_cpu_set_level(NX_CPU_AVX512);
+    nx_cpu_set_amx(1);
+}
+
+#if NX_MM_X86
+/* The AMX kernel called directly on rows 0..n-1 (one tile of 16 plus the rest, as a prefill
+ * call): the layout's contract bit for bit, so the AMX tiles themselves ran, not a fallback. */
+static void check_amx_direct(int64_t n_in, int64_t n_out, const void *pk, const float *x, int64_t ldx,
+                             const float *ref, int64_t ldy, int n) {
+    const int64_t nb = n_in / 32, qs = n_in + 64;   /* a row stride that is no multiple of 64 */
+    uint8_t *q = malloc((size_t)(qs * n));
+    float *d = malloc(sizeof(float) * (size_t)(nb * n));
+    int32_t *cs = malloc(sizeof(int32_t) * (size_t)(nb * n));
+    float *y = malloc(sizeof(float) * (size_t)(ldy * n));
+    for (int r = 0; r < n; r++) {
+        nx_mm_quantize_scalar(x + r * ldx, n_in, 32, 0, q + r * qs, d + r * nb, NULL, NULL);
+        for (int64_t b = 0; b < nb; b++) {
+            int32_t sum = 0;
+            for (int i = 0; i < 32; i++) sum += (int8_t)q[r * qs + 32 * b + i];
+            cs[r * nb + b] = -128 * sum;
+        }
+    }
+    nx_mm_act act = {.q = q, .d = d, .cs = cs, .prefill = true, .q_stride = qs, .d_stride = nb, .cs_stride = nb};
+    nx_mm_pk_q8_0_amx(nb, pk, n_out / 16, &act, n, y, ldy);
+    for (int r = 0; r < n; r++)
+        CHECK_MSG(same_bits(y + r * ldy, ref + r * ldy, (size_t)n_out), "amx direct %lldx%lld rows %d row %d",
+                  (long long)n_in, (long long)n_out, n, r);
+    free(q); free(d); free(cs); free(y);
+}
+#endif
+
 static void check_packed(nx_type type, int64_t n_in, int64_t n_out, bool extreme, nx_threadpool **tp) {
     const int64_t ldx = n_in + 5, ldy = n_out + 3;
     const int B = type == NX_TYPE_Q8_0 ? 32 : 256;
@@ -785,8 +840,15 @@ static void check_packed(nx_type type, int64_t n_in, int64_t n_out, bool extreme
         }
         free(q); free(d); free(bs); free(cs);
     }
-    for (size_t l = 0; l < sizeof k_levels / sizeof k_levels[0]; l++) {
-        if (nx_cpu_set_level(k_levels[l]) != k_levels[l]) continue;
+    for (size_t l = 0; l < PK_PASSES; l++) {
+        const char *lname;
+        if (!pk_pass(l, &lname)) continue;
+#if NX_MM_X86
+        if (type == NX_TYPE_Q8_0 && nx_cpu_amx()) {
+            check_amx_direct(n_in, n_out, pk, x, ldx, ref, ldy, 16);
+            check_amx_direct(n_in, n_out, pk, x, ldx, ref, ldy, 37);
+        }
+#endif
         if (!nx_mm_pick_pkernel(type)) {   /* a level without a packed kernel ignores the copy */
             CHECK(nx_matmul_pack_size(&m.w) == 0);
             CHECK(run_mm(tp[0], &m, x, 5, ldx, yu, ldy) == NX_OK);
@@ -795,7 +857,7 @@ static void check_packed(nx_type type, int64_t n_in, int64_t n_out, bool extreme
             continue;
         }
         const size_t bytes = nx_matmul_pack_size(&m.w);
-        CHECK_MSG(bytes == want, "%s pack size %zu at %s", nx_type_name(type), bytes, nx_cpu_level_name(k_levels[l]));
+        CHECK_MSG(bytes == want, "%s pack size %zu at %s", nx_type_name(type), bytes, lname);
         CHECK(run_mm(NULL, &m, x, R, ldx, yu, ldy) == NX_OK);
         for (int n = 1; n <= R; n = n == 20 ? R : n + 1)
             for (int th = 0; th < 3; th++) {
@@ -803,7 +865,7 @@ static void check_packed(nx_type type, int64_t n_in, int64_t n_out, bool extreme
                 CHECK(run_mm(th ? tp[th - 1] : NULL, &mp, x, n, ldx, y, ldy) == NX_OK);
                 for (int r = 0; r < n; r++)
                     CHECK_MSG(same_bits(y + r * ldy, ref + r * ldy, (size_t)n_out), "packed %s %lldx%lld %s batch %d row %d threads %d",
-                              nx_type_name(type), (long long)n_in, (long long)n_out, nx_cpu_level_name(k_levels[l]), n, r, th + 1);
+                              nx_type_name(type), (long long)n_in, (long long)n_out, lname, n, r, th + 1);
                 CHECK(isnan(y[n_out]));   /* padding untouched */
             }
         for (int r = 0; r < R; r++)
@@ -824,14 +886,15 @@ static void check_packed(nx_type type, int64_t n_in, int64_t n_out, bool extreme
         CHECK(nx_matmul_pack_size(&m.w) == 0);
         unsetenv("NEXTN_REPACK");
     }
-    nx_cpu_set_level(NX_CPU_AVX512);
+    pk_restore();
     free(pk); free(x); free(ref); free(y); free(yu);
     wmat_free(&m);
 }
 
 /* Prefill batches through the AVX-512 interleaved-tile kernels (8-row tiles, the rest by the
- * plain pass, tiles of 16 rows per call across L2 chunks of groups): every row bit for bit
- * the layout's contract at batches 17, 64, 100 and 512, 1 to 3 threads, on every level. */
+ * plain pass, tiles of 16 rows per call across L2 chunks of groups) and the AMX tiles: every
+ * row bit for bit the layout's contract at batches 17, 64, 100 and 512, 1 to 3 threads, on
+ * every level. */
 static void check_packed_batches(nx_type type, int64_t n_in, int64_t n_out, nx_threadpool **tp) {
     const int64_t ldx = n_in + 3, ldy = n_out + 1;
     size_t bb;
@@ -849,8 +912,9 @@ static void check_packed_batches(nx_type type, int64_t n_in, int64_t n_out, nx_t
     mp.w.packed = pk;
     packed_reference(&m, x, R, ldx, ref, ldy);
     static const int batches[] = {17, 64, 100, 512};
-    for (size_t l = 0; l < sizeof k_levels / sizeof k_levels[0]; l++) {
-        if (nx_cpu_set_level(k_levels[l]) != k_levels[l] || !nx_mm_pick_pkernel(type)) continue;
+    for (size_t l = 0; l < PK_PASSES; l++) {
+        const char *lname;
+        if (!pk_pass(l, &lname) || !nx_mm_pick_pkernel(type)) continue;
         for (size_t bi = 0; bi < sizeof batches / sizeof batches[0]; bi++)
             for (int th = 0; th < 3; th++) {
                 const int n = batches[bi];
@@ -860,16 +924,18 @@ static void check_packed_batches(nx_type type, int64_t n_in, int64_t n_out, nx_t
                 for (int r = 0; r < n && bad < 0; r++)
                     if (!same_bits(y + r * ldy, ref + (R - n + r) * ldy, (size_t)n_out)) bad = r;
                 CHECK_MSG(bad < 0, "packed %s %lldx%lld %s batch %d row %d threads %d", nx_type_name(type),
-                          (long long)n_in, (long long)n_out, nx_cpu_level_name(k_levels[l]), n, bad, th + 1);
+                          (long long)n_in, (long long)n_out, lname, n, bad, th + 1);
                 CHECK(isnan(y[n_out]));
             }
     }
-    nx_cpu_set_level(NX_CPU_AVX512);
+    pk_restore();
     free(pk); free(x); free(ref); free(y);
     wmat_free(&m);
 }
 
 static void test_packed(void) {
+    fprintf(stderr, "  amx: %s\n", nx_cpu_amx_detected() ? "present: the AVX-512 passes run again with AMX"
+                                                         : "not on this machine (or not granted by the OS): AMX passes skipped");
     nx_error terr = {0};
     nx_threadpool *tp[2] = {nx_threadpool_create(2, &terr), nx_threadpool_create(3, &terr)};
     CHECK(tp[0] && tp[1]);

@@ -1,9 +1,15 @@
-/* cpu.c — CPU feature detection (CPUID / HWCAP) and the SIMD level in effect (capped by NEXTN_CPU). */
+/* cpu.c — CPU feature detection (CPUID / HWCAP) and the SIMD level in effect (capped by NEXTN_CPU);
+ * AMX, asked of the OS once per process and switched by NEXTN_AMX. */
+#define _GNU_SOURCE   /* syscall() (arch_prctl) */
 #include "kernels/cpu.h"
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#if (defined(__x86_64__) || defined(__i386__)) && defined(__linux__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 #if defined(__aarch64__) && defined(__linux__)
 #include <sys/auxv.h>
 #ifndef HWCAP_ASIMDDP
@@ -15,6 +21,8 @@
 #endif
 
 static atomic_int g_level = -1;     /* the CPU feature table: level in effect, -1 = not yet set */
+static atomic_int g_amx_hw = -1;    /* AMX-INT8 usable by this process: -1 = not yet asked */
+static atomic_int g_amx_on = -1;    /* AMX allowed (NEXTN_AMX / nx_cpu_set_amx): -1 = not yet read */
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
@@ -89,6 +97,47 @@ int nx_cpu_has_avx512bf16(void) {
 #else
     return 0;
 #endif
+}
+
+/* CPUID 7.0 EDX bits 24 (AMX-TILE) and 25 (AMX-INT8); XCR0 bits 17, 18 (XTILECFG, XTILEDATA:
+ * the OS saves tile state); then Linux's per-process permission for the large tile data state
+ * (ARCH_REQ_XCOMP_PERM = 0x1023, XFEATURE_XTILEDATA = 18): without it the first tile
+ * instruction faults. Asked once; the answer holds for every thread of the process. */
+static int amx_probe(void) {
+#if (defined(__x86_64__) || defined(__i386__)) && defined(__linux__)
+    unsigned b7, c7, d7;
+    cpuid7(&b7, &c7, &d7, 0);
+    if (!(d7 & (1u << 24)) || !(d7 & (1u << 25))) return 0;
+    if ((xcr0() & (3ull << 17)) != (3ull << 17)) return 0;
+    if (nx_cpu_level_detected() != NX_CPU_AVX512) return 0;
+    return syscall(SYS_arch_prctl, 0x1023, 18) == 0;
+#else
+    return 0;
+#endif
+}
+
+int nx_cpu_amx_detected(void) {
+    int h = atomic_load(&g_amx_hw);
+    if (h < 0) {
+        h = amx_probe();
+        atomic_store(&g_amx_hw, h);
+    }
+    return h;
+}
+
+int nx_cpu_set_amx(int on) {
+    const int v = on && nx_cpu_amx_detected();
+    atomic_store(&g_amx_on, v);
+    return v;
+}
+
+int nx_cpu_amx(void) {
+    int on = atomic_load(&g_amx_on);
+    if (on < 0) {
+        const char *env = getenv("NEXTN_AMX");
+        on = nx_cpu_set_amx(!(env && !strcmp(env, "0")));
+    }
+    return on && nx_cpu_level_get() == NX_CPU_AVX512;
 }
 
 nx_cpu_level nx_cpu_set_level(nx_cpu_level level) {

@@ -8,7 +8,8 @@
  *
  * The levels of one architecture are ordered (each includes the one below); the levels of the
  * other architecture never take effect: asking for one gives the best level the machine has,
- * so `nx_cpu_set_level(l) == l` tells whether level l runs here.
+ * so `nx_cpu_set_level(l) == l` tells whether level l runs here. AMX is a switch on top of the
+ * AVX-512 level (NEXTN_AMX=0 turns it off), not a level: its kernels give the AVX-512 bits.
  */
 #ifndef NX_KERNELS_CPU_H
 #define NX_KERNELS_CPU_H
@@ -33,5 +34,13 @@ const char  *nx_cpu_level_name(nx_cpu_level level);
  * returns how many. */
 int          nx_cpu_levels(nx_cpu_level *out);
 int          nx_cpu_has_avx512bf16(void);
+/* AMX-INT8 (Sapphire Rapids and later), used by the AVX-512 level's prefill matmuls: the CPU
+ * has AMX-TILE and AMX-INT8, the OS saves tile state and grants it to this process (Linux:
+ * arch_prctl ARCH_REQ_XCOMP_PERM, asked once here, before any tile instruction). In effect only
+ * at NX_CPU_AVX512 and unless NEXTN_AMX=0 (or nx_cpu_set_amx(0)). */
+int          nx_cpu_amx_detected(void);
+int          nx_cpu_amx(void);               /* in effect now */
+/* Allow (where detected) or forbid AMX; returns whether it is allowed now (tests cover both). */
+int          nx_cpu_set_amx(int on);
 
 #endif

@@ -131,6 +131,9 @@ nx_mm_pkernel nx_mm_pick_pkernel(nx_type type);
 NX_MM_PK_DECL(nx_mm_pk_q8_0_scalar)
 NX_MM_PK_DECL(nx_mm_pk_q8_0_avx2)
 NX_MM_PK_DECL(nx_mm_pk_q8_0_avx512)
+/* AMX-INT8 (matmul_pack_amx.c): whole tiles of 16 rows of a prefill call; other calls and
+ * rows go to nx_mm_pk_q8_0_avx512. Picked only where nx_cpu_amx(). */
+NX_MM_PK_DECL(nx_mm_pk_q8_0_amx)
 NX_MM_PK_DECL(nx_mm_pk_q4_K_scalar)
 NX_MM_PK_DECL(nx_mm_pk_q4_K_avx2)
 NX_MM_PK_DECL(nx_mm_pk_q4_K_avx512)

@@ -1,7 +1,7 @@
 /*
  * matmul_pack.c — the packed weight layouts (matmul.h: nx_matmul_pack), which packed kernel
  * serves a type at the current level, and the scalar references that define each layout's
- * float contract (matmul_impl.h). The SIMD packed kernels live in matmul_pack_{avx2,avx512}.c
+ * float contract (matmul_impl.h). The SIMD packed kernels live in matmul_pack_{avx2,avx512,amx}.c
  * and are tested bit for bit against these references.
  *
  * A layout does not depend on the level: one packed copy serves the AVX2 and the AVX-512
@@ -42,7 +42,9 @@ nx_mm_pkernel nx_mm_pick_pkernel(nx_type type) {
 #else
     const nx_cpu_level l = nx_cpu_level_get();
     switch (type) {
-    case NX_TYPE_Q8_0: return l == NX_CPU_AVX512 ? nx_mm_pk_q8_0_avx512 : l == NX_CPU_AVX2 ? nx_mm_pk_q8_0_avx2 : NULL;
+    case NX_TYPE_Q8_0:   /* AMX: same bits as the AVX-512 kernel, which it calls for short calls */
+        return l == NX_CPU_AVX512 ? (nx_cpu_amx() ? nx_mm_pk_q8_0_amx : nx_mm_pk_q8_0_avx512)
+             : l == NX_CPU_AVX2 ? nx_mm_pk_q8_0_avx2 : NULL;
     case NX_TYPE_Q4_K: return l == NX_CPU_AVX512 ? nx_mm_pk_q4_K_avx512 : l == NX_CPU_AVX2 ? nx_mm_pk_q4_K_avx2 : NULL;
     case NX_TYPE_Q5_K: return l == NX_CPU_AVX512 ? nx_mm_pk_q5_K_avx512 : l == NX_CPU_AVX2 ? nx_mm_pk_q5_K_avx2 : NULL;
     case NX_TYPE_Q6_K: return l == NX_CPU_AVX512 ? nx_mm_pk_q6_K_avx512 : l == NX_CPU_AVX2 ? nx_mm_pk_q6_K_avx2 : NULL;
