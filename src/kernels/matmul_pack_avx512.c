@@ -27,7 +27,7 @@ AI void prefetch_blk(const uint8_t *p, size_t bytes) {
  * rows in passes of at most 8 (balanced: 9 = 5 + 4), each a compiled body, over the group's
  * blocks in order; a pass takes two groups at once (g and g + n_groups/2): two weight streams
  * keep more DRAM reads in flight than one, and STEP2 loads each broadcast activation once for
- * both (the loads, not the multiplies, were the busier resource). None of this changes a
+ * both (fewer loads: 6-14% off the in-cache compute of 4-8 rows). None of this changes a
  * (weight row, activation row) pair's arithmetic. */
 #define PK_KERNELS(fname, STEP, STEP2, BLOCK) \
     AI void fname##_run(const int NR, const int TWO, int64_t nb, const uint8_t *g0, const uint8_t *g1, \
