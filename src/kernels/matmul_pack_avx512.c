@@ -22,19 +22,21 @@ AI void prefetch_blk(const uint8_t *p, size_t bytes) {
     for (size_t o = 0; o < bytes; o += 64) _mm_prefetch((const char *)(p + NX_MM_PREFETCH + o), _MM_HINT_T0);
 }
 
-/* A type's kernel is a per-block STEP(NR, bp, a, b, acc) over NR activation rows. The driver
- * runs rows in passes of at most 8 (balanced: 9 = 5 + 4), each a compiled body with its
- * accumulators in registers, over the group's blocks in order; passes of up to 4 rows take
- * two groups at once (g and g + n_groups/2): two weight streams keep more DRAM reads in
- * flight than one. Neither changes a (weight row, activation row) pair's arithmetic. */
-#define PK_KERNELS(fname, STEP, BLOCK) \
+/* A type's kernel is a per-block STEP(NR, bp, a, b, acc) over NR activation rows, and
+ * STEP2(NR, bp0, bp1, a, b, acc0, acc1), the same for two groups at once. The driver runs
+ * rows in passes of at most 8 (balanced: 9 = 5 + 4), each a compiled body, over the group's
+ * blocks in order; a pass takes two groups at once (g and g + n_groups/2): two weight streams
+ * keep more DRAM reads in flight than one, and STEP2 loads each broadcast activation once for
+ * both (fewer loads: 6-14% off the in-cache compute of 4-8 rows). None of this changes a
+ * (weight row, activation row) pair's arithmetic. */
+#define PK_KERNELS(fname, STEP, STEP2, BLOCK) \
     AI void fname##_run(const int NR, const int TWO, int64_t nb, const uint8_t *g0, const uint8_t *g1, \
                         const nx_mm_act *a, float *y0, float *y1, int64_t ldy) { \
         __m512 acc0[8], acc1[8]; \
         for (int r = 0; r < NR; r++) acc0[r] = acc1[r] = _mm512_setzero_ps(); \
         for (int64_t b = 0; b < nb; b++) { \
-            STEP(NR, g0 + (size_t)b * (BLOCK), a, b, acc0); \
-            if (TWO) STEP(NR, g1 + (size_t)b * (BLOCK), a, b, acc1); \
+            if (TWO) STEP2(NR, g0 + (size_t)b * (BLOCK), g1 + (size_t)b * (BLOCK), a, b, acc0, acc1); \
+            else STEP(NR, g0 + (size_t)b * (BLOCK), a, b, acc0); \
         } \
         for (int r = 0; r < NR; r++) { \
             _mm512_storeu_ps(y0 + r * ldy, acc0[r]); \
@@ -108,8 +110,40 @@ AI void q8_step(const int NR, const uint8_t *bp, const nx_mm_act *a, int64_t b, 
         acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(I0, I1)), S, acc[r]);
     }
 }
+/* Both streams of a pass at once: each broadcast activation serves the two groups' weight
+ * vectors (half the loads of two q8_step calls); the same arithmetic per stream (the integer
+ * sum from cs is exact, so how its chains split does not change it). */
+AI void q8_step2(const int NR, const uint8_t *bp0, const uint8_t *bp1, const nx_mm_act *a, int64_t b, __m512 *acc0, __m512 *acc1) {
+    const __m512i flip = _mm512_set1_epi8((char)0x80);
+    prefetch_blk(bp0, NX_MM_Q8X16_BLOCK);
+    prefetch_blk(bp1, NX_MM_Q8X16_BLOCK);
+    const __m512 dw0 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)bp0));
+    const __m512 dw1 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)bp1));
+    __m512i W0[8], W1[8];
+#pragma GCC unroll 8
+    for (int k = 0; k < 8; k++) {
+        W0[k] = _mm512_xor_si512(_mm512_loadu_si512(bp0 + 32 + 64 * k), flip);
+        W1[k] = _mm512_xor_si512(_mm512_loadu_si512(bp1 + 32 + 64 * k), flip);
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < NR; r++) {
+        const uint8_t *q = a->q + r * a->q_stride + 32 * b;
+        __m512i I0 = _mm512_set1_epi32(a->cs[r * a->cs_stride + b]), I1 = I0, J0 = _mm512_setzero_si512(), J1 = J0;
+#pragma GCC unroll 4
+        for (int k = 0; k < 8; k += 2) {
+            const __m512i x = _mm512_set1_epi32((int)ld32(q + 4 * k)), z = _mm512_set1_epi32((int)ld32(q + 4 * k + 4));
+            I0 = _mm512_dpbusd_epi32(I0, W0[k], x);
+            I1 = _mm512_dpbusd_epi32(I1, W1[k], x);
+            J0 = _mm512_dpbusd_epi32(J0, W0[k + 1], z);
+            J1 = _mm512_dpbusd_epi32(J1, W1[k + 1], z);
+        }
+        const __m512 dx = _mm512_set1_ps(a->d[r * a->d_stride + b]);
+        acc0[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(I0, J0)), _mm512_mul_ps(dw0, dx), acc0[r]);
+        acc1[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(I1, J1)), _mm512_mul_ps(dw1, dx), acc1[r]);
+    }
+}
 NX_MM_PK_DECL(nx_mm_pk_q8_0_avx512_plain)
-PK_KERNELS(nx_mm_pk_q8_0_avx512_plain, q8_step, NX_MM_Q8X16_BLOCK)
+PK_KERNELS(nx_mm_pk_q8_0_avx512_plain, q8_step, q8_step2, NX_MM_Q8X16_BLOCK)
 
 /* Prefill: one group of 16 weight rows against one tile of 8 activation rows in the
  * interleaved copy (matmul_impl.h: qi, ci), every accumulator in a register and every
@@ -229,8 +263,101 @@ AI void q4k_step(const int NR, const uint8_t *bp, const nx_mm_act *a, int64_t sb
 AI void q5k_step(const int NR, const uint8_t *bp, const nx_mm_act *a, int64_t sb, __m512 *acc) { k4_step(1, NR, bp, a, sb, acc); }
 NX_MM_PK_DECL(nx_mm_pk_q4_K_avx512_plain)
 NX_MM_PK_DECL(nx_mm_pk_q5_K_avx512_plain)
-PK_KERNELS(nx_mm_pk_q4_K_avx512_plain, q4k_step, NX_MM_Q4KX16_BLOCK)
-PK_KERNELS(nx_mm_pk_q5_K_avx512_plain, q5k_step, NX_MM_Q5KX16_BLOCK)
+/* The super-block header of one stream: d*sc_j per sub-block, the mins as (m_j, m_j) pairs,
+ * -dmin (k4_step's values). */
+AI void k4_head(const uint8_t *bp, __m512 *DS, __m512i *MD, __m512 *ndm) {
+    const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)bp));
+    *ndm = _mm512_castsi512_ps(_mm512_xor_si512(
+        _mm512_castps_si512(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(bp + 32)))), _mm512_set1_epi32((int)0x80000000u)));
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; j++) {
+        DS[j] = _mm512_mul_ps(dw, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(bp + 64 + 16 * j)))));
+        const __m512i m = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(bp + 192 + 16 * j)));
+        MD[j] = _mm512_or_si512(m, _mm512_slli_epi32(m, 16));
+    }
+}
+
+/* Sub-block j's 8 code vectors of one stream (k4_step's unpack). */
+AI void k4_codes(const int Q5, const uint8_t *cp, __m512i *W) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F), m10 = _mm512_set1_epi8(0x10);
+#pragma GCC unroll 4
+    for (int kk = 0; kk < 4; kk++) {
+        const __m512i v = _mm512_loadu_si512(cp + 64 * kk);
+        W[2 * kk] = _mm512_and_si512(v, m4);
+        W[2 * kk + 1] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+    }
+    if (Q5) {
+        const __m512i hb = _mm512_loadu_si512(cp + 256);
+        W[0] = _mm512_ternarylogic_epi32(W[0], _mm512_slli_epi16(hb, 4), m10, 0xF8);
+        W[1] = _mm512_ternarylogic_epi32(W[1], _mm512_slli_epi16(hb, 3), m10, 0xF8);
+        W[2] = _mm512_ternarylogic_epi32(W[2], _mm512_slli_epi16(hb, 2), m10, 0xF8);
+        W[3] = _mm512_ternarylogic_epi32(W[3], _mm512_slli_epi16(hb, 1), m10, 0xF8);
+        W[4] = _mm512_ternarylogic_epi32(W[4], hb, m10, 0xF8);
+        W[5] = _mm512_ternarylogic_epi32(W[5], _mm512_srli_epi16(hb, 1), m10, 0xF8);
+        W[6] = _mm512_ternarylogic_epi32(W[6], _mm512_srli_epi16(hb, 2), m10, 0xF8);
+        W[7] = _mm512_ternarylogic_epi32(W[7], _mm512_srli_epi16(hb, 3), m10, 0xF8);
+    }
+}
+
+/* Both streams at once, as q8_step2: each broadcast activation (and group-sum pair) serves
+ * the two groups; per stream k4_step's arithmetic exactly. */
+AI void k4_step2(const int Q5, const int NR, const uint8_t *bp0, const uint8_t *bp1, const nx_mm_act *a, int64_t sb,
+                 __m512 *acc0, __m512 *acc1) {
+    const __m512i zero = _mm512_setzero_si512();
+    __m512 t0[8], t1[8], DS0[8], DS1[8], ndm0, ndm1;
+    __m512i MD0[8], MD1[8];
+    prefetch_blk(bp0, 320);
+    prefetch_blk(bp1, 320);
+    k4_head(bp0, DS0, MD0, &ndm0);
+    k4_head(bp1, DS1, MD1, &ndm1);
+#pragma GCC unroll 8
+    for (int r = 0; r < NR; r++) {
+        const int16_t *bs = a->bs + r * a->bs_stride + 16 * sb;
+        __m512i mn0 = zero, mn1 = zero;
+#pragma GCC unroll 8
+        for (int j = 0; j < 8; j++) {
+            const __m512i x = _mm512_set1_epi32((int)ld32(bs + 2 * j));
+            mn0 = _mm512_dpwssd_epi32(mn0, MD0[j], x);
+            mn1 = _mm512_dpwssd_epi32(mn1, MD1[j], x);
+        }
+        t0[r] = _mm512_mul_ps(_mm512_cvtepi32_ps(mn0), ndm0);
+        t1[r] = _mm512_mul_ps(_mm512_cvtepi32_ps(mn1), ndm1);
+    }
+#pragma GCC unroll 1
+    for (int j = 0; j < 8; j++) {
+        const size_t off = 320 + (size_t)(Q5 ? 320 : 256) * j;
+        prefetch_blk(bp0 + off, Q5 ? 320 : 256);
+        prefetch_blk(bp1 + off, Q5 ? 320 : 256);
+        __m512i W0[8], W1[8];
+        k4_codes(Q5, bp0 + off, W0);
+        k4_codes(Q5, bp1 + off, W1);
+#pragma GCC unroll 8
+        for (int r = 0; r < NR; r++) {
+            const uint8_t *q = a->q + r * a->q_stride + 256 * sb + 32 * j;
+            __m512i I0 = zero, I1 = zero, J0 = zero, J1 = zero;
+#pragma GCC unroll 4
+            for (int k = 0; k < 8; k += 2) {
+                const __m512i x = _mm512_set1_epi32((int)ld32(q + 4 * k)), z = _mm512_set1_epi32((int)ld32(q + 4 * k + 4));
+                I0 = _mm512_dpbusd_epi32(I0, W0[k], x);
+                I1 = _mm512_dpbusd_epi32(I1, W1[k], x);
+                J0 = _mm512_dpbusd_epi32(J0, W0[k + 1], z);
+                J1 = _mm512_dpbusd_epi32(J1, W1[k + 1], z);
+            }
+            t0[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(I0, J0)), DS0[j], t0[r]);
+            t1[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(I1, J1)), DS1[j], t1[r]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < NR; r++) {
+        const __m512 dx = _mm512_set1_ps(a->d[r * a->d_stride + sb]);
+        acc0[r] = _mm512_fmadd_ps(t0[r], dx, acc0[r]);
+        acc1[r] = _mm512_fmadd_ps(t1[r], dx, acc1[r]);
+    }
+}
+AI void q4k_step2(const int NR, const uint8_t *b0, const uint8_t *b1, const nx_mm_act *a, int64_t sb, __m512 *acc0, __m512 *acc1) { k4_step2(0, NR, b0, b1, a, sb, acc0, acc1); }
+AI void q5k_step2(const int NR, const uint8_t *b0, const uint8_t *b1, const nx_mm_act *a, int64_t sb, __m512 *acc0, __m512 *acc1) { k4_step2(1, NR, b0, b1, a, sb, acc0, acc1); }
+PK_KERNELS(nx_mm_pk_q4_K_avx512_plain, q4k_step, q4k_step2, NX_MM_Q4KX16_BLOCK)
+PK_KERNELS(nx_mm_pk_q5_K_avx512_plain, q5k_step, q5k_step2, NX_MM_Q5KX16_BLOCK)
 
 /* Prefill, as q8_tile8: one group against one tile of 8 rows of the interleaved copy, the 8
  * partial sums t in registers, the scale vectors on the stack. k4_step's arithmetic exactly
@@ -377,7 +504,81 @@ AI void q6k_step(const int NR, const uint8_t *bp, const nx_mm_act *a, int64_t sb
     for (int r = 0; r < NR; r++) acc[r] = _mm512_fmadd_ps(t[r], _mm512_set1_ps(a->d[r * a->d_stride + sb]), acc[r]);
 }
 NX_MM_PK_DECL(nx_mm_pk_q6_K_avx512_plain)
-PK_KERNELS(nx_mm_pk_q6_K_avx512_plain, q6k_step, NX_MM_Q6KX16_BLOCK)
+/* Q6_K's super-block header of one stream: the scale pairs and d*sc_g (q6k_step's values). */
+AI void q6_head(const uint8_t *bp, __m512i *P, __m512 *DS, __m512 *n32d) {
+    const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(bp)));
+    *n32d = _mm512_mul_ps(dw, _mm512_set1_ps(-32.0f));   /* exact */
+#pragma GCC unroll 8
+    for (int p = 0; p < 8; p++) {
+        P[p] = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(bp + 32 + 32 * p)));
+        DS[2 * p] = _mm512_mul_ps(dw, _mm512_cvtepi32_ps(_mm512_srai_epi32(_mm512_slli_epi32(P[p], 16), 16)));
+        DS[2 * p + 1] = _mm512_mul_ps(dw, _mm512_cvtepi32_ps(_mm512_srai_epi32(P[p], 16)));
+    }
+}
+
+/* Group g's 4 code vectors of one stream (q6k_step's unpack). */
+AI void q6_codes(const uint8_t *gp, __m512i *W) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
+    const __m512i L0 = _mm512_loadu_si512(gp), L1 = _mm512_loadu_si512(gp + 64), H = _mm512_loadu_si512(gp + 128);
+    W[0] = _mm512_ternarylogic_epi32(_mm512_and_si512(L0, m4), _mm512_slli_epi16(H, 4), m30, 0xF8);
+    W[1] = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(L0, 4), m4), _mm512_slli_epi16(H, 2), m30, 0xF8);
+    W[2] = _mm512_ternarylogic_epi32(_mm512_and_si512(L1, m4), H, m30, 0xF8);
+    W[3] = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(L1, 4), m4), _mm512_srli_epi16(H, 2), m30, 0xF8);
+}
+
+/* Both streams at once, as q8_step2; per stream q6k_step's arithmetic exactly. */
+AI void q6k_step2(const int NR, const uint8_t *bp0, const uint8_t *bp1, const nx_mm_act *a, int64_t sb, __m512 *acc0, __m512 *acc1) {
+    const __m512i zero = _mm512_setzero_si512();
+    __m512 t0[8], t1[8], DS0[16], DS1[16], n32d0, n32d1;
+    __m512i P0[8], P1[8];
+    prefetch_blk(bp0, 320);
+    prefetch_blk(bp1, 320);
+    q6_head(bp0, P0, DS0, &n32d0);
+    q6_head(bp1, P1, DS1, &n32d1);
+#pragma GCC unroll 8
+    for (int r = 0; r < NR; r++) {
+        const int16_t *bs = a->bs + r * a->bs_stride + 16 * sb;
+        __m512i c0 = zero, c1 = zero;
+#pragma GCC unroll 8
+        for (int p = 0; p < 8; p++) {
+            const __m512i x = _mm512_set1_epi32((int)ld32(bs + 2 * p));
+            c0 = _mm512_dpwssd_epi32(c0, P0[p], x);
+            c1 = _mm512_dpwssd_epi32(c1, P1[p], x);
+        }
+        t0[r] = _mm512_mul_ps(_mm512_cvtepi32_ps(c0), n32d0);
+        t1[r] = _mm512_mul_ps(_mm512_cvtepi32_ps(c1), n32d1);
+    }
+#pragma GCC unroll 1
+    for (int g = 0; g < 16; g++) {
+        const size_t off = 320 + 192 * (size_t)g;
+        prefetch_blk(bp0 + off, 192);
+        prefetch_blk(bp1 + off, 192);
+        __m512i W0[4], W1[4];
+        q6_codes(bp0 + off, W0);
+        q6_codes(bp1 + off, W1);
+#pragma GCC unroll 8
+        for (int r = 0; r < NR; r++) {
+            const uint8_t *q = a->q + r * a->q_stride + 256 * sb + 16 * g;
+            const __m512i x0 = _mm512_set1_epi32((int)ld32(q)), x1 = _mm512_set1_epi32((int)ld32(q + 4));
+            const __m512i x2 = _mm512_set1_epi32((int)ld32(q + 8)), x3 = _mm512_set1_epi32((int)ld32(q + 12));
+            __m512i I0 = _mm512_dpbusd_epi32(zero, W0[0], x0), J0 = _mm512_dpbusd_epi32(zero, W0[1], x1);
+            __m512i I1 = _mm512_dpbusd_epi32(zero, W1[0], x0), J1 = _mm512_dpbusd_epi32(zero, W1[1], x1);
+            I0 = _mm512_dpbusd_epi32(I0, W0[2], x2);
+            J0 = _mm512_dpbusd_epi32(J0, W0[3], x3);
+            I1 = _mm512_dpbusd_epi32(I1, W1[2], x2);
+            J1 = _mm512_dpbusd_epi32(J1, W1[3], x3);
+            t0[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(I0, J0)), DS0[g], t0[r]);
+            t1[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(I1, J1)), DS1[g], t1[r]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < NR; r++) {
+        const __m512 dx = _mm512_set1_ps(a->d[r * a->d_stride + sb]);
+        acc0[r] = _mm512_fmadd_ps(t0[r], dx, acc0[r]);
+        acc1[r] = _mm512_fmadd_ps(t1[r], dx, acc1[r]);
+    }
+}
+PK_KERNELS(nx_mm_pk_q6_K_avx512_plain, q6k_step, q6k_step2, NX_MM_Q6KX16_BLOCK)
 
 /* Prefill, as k4_tile8, with q6k_step's arithmetic exactly. */
 #define Q6T_ROW(r) do { \
