@@ -30,7 +30,8 @@ AI __m256i bcast4(const void *p) { return _mm256_set1_epi32((int)ld32(p)); }
 #define KEEP(v) __asm__("" : "+x"(v))
 AI __m256 neg(__m256 v) { return _mm256_xor_ps(v, _mm256_set1_ps(-0.0f)); }
 
-/* A type's kernel is a per-block STEP(NR, bp, a, b, acc) over NR activation rows (acc[2r + h]:
+/* The K-quant kernels' driver (Q8_0 has its own below, one pass for all rows). A type's kernel
+ * is a per-block STEP(NR, bp, a, b, acc) over NR activation rows (acc[2r + h]:
  * row r, half h). The driver runs rows in passes of at most 6 (balanced), each a compiled
  * body, over the group's blocks in order, two groups at once (g and g + n_groups/2): two
  * weight streams keep more DRAM reads in flight than one. Neither changes a (weight row,
