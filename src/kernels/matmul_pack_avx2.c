@@ -25,9 +25,13 @@ AI void prefetch_blk(const uint8_t *p, size_t bytes) {
     for (size_t o = 0; o < bytes; o += 64) _mm_prefetch((const char *)(p + NX_MM_PREFETCH + o), _MM_HINT_T0);
 }
 AI __m256i bcast4(const void *p) { return _mm256_set1_epi32((int)ld32(p)); }
+/* An optimization barrier on a vector: GCC otherwise reassociates a row's 16 integer adds
+ * into a tree whose partial sums spill. */
+#define KEEP(v) __asm__("" : "+x"(v))
 AI __m256 neg(__m256 v) { return _mm256_xor_ps(v, _mm256_set1_ps(-0.0f)); }
 
-/* A type's kernel is a per-block STEP(NR, bp, a, b, acc) over NR activation rows (acc[2r + h]:
+/* The K-quant kernels' driver (Q8_0 has its own below, one pass for all rows). A type's kernel
+ * is a per-block STEP(NR, bp, a, b, acc) over NR activation rows (acc[2r + h]:
  * row r, half h). The driver runs rows in passes of at most 6 (balanced), each a compiled
  * body, over the group's blocks in order, two groups at once (g and g + n_groups/2): two
  * weight streams keep more DRAM reads in flight than one. Neither changes a (weight row,
@@ -97,37 +101,107 @@ AI __m256 neg(__m256 v) { return _mm256_xor_ps(v, _mm256_set1_ps(-0.0f)); }
         } \
     }
 
-/* ===== Q8_0 x16 ===== */
-AI void q8_step(const int NR, const uint8_t *bp, const nx_mm_act *a, int64_t b, __m256 *acc) {
+/* ===== Q8_0 x16 =====
+ * Every activation row of the call in one pass over the weights: per block, |w| of its 16
+ * half-vectors once (a stack buffer in L1), then the rows two at a time, their accumulators in
+ * memory (a load and a store per row-half and block, against 64 integer ops). One pass keeps
+ * the weight stream and its prefetch running under all the rows' work: with passes of a few
+ * rows each, every later pass is compute with no DRAM reads to hide behind it. */
+
+/* R (1 or 2) rows from q (row j at q + j*qs, this block's codes) and d (row j's block scale at
+ * d[j*ds]) into acc[2j + h]; absw: the block's |w|, or NULL to compute them here. */
+AI void q8_rows(const int R, const uint8_t *bp, const __m256i *absw, __m256 dw0, __m256 dw1, const uint8_t *q,
+                int64_t qs, const float *d, int64_t ds, __m256 *acc) {
     const __m256i ones = _mm256_set1_epi16(1);
-    __m256i absw[16];   /* |w| of the block's 16 half-vectors: in L1, shared by the rows */
+    __m256i I[2][2];
+    for (int j = 0; j < R; j++) I[j][0] = I[j][1] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+    for (int k = 0; k < 8; k++)
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            const __m256i w = _mm256_loadu_si256((const __m256i *)(bp + 32 + 64 * k + 32 * h));
+            const __m256i aw = absw ? absw[2 * k + h] : _mm256_sign_epi8(w, w);
+#pragma GCC unroll 2
+            for (int j = 0; j < R; j++) {
+                const __m256i p = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(bcast4(q + j * qs + 4 * k), w));
+                I[j][h] = _mm256_add_epi32(I[j][h], _mm256_madd_epi16(p, ones));
+                KEEP(I[j][h]);
+            }
+        }
+#pragma GCC unroll 2
+    for (int j = 0; j < R; j++) {
+        const __m256 dx = _mm256_set1_ps(d[j * ds]);
+        acc[2 * j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(I[j][0]), _mm256_mul_ps(dw0, dx), acc[2 * j]);
+        acc[2 * j + 1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(I[j][1]), _mm256_mul_ps(dw1, dx), acc[2 * j + 1]);
+    }
+}
+
+/* Block b of one group for n rows (N = 1 or 2: that many, |w| inline; N = 0: any n). */
+AI void q8_block(const int N, const uint8_t *bp, const nx_mm_act *a, int64_t b, int n, __m256 *acc) {
+    const int64_t qs = a->q_stride, ds = a->d_stride;
+    const uint8_t *q = a->q + 32 * b;
+    const float *d = a->d + b;
     prefetch_blk(bp, NX_MM_Q8X16_BLOCK);
     const __m256 dw0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)bp));
     const __m256 dw1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(bp + 16)));
+    if (N) {
+        q8_rows(N, bp, NULL, dw0, dw1, q, qs, d, ds, acc);
+        return;
+    }
+    __m256i absw[16];
 #pragma GCC unroll 16
     for (int k = 0; k < 16; k++) {
         const __m256i w = _mm256_loadu_si256((const __m256i *)(bp + 32 + 32 * k));
         absw[k] = _mm256_sign_epi8(w, w);
     }
-#pragma GCC unroll 6
-    for (int r = 0; r < NR; r++) {
-        const uint8_t *q = a->q + r * a->q_stride + 32 * b;
-        const __m256 dx = _mm256_set1_ps(a->d[r * a->d_stride + b]);
-#pragma GCC unroll 2
-        for (int h = 0; h < 2; h++) {
-            __m256i I = _mm256_setzero_si256();
-#pragma GCC unroll 8
-            for (int k = 0; k < 8; k++) {
-                const __m256i w = _mm256_loadu_si256((const __m256i *)(bp + 32 + 64 * k + 32 * h));
-                const __m256i p = _mm256_maddubs_epi16(absw[2 * k + h], _mm256_sign_epi8(bcast4(q + 4 * k), w));
-                I = _mm256_add_epi32(I, _mm256_madd_epi16(p, ones));
-            }
-            const __m256 S = _mm256_mul_ps(h ? dw1 : dw0, dx);
-            acc[2 * r + h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(I), S, acc[2 * r + h]);
+    int r = 0;
+#pragma GCC unroll 1
+    for (; r + 2 <= n; r += 2) {
+        __asm__("" : "+r"(bp));   /* w read from L1 per row pair: hoisted out of the loop, 16 vectors would spill */
+        q8_rows(2, bp, absw, dw0, dw1, q + r * qs, qs, d + r * ds, ds, acc + 2 * r);
+    }
+    if (r < n) q8_rows(1, bp, absw, dw0, dw1, q + r * qs, qs, d + r * ds, ds, acc + 2 * r);
+}
+
+/* One group (TWO = 0) or two (g0, g1: two weight streams keep more DRAM reads in flight),
+ * blocks in order: the per-pair float order of the contract. */
+AI void q8_run(const int N, const int TWO, int64_t nb, const uint8_t *g0, const uint8_t *g1, const nx_mm_act *a,
+               int n, float *y0, float *y1, int64_t ldy) {
+    __m256 acc0[2 * NX_MM_TILE], acc1[2 * NX_MM_TILE];
+    for (int r = 0; r < 2 * n; r++) acc0[r] = acc1[r] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        q8_block(N, g0 + (size_t)b * NX_MM_Q8X16_BLOCK, a, b, n, acc0);
+        if (TWO) q8_block(N, g1 + (size_t)b * NX_MM_Q8X16_BLOCK, a, b, n, acc1);
+    }
+    for (int r = 0; r < n; r++) {
+        _mm256_storeu_ps(y0 + r * ldy, acc0[2 * r]);
+        _mm256_storeu_ps(y0 + r * ldy + 8, acc0[2 * r + 1]);
+        if (TWO) {
+            _mm256_storeu_ps(y1 + r * ldy, acc1[2 * r]);
+            _mm256_storeu_ps(y1 + r * ldy + 8, acc1[2 * r + 1]);
         }
     }
 }
-PK_KERNELS(nx_mm_pk_q8_0_avx2, q8_step, NX_MM_Q8X16_BLOCK)
+
+void nx_mm_pk_q8_0_avx2(int64_t nb, const uint8_t *wp, int64_t n_groups, const nx_mm_act *a, int n_act, float *y,
+                        int64_t ldy) {
+    const size_t gs = (size_t)nb * NX_MM_Q8X16_BLOCK;
+    const int64_t h = n_groups / 2;
+    for (int64_t g = 0; g < h + n_groups % 2; g++) {
+        const int64_t g0 = g < h ? g : 2 * h, g1 = g + h;
+        const uint8_t *w0 = wp + (size_t)g0 * gs, *w1 = wp + (size_t)g1 * gs;
+        float *y0 = y + NX_MM_PACK_ROWS * g0, *y1 = y + NX_MM_PACK_ROWS * g1;
+        if (g < h) {
+            if (n_act == 1) q8_run(1, 1, nb, w0, w1, a, 1, y0, y1, ldy);
+            else if (n_act == 2) q8_run(2, 1, nb, w0, w1, a, 2, y0, y1, ldy);
+            else q8_run(0, 1, nb, w0, w1, a, n_act, y0, y1, ldy);
+        } else {
+            if (n_act == 1) q8_run(1, 0, nb, w0, w0, a, 1, y0, y0, ldy);
+            else if (n_act == 2) q8_run(2, 0, nb, w0, w0, a, 2, y0, y0, ldy);
+            else q8_run(0, 0, nb, w0, w0, a, n_act, y0, y0, ldy);
+        }
+    }
+}
 
 /* ===== Q4_K x16 ===== */
 AI void k4_step(const int Q5, const int NR, const uint8_t *bp, const nx_mm_act *a, int64_t sb, __m256 *acc) {
