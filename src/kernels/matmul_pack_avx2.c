@@ -296,27 +296,31 @@ AI void q6k_half(const int NR, const int h, const uint8_t *bp, const nx_mm_act *
 #pragma GCC unroll 6
     for (int r = 0; r < NR; r++) t[r] = _mm256_mul_ps(_mm256_cvtepi32_ps(c[r]), n32);
 #pragma GCC unroll 1
-    for (int g = 0; g < 16; g++) {
-        const uint8_t *gp = bp + 320 + 192 * g;
-        if (!h) prefetch_k(gp, 192);
-        const __m256i L0 = _mm256_loadu_si256((const __m256i *)(gp + 32 * h));
-        const __m256i L1 = _mm256_loadu_si256((const __m256i *)(gp + 64 + 32 * h));
-        const __m256i H = _mm256_loadu_si256((const __m256i *)(gp + 128 + 32 * h));
-        const __m256i W0 = _mm256_or_si256(_mm256_and_si256(L0, m4), _mm256_and_si256(_mm256_slli_epi16(H, 4), m30));
-        const __m256i W1 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(L0, 4), m4), _mm256_and_si256(_mm256_slli_epi16(H, 2), m30));
-        const __m256i W2 = _mm256_or_si256(_mm256_and_si256(L1, m4), _mm256_and_si256(H, m30));
-        const __m256i W3 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(L1, 4), m4), _mm256_and_si256(_mm256_srli_epi16(H, 2), m30));
-        /* d * sc_g: the pair's int16 scales, g odd the high half of each 32-bit lane */
-        const __m256i P = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(bp + 32 + 32 * (g >> 1) + 16 * h)));
-        const __m256i S = (g & 1) ? _mm256_srai_epi32(P, 16) : _mm256_srai_epi32(_mm256_slli_epi32(P, 16), 16);
-        const __m256 D = _mm256_mul_ps(dw, _mm256_cvtepi32_ps(S));
+    for (int p = 0; p < 8; p++) {   /* groups 2p, 2p + 1: one scale-pair vector */
+        const __m256i P = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(bp + 32 + 32 * p + 16 * h)));
+#pragma GCC unroll 2
+        for (int e = 0; e < 2; e++) {
+            const int g = 2 * p + e;
+            const uint8_t *gp = bp + 320 + 192 * g;
+            if (!h) prefetch_k(gp, 192);
+            const __m256i L0 = _mm256_loadu_si256((const __m256i *)(gp + 32 * h));
+            const __m256i L1 = _mm256_loadu_si256((const __m256i *)(gp + 64 + 32 * h));
+            const __m256i H = _mm256_loadu_si256((const __m256i *)(gp + 128 + 32 * h));
+            const __m256i W0 = _mm256_or_si256(_mm256_and_si256(L0, m4), _mm256_and_si256(_mm256_slli_epi16(H, 4), m30));
+            const __m256i W1 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(L0, 4), m4), _mm256_and_si256(_mm256_slli_epi16(H, 2), m30));
+            const __m256i W2 = _mm256_or_si256(_mm256_and_si256(L1, m4), _mm256_and_si256(H, m30));
+            const __m256i W3 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(L1, 4), m4), _mm256_and_si256(_mm256_srli_epi16(H, 2), m30));
+            /* d * sc_g: group 2p + 1's scale is the high int16 of each 32-bit lane */
+            const __m256i S = e ? _mm256_srai_epi32(P, 16) : _mm256_srai_epi32(_mm256_slli_epi32(P, 16), 16);
+            const __m256 D = _mm256_mul_ps(dw, _mm256_cvtepi32_ps(S));
 #pragma GCC unroll 6
-        for (int r = 0; r < NR; r++) {
-            const uint8_t *q = a->q + r * a->q_stride + 256 * sb + 16 * g;
-            const __m256i s01 = _mm256_add_epi16(_mm256_maddubs_epi16(W0, bcast4(q)), _mm256_maddubs_epi16(W1, bcast4(q + 4)));
-            const __m256i s23 = _mm256_add_epi16(_mm256_maddubs_epi16(W2, bcast4(q + 8)), _mm256_maddubs_epi16(W3, bcast4(q + 12)));
-            const __m256i I = _mm256_add_epi32(_mm256_madd_epi16(s01, ones), _mm256_madd_epi16(s23, ones));
-            t[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(I), D, t[r]);
+            for (int r = 0; r < NR; r++) {
+                const uint8_t *q = a->q + r * a->q_stride + 256 * sb + 16 * g;
+                const __m256i s01 = _mm256_add_epi16(_mm256_maddubs_epi16(W0, bcast4(q)), _mm256_maddubs_epi16(W1, bcast4(q + 4)));
+                const __m256i s23 = _mm256_add_epi16(_mm256_maddubs_epi16(W2, bcast4(q + 8)), _mm256_maddubs_epi16(W3, bcast4(q + 12)));
+                const __m256i I = _mm256_add_epi32(_mm256_madd_epi16(s01, ones), _mm256_madd_epi16(s23, ones));
+                t[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(I), D, t[r]);
+            }
         }
     }
 #pragma GCC unroll 6
