@@ -7,7 +7,9 @@
  * AVX2 has no u8 x s8 -> int32 dot (no VNNI on the CPUs this tier is for): Q8_0 uses the
  * sign trick (|w| x sign(x, w), no saturation as |x| <= 127), with |w| computed once per block
  * into a stack buffer shared by the activation rows; Q4_K's unsigned 4-bit codes let 8 maddubs
- * results add in int16 exactly (8 * 2 * 15 * 127 < 2^15) before one madd.
+ * results add in int16 exactly (8 * 2 * 15 * 127 < 2^15) before one madd. The K-quants have
+ * their own driver (PK_KERNELS_K) and work one 8-row half of a block at a time, so a pass's
+ * live vectors fit the 16 ymm.
  * The float ops per (weight row, activation row) are the layout's contract (bit-identical to
  * nx_mm_pk_*_scalar, tested). Must never: read outside the packed group.
  */
@@ -134,7 +136,11 @@ PK_KERNELS(nx_mm_pk_q8_0_avx2, q8_step, NX_MM_Q8X16_BLOCK)
  * weight vectors plus one accumulator per activation row fit the 16 ymm for up to 4 rows
  * (Q4_K/Q5_K) or 6 (Q6_K), where both halves' accumulators at once spill. The second half
  * re-reads the block from L1. Passes of at most MAXR rows (balanced), two groups at once as
- * PK_KERNELS does; neither changes a (weight row, activation row) pair's arithmetic. */
+ * PK_KERNELS does; neither changes a (weight row, activation row) pair's arithmetic. Prefill
+ * (a->prefill): one group at a time, its blocks in L2 across the passes. The prefetch runs
+ * further ahead than Q8_0's: a K-quant block with 4+ rows takes longer than a DRAM miss.
+ * The cases of 5 and 6 rows exist only where MAXR allows (the bound keeps NR <= MAXR for
+ * the arrays; the guarded calls fold away). */
 #ifndef NX_MM_PREFETCH_K
 #define NX_MM_PREFETCH_K 4096
 #endif
