@@ -7,7 +7,9 @@
  * AVX2 has no u8 x s8 -> int32 dot (no VNNI on the CPUs this tier is for): Q8_0 uses the
  * sign trick (|w| x sign(x, w), no saturation as |x| <= 127), with |w| computed once per block
  * into a stack buffer shared by the activation rows; Q4_K's unsigned 4-bit codes let 8 maddubs
- * results add in int16 exactly (8 * 2 * 15 * 127 < 2^15) before one madd.
+ * results add in int16 exactly (8 * 2 * 15 * 127 < 2^15) before one madd. The K-quants have
+ * their own driver (PK_KERNELS_K) and work one 8-row half of a block at a time, so a pass's
+ * live vectors fit the 16 ymm.
  * The float ops per (weight row, activation row) are the layout's contract (bit-identical to
  * nx_mm_pk_*_scalar, tested). Must never: read outside the packed group.
  */
@@ -203,136 +205,184 @@ void nx_mm_pk_q8_0_avx2(int64_t nb, const uint8_t *wp, int64_t n_groups, const n
     }
 }
 
-/* ===== Q4_K x16 ===== */
-AI void k4_step(const int Q5, const int NR, const uint8_t *bp, const nx_mm_act *a, int64_t sb, __m256 *acc) {
-    const __m256i m4 = _mm256_set1_epi8(0x0F), m10 = _mm256_set1_epi8(0x10), ones = _mm256_set1_epi16(1);
-    __m256 t[12];
-    float ds[8][16] __attribute__((aligned(32)));     /* d * sc_j per row */
-    int32_t md[8][16] __attribute__((aligned(32)));   /* (m_j, m_j) as int16 pairs per row */
-    prefetch_blk(bp, 320);   /* the rest per sub-block: a burst of 37 prefetches stalls on the fill buffers */
-    const __m256 dw[2] = {_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)bp)),
-                          _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(bp + 16)))};
-    const __m256 ndm[2] = {neg(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(bp + 32)))),
-                           neg(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(bp + 48))))};
-#pragma GCC unroll 8
-    for (int j = 0; j < 8; j++)
-#pragma GCC unroll 2
-        for (int h = 0; h < 2; h++) {
-            const __m128i sc = _mm_loadl_epi64((const __m128i *)(bp + 64 + 16 * j + 8 * h));
-            _mm256_store_ps(ds[j] + 8 * h, _mm256_mul_ps(dw[h], _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(sc))));
-            const __m256i m = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(bp + 192 + 16 * j + 8 * h)));
-            _mm256_store_si256((__m256i *)(md[j] + 8 * h), _mm256_or_si256(m, _mm256_slli_epi32(m, 16)));
-        }
-#pragma GCC unroll 6
-    for (int r = 0; r < NR; r++) {
-        const int16_t *bs = a->bs + r * a->bs_stride + 16 * sb;
-#pragma GCC unroll 2
-        for (int h = 0; h < 2; h++) {
-            __m256i mn = _mm256_setzero_si256();
-#pragma GCC unroll 8
-            for (int j = 0; j < 8; j++)
-                mn = _mm256_add_epi32(mn, _mm256_madd_epi16(_mm256_load_si256((const __m256i *)(md[j] + 8 * h)), bcast4(bs + 2 * j)));
-            t[2 * r + h] = _mm256_mul_ps(_mm256_cvtepi32_ps(mn), ndm[h]);
-        }
+/* ===== K-quant driver =====
+ * The K-quant steps work one half (8 weight rows) of a block at a time: a half's 8 unpacked
+ * weight vectors plus one accumulator per activation row fit the 16 ymm for up to 4 rows
+ * (Q4_K/Q5_K) or 6 (Q6_K), where both halves' accumulators at once spill. The second half
+ * re-reads the block from L1. Passes of at most MAXR rows (balanced), two groups at once as
+ * PK_KERNELS does; neither changes a (weight row, activation row) pair's arithmetic. Prefill
+ * (a->prefill): one group at a time, its blocks in L2 across the passes. The prefetch runs
+ * further ahead than Q8_0's: a K-quant block with 4+ rows takes longer than a DRAM miss.
+ * The cases of 5 and 6 rows exist only where MAXR allows (the bound keeps NR <= MAXR for
+ * the arrays; the guarded calls fold away). */
+#ifndef NX_MM_PREFETCH_K
+#define NX_MM_PREFETCH_K 4096
+#endif
+AI void prefetch_k(const uint8_t *p, size_t bytes) {
+    for (size_t o = 0; o < bytes; o += 64) _mm_prefetch((const char *)(p + NX_MM_PREFETCH_K + o), _MM_HINT_T0);
+}
+#define PK_KERNELS_K(fname, STEP, BLOCK, MAXR) \
+    AI void fname##_run(const int NR, const int TWO, int64_t nb, const uint8_t *g0, const uint8_t *g1, \
+                        const nx_mm_act *a, float *y0, float *y1, int64_t ldy) { \
+        __m256 acc0[2 * (MAXR)], acc1[2 * (MAXR)]; \
+        for (int r = 0; r < 2 * NR; r++) acc0[r] = acc1[r] = _mm256_setzero_ps(); \
+        for (int64_t b = 0; b < nb; b++) { \
+            STEP(NR, g0 + (size_t)b * (BLOCK), a, b, acc0); \
+            if (TWO) STEP(NR, g1 + (size_t)b * (BLOCK), a, b, acc1); \
+        } \
+        for (int r = 0; r < NR; r++) { \
+            _mm256_storeu_ps(y0 + r * ldy, acc0[2 * r]); \
+            _mm256_storeu_ps(y0 + r * ldy + 8, acc0[2 * r + 1]); \
+            if (TWO) { \
+                _mm256_storeu_ps(y1 + r * ldy, acc1[2 * r]); \
+                _mm256_storeu_ps(y1 + r * ldy + 8, acc1[2 * r + 1]); \
+            } \
+        } \
+    } \
+    static void fname##_pass(int nr, int two, int64_t nb, const uint8_t *g0, const uint8_t *g1, const nx_mm_act *a, \
+                             float *y0, float *y1, int64_t ldy) { \
+        if (!two) g1 = g0, y1 = y0; \
+        switch (nr + 8 * !!two) { \
+        case 1: fname##_run(1, 0, nb, g0, g1, a, y0, y1, ldy); return; \
+        case 2: fname##_run(2, 0, nb, g0, g1, a, y0, y1, ldy); return; \
+        case 3: fname##_run(3, 0, nb, g0, g1, a, y0, y1, ldy); return; \
+        case 4: fname##_run(4, 0, nb, g0, g1, a, y0, y1, ldy); return; \
+        case 5: if ((MAXR) >= 5) fname##_run(5 < (MAXR) ? 5 : (MAXR), 0, nb, g0, g1, a, y0, y1, ldy); return; \
+        case 6: if ((MAXR) >= 6) fname##_run(6 < (MAXR) ? 6 : (MAXR), 0, nb, g0, g1, a, y0, y1, ldy); return; \
+        case 9: fname##_run(1, 1, nb, g0, g1, a, y0, y1, ldy); return; \
+        case 10: fname##_run(2, 1, nb, g0, g1, a, y0, y1, ldy); return; \
+        case 11: fname##_run(3, 1, nb, g0, g1, a, y0, y1, ldy); return; \
+        case 12: fname##_run(4, 1, nb, g0, g1, a, y0, y1, ldy); return; \
+        case 13: if ((MAXR) >= 5) fname##_run(5 < (MAXR) ? 5 : (MAXR), 1, nb, g0, g1, a, y0, y1, ldy); return; \
+        default: if ((MAXR) >= 6) fname##_run(6 < (MAXR) ? 6 : (MAXR), 1, nb, g0, g1, a, y0, y1, ldy); return; \
+        } \
+    } \
+    void fname(int64_t nb, const uint8_t *wp, int64_t n_groups, const nx_mm_act *a, int n_act, float *y, int64_t ldy) { \
+        const size_t gs = (size_t)nb * (BLOCK); \
+        const int64_t h = a->prefill ? 0 : n_groups / 2;   /* prefill: one group at a time (in L2) */ \
+        for (int64_t g = 0; g < (a->prefill ? n_groups : h + n_groups % 2); g++) { \
+            const int two = g < h; \
+            const int64_t g0 = two || a->prefill ? g : 2 * h, g1 = two ? g + h : g0; \
+            for (int r0 = 0; r0 < n_act;) { \
+                const int np = (n_act - r0 + (MAXR) - 1) / (MAXR), nr = (n_act - r0 + np - 1) / np; \
+                const nx_mm_act sub = nx_mm_act_rows(a, r0); \
+                fname##_pass(nr, two, nb, wp + (size_t)g0 * gs, wp + (size_t)g1 * gs, &sub, \
+                             y + (int64_t)r0 * ldy + NX_MM_PACK_ROWS * g0, y + (int64_t)r0 * ldy + NX_MM_PACK_ROWS * g1, ldy); \
+                r0 += nr; \
+            } \
+        } \
     }
+
+/* ===== Q4_K x16 ===== */
+/* Half h (rows 8h..8h+7) of one block for NR activation rows: acc[2r + h]. */
+AI void k4_half(const int Q5, const int NR, const int h, const uint8_t *bp, const nx_mm_act *a, int64_t sb, __m256 *acc) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m10 = _mm256_set1_epi8(0x10), ones = _mm256_set1_epi16(1);
+    const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(bp + 16 * h)));
+    const __m256 ndm = neg(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(bp + 32 + 16 * h))));
+    __m256 t[6];
+    __m256i mn[6];
+    if (!h) prefetch_k(bp, 320);   /* the rest per sub-block: a burst of 37 prefetches stalls on the fill buffers */
+    for (int r = 0; r < NR; r++) mn[r] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; j++) {   /* Mn = sum_j m_j * (bs[2j] + bs[2j+1]): (m_j, m_j) pairs madd the bs pairs */
+        const __m256i m = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(bp + 192 + 16 * j + 8 * h)));
+        const __m256i md = _mm256_or_si256(m, _mm256_slli_epi32(m, 16));
+#pragma GCC unroll 6
+        for (int r = 0; r < NR; r++)
+            mn[r] = _mm256_add_epi32(mn[r], _mm256_madd_epi16(md, bcast4(a->bs + r * a->bs_stride + 16 * sb + 2 * j)));
+    }
+#pragma GCC unroll 6
+    for (int r = 0; r < NR; r++) t[r] = _mm256_mul_ps(_mm256_cvtepi32_ps(mn[r]), ndm);
 #pragma GCC unroll 1
     for (int j = 0; j < 8; j++) {
         const uint8_t *cp = bp + 320 + (Q5 ? 320 : 256) * j;
-        prefetch_blk(cp, Q5 ? 320 : 256);
-#pragma GCC unroll 2
-        for (int h = 0; h < 2; h++) {
-            __m256i W[8];
+        if (!h) prefetch_k(cp, Q5 ? 320 : 256);
+        __m256i W[8];
+#pragma GCC unroll 4
+        for (int kk = 0; kk < 4; kk++) {
+            const __m256i v = _mm256_loadu_si256((const __m256i *)(cp + 64 * kk + 32 * h));
+            W[2 * kk] = _mm256_and_si256(v, m4);
+            W[2 * kk + 1] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+        }
+        if (Q5) {   /* fifth bits: bit k of each byte to bit 4 of W[k] */
+            const __m256i hb = _mm256_loadu_si256((const __m256i *)(cp + 256 + 32 * h));
+            W[0] = _mm256_or_si256(W[0], _mm256_and_si256(_mm256_slli_epi16(hb, 4), m10));
+            W[1] = _mm256_or_si256(W[1], _mm256_and_si256(_mm256_slli_epi16(hb, 3), m10));
+            W[2] = _mm256_or_si256(W[2], _mm256_and_si256(_mm256_slli_epi16(hb, 2), m10));
+            W[3] = _mm256_or_si256(W[3], _mm256_and_si256(_mm256_slli_epi16(hb, 1), m10));
+            W[4] = _mm256_or_si256(W[4], _mm256_and_si256(hb, m10));
+            W[5] = _mm256_or_si256(W[5], _mm256_and_si256(_mm256_srli_epi16(hb, 1), m10));
+            W[6] = _mm256_or_si256(W[6], _mm256_and_si256(_mm256_srli_epi16(hb, 2), m10));
+            W[7] = _mm256_or_si256(W[7], _mm256_and_si256(_mm256_srli_epi16(hb, 3), m10));
+        }
+        const __m256 D = _mm256_mul_ps(dw, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(bp + 64 + 16 * j + 8 * h)))));
 #pragma GCC unroll 6
-            for (int kk = 0; kk < 4; kk++) {
-                const __m256i v = _mm256_loadu_si256((const __m256i *)(cp + 64 * kk + 32 * h));
-                W[2 * kk] = _mm256_and_si256(v, m4);
-                W[2 * kk + 1] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
-            }
-            if (Q5) {   /* fifth bits: bit k of each byte to bit 4 of W[k] */
-                const __m256i hb = _mm256_loadu_si256((const __m256i *)(cp + 256 + 32 * h));
-                W[0] = _mm256_or_si256(W[0], _mm256_and_si256(_mm256_slli_epi16(hb, 4), m10));
-                W[1] = _mm256_or_si256(W[1], _mm256_and_si256(_mm256_slli_epi16(hb, 3), m10));
-                W[2] = _mm256_or_si256(W[2], _mm256_and_si256(_mm256_slli_epi16(hb, 2), m10));
-                W[3] = _mm256_or_si256(W[3], _mm256_and_si256(_mm256_slli_epi16(hb, 1), m10));
-                W[4] = _mm256_or_si256(W[4], _mm256_and_si256(hb, m10));
-                W[5] = _mm256_or_si256(W[5], _mm256_and_si256(_mm256_srli_epi16(hb, 1), m10));
-                W[6] = _mm256_or_si256(W[6], _mm256_and_si256(_mm256_srli_epi16(hb, 2), m10));
-                W[7] = _mm256_or_si256(W[7], _mm256_and_si256(_mm256_srli_epi16(hb, 3), m10));
-            }
-            const __m256 D = _mm256_load_ps(ds[j] + 8 * h);
-#pragma GCC unroll 6
-            for (int r = 0; r < NR; r++) {
-                const uint8_t *q = a->q + r * a->q_stride + 256 * sb + 32 * j;
-                __m256i I;
-                if (!Q5) {   /* codes <= 15: 8 maddubs add in int16 exactly */
-                    __m256i s = _mm256_maddubs_epi16(W[0], bcast4(q));
+        for (int r = 0; r < NR; r++) {
+            const uint8_t *q = a->q + r * a->q_stride + 256 * sb + 32 * j;
+            __m256i I;
+            if (!Q5) {   /* codes <= 15: 8 maddubs add in int16 exactly */
+                __m256i s = _mm256_maddubs_epi16(W[0], bcast4(q));
 #pragma GCC unroll 7
-                    for (int k = 1; k < 8; k++) s = _mm256_add_epi16(s, _mm256_maddubs_epi16(W[k], bcast4(q + 4 * k)));
-                    I = _mm256_madd_epi16(s, ones);
-                } else {     /* codes <= 31: 4 at a time (4 * 2 * 31 * 127 < 2^15) */
-                    __m256i s0 = _mm256_maddubs_epi16(W[0], bcast4(q)), s1 = _mm256_maddubs_epi16(W[4], bcast4(q + 16));
+                for (int k = 1; k < 8; k++) s = _mm256_add_epi16(s, _mm256_maddubs_epi16(W[k], bcast4(q + 4 * k)));
+                I = _mm256_madd_epi16(s, ones);
+            } else {     /* codes <= 31: 4 at a time (4 * 2 * 31 * 127 < 2^15) */
+                __m256i s0 = _mm256_maddubs_epi16(W[0], bcast4(q)), s1 = _mm256_maddubs_epi16(W[4], bcast4(q + 16));
 #pragma GCC unroll 3
-                    for (int k = 1; k < 4; k++) {
-                        s0 = _mm256_add_epi16(s0, _mm256_maddubs_epi16(W[k], bcast4(q + 4 * k)));
-                        s1 = _mm256_add_epi16(s1, _mm256_maddubs_epi16(W[k + 4], bcast4(q + 4 * k + 16)));
-                    }
-                    I = _mm256_add_epi32(_mm256_madd_epi16(s0, ones), _mm256_madd_epi16(s1, ones));
+                for (int k = 1; k < 4; k++) {
+                    s0 = _mm256_add_epi16(s0, _mm256_maddubs_epi16(W[k], bcast4(q + 4 * k)));
+                    s1 = _mm256_add_epi16(s1, _mm256_maddubs_epi16(W[k + 4], bcast4(q + 4 * k + 16)));
                 }
-                t[2 * r + h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(I), D, t[2 * r + h]);
+                I = _mm256_add_epi32(_mm256_madd_epi16(s0, ones), _mm256_madd_epi16(s1, ones));
             }
+            t[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(I), D, t[r]);
         }
     }
 #pragma GCC unroll 6
-    for (int r = 0; r < NR; r++) {
-        const __m256 dx = _mm256_set1_ps(a->d[r * a->d_stride + sb]);
-        acc[2 * r] = _mm256_fmadd_ps(t[2 * r], dx, acc[2 * r]);
-        acc[2 * r + 1] = _mm256_fmadd_ps(t[2 * r + 1], dx, acc[2 * r + 1]);
-    }
+    for (int r = 0; r < NR; r++) acc[2 * r + h] = _mm256_fmadd_ps(t[r], _mm256_set1_ps(a->d[r * a->d_stride + sb]), acc[2 * r + h]);
 }
-AI void q4k_step(const int NR, const uint8_t *bp, const nx_mm_act *a, int64_t sb, __m256 *acc) { k4_step(0, NR, bp, a, sb, acc); }
-AI void q5k_step(const int NR, const uint8_t *bp, const nx_mm_act *a, int64_t sb, __m256 *acc) { k4_step(1, NR, bp, a, sb, acc); }
-PK_KERNELS(nx_mm_pk_q4_K_avx2, q4k_step, NX_MM_Q4KX16_BLOCK)
-PK_KERNELS(nx_mm_pk_q5_K_avx2, q5k_step, NX_MM_Q5KX16_BLOCK)
+AI void q4k_step(const int NR, const uint8_t *bp, const nx_mm_act *a, int64_t sb, __m256 *acc) {
+    k4_half(0, NR, 0, bp, a, sb, acc);
+    k4_half(0, NR, 1, bp, a, sb, acc);
+}
+AI void q5k_step(const int NR, const uint8_t *bp, const nx_mm_act *a, int64_t sb, __m256 *acc) {
+    k4_half(1, NR, 0, bp, a, sb, acc);
+    k4_half(1, NR, 1, bp, a, sb, acc);
+}
+#ifndef NX_K4_MAXR
+#define NX_K4_MAXR 4
+#endif
+PK_KERNELS_K(nx_mm_pk_q4_K_avx2, q4k_step, NX_MM_Q4KX16_BLOCK, NX_K4_MAXR)
+PK_KERNELS_K(nx_mm_pk_q5_K_avx2, q5k_step, NX_MM_Q5KX16_BLOCK, NX_K4_MAXR)
 
 /* ===== Q6_K x16 =====
  * Codes 0..63 unsigned: two maddubs results add in int16 exactly (2 * 2 * 63 * 127 < 2^15)
  * before one madd; the -32 correction C = sum sc_g * bs_g from madd of the sign-extended
  * scale pairs with the broadcast group-sum pairs. */
-AI void q6k_step(const int NR, const uint8_t *bp, const nx_mm_act *a, int64_t sb, __m256 *acc) {
+AI void q6k_half(const int NR, const int h, const uint8_t *bp, const nx_mm_act *a, int64_t sb, __m256 *acc) {
     const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30), ones = _mm256_set1_epi16(1);
-    __m256 t[12];
-    float ds[16][16] __attribute__((aligned(32)));      /* d * sc_g per row */
-    int32_t sp[8][16] __attribute__((aligned(32)));     /* (sc_2p, sc_2p+1) int16 pairs per row */
-    prefetch_blk(bp, 320);
-    const __m256 dw[2] = {_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(bp))),
-                          _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(bp + 16)))};
+    const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(bp + 16 * h)));
+    __m256 t[6];
+    __m256i c[6];
+    if (!h) prefetch_k(bp, 320);
+    for (int r = 0; r < NR; r++) c[r] = _mm256_setzero_si256();
 #pragma GCC unroll 8
-    for (int p = 0; p < 8; p++)
-#pragma GCC unroll 2
-        for (int h = 0; h < 2; h++) {
-            const __m256i P = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(bp + 32 + 32 * p + 16 * h)));
-            _mm256_store_si256((__m256i *)(sp[p] + 8 * h), P);
-            _mm256_store_ps(ds[2 * p] + 8 * h, _mm256_mul_ps(dw[h], _mm256_cvtepi32_ps(_mm256_srai_epi32(_mm256_slli_epi32(P, 16), 16))));
-            _mm256_store_ps(ds[2 * p + 1] + 8 * h, _mm256_mul_ps(dw[h], _mm256_cvtepi32_ps(_mm256_srai_epi32(P, 16))));
-        }
+    for (int p = 0; p < 8; p++) {
+        const __m256i P = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(bp + 32 + 32 * p + 16 * h)));
 #pragma GCC unroll 6
-    for (int r = 0; r < NR; r++) {
-        const int16_t *bs = a->bs + r * a->bs_stride + 16 * sb;
-#pragma GCC unroll 2
-        for (int h = 0; h < 2; h++) {
-            __m256i c = _mm256_setzero_si256();
-#pragma GCC unroll 8
-            for (int p = 0; p < 8; p++)
-                c = _mm256_add_epi32(c, _mm256_madd_epi16(_mm256_load_si256((const __m256i *)(sp[p] + 8 * h)), bcast4(bs + 2 * p)));
-            t[2 * r + h] = _mm256_mul_ps(_mm256_cvtepi32_ps(c), _mm256_mul_ps(dw[h], _mm256_set1_ps(-32.0f)));
-        }
+        for (int r = 0; r < NR; r++)
+            c[r] = _mm256_add_epi32(c[r], _mm256_madd_epi16(P, bcast4(a->bs + r * a->bs_stride + 16 * sb + 2 * p)));
     }
+    const __m256 n32 = _mm256_mul_ps(dw, _mm256_set1_ps(-32.0f));
+#pragma GCC unroll 6
+    for (int r = 0; r < NR; r++) t[r] = _mm256_mul_ps(_mm256_cvtepi32_ps(c[r]), n32);
 #pragma GCC unroll 1
-    for (int g = 0; g < 16; g++) {
-        const uint8_t *gp = bp + 320 + 192 * g;
-        prefetch_blk(gp, 192);
+    for (int p = 0; p < 8; p++) {   /* groups 2p, 2p + 1: one scale-pair vector */
+        const __m256i P = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(bp + 32 + 32 * p + 16 * h)));
 #pragma GCC unroll 2
-        for (int h = 0; h < 2; h++) {
+        for (int e = 0; e < 2; e++) {
+            const int g = 2 * p + e;
+            const uint8_t *gp = bp + 320 + 192 * g;
+            if (!h) prefetch_k(gp, 192);
             const __m256i L0 = _mm256_loadu_si256((const __m256i *)(gp + 32 * h));
             const __m256i L1 = _mm256_loadu_si256((const __m256i *)(gp + 64 + 32 * h));
             const __m256i H = _mm256_loadu_si256((const __m256i *)(gp + 128 + 32 * h));
@@ -340,22 +390,27 @@ AI void q6k_step(const int NR, const uint8_t *bp, const nx_mm_act *a, int64_t sb
             const __m256i W1 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(L0, 4), m4), _mm256_and_si256(_mm256_slli_epi16(H, 2), m30));
             const __m256i W2 = _mm256_or_si256(_mm256_and_si256(L1, m4), _mm256_and_si256(H, m30));
             const __m256i W3 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(L1, 4), m4), _mm256_and_si256(_mm256_srli_epi16(H, 2), m30));
-            const __m256 D = _mm256_load_ps(ds[g] + 8 * h);
+            /* d * sc_g: group 2p + 1's scale is the high int16 of each 32-bit lane */
+            const __m256i S = e ? _mm256_srai_epi32(P, 16) : _mm256_srai_epi32(_mm256_slli_epi32(P, 16), 16);
+            const __m256 D = _mm256_mul_ps(dw, _mm256_cvtepi32_ps(S));
 #pragma GCC unroll 6
             for (int r = 0; r < NR; r++) {
                 const uint8_t *q = a->q + r * a->q_stride + 256 * sb + 16 * g;
                 const __m256i s01 = _mm256_add_epi16(_mm256_maddubs_epi16(W0, bcast4(q)), _mm256_maddubs_epi16(W1, bcast4(q + 4)));
                 const __m256i s23 = _mm256_add_epi16(_mm256_maddubs_epi16(W2, bcast4(q + 8)), _mm256_maddubs_epi16(W3, bcast4(q + 12)));
                 const __m256i I = _mm256_add_epi32(_mm256_madd_epi16(s01, ones), _mm256_madd_epi16(s23, ones));
-                t[2 * r + h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(I), D, t[2 * r + h]);
+                t[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(I), D, t[r]);
             }
         }
     }
 #pragma GCC unroll 6
-    for (int r = 0; r < NR; r++) {
-        const __m256 dx = _mm256_set1_ps(a->d[r * a->d_stride + sb]);
-        acc[2 * r] = _mm256_fmadd_ps(t[2 * r], dx, acc[2 * r]);
-        acc[2 * r + 1] = _mm256_fmadd_ps(t[2 * r + 1], dx, acc[2 * r + 1]);
-    }
+    for (int r = 0; r < NR; r++) acc[2 * r + h] = _mm256_fmadd_ps(t[r], _mm256_set1_ps(a->d[r * a->d_stride + sb]), acc[2 * r + h]);
 }
-PK_KERNELS(nx_mm_pk_q6_K_avx2, q6k_step, NX_MM_Q6KX16_BLOCK)
+AI void q6k_step(const int NR, const uint8_t *bp, const nx_mm_act *a, int64_t sb, __m256 *acc) {
+    q6k_half(NR, 0, bp, a, sb, acc);
+    q6k_half(NR, 1, bp, a, sb, acc);
+}
+#ifndef NX_Q6_MAXR
+#define NX_Q6_MAXR 6
+#endif
+PK_KERNELS_K(nx_mm_pk_q6_K_avx2, q6k_step, NX_MM_Q6KX16_BLOCK, NX_Q6_MAXR)
