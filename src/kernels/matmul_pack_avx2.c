@@ -32,77 +32,6 @@ AI __m256i bcast4(const void *p) { return _mm256_set1_epi32((int)ld32(p)); }
 #define KEEP(v) __asm__("" : "+x"(v))
 AI __m256 neg(__m256 v) { return _mm256_xor_ps(v, _mm256_set1_ps(-0.0f)); }
 
-/* The K-quant kernels' driver (Q8_0 has its own below, one pass for all rows). A type's kernel
- * is a per-block STEP(NR, bp, a, b, acc) over NR activation rows (acc[2r + h]:
- * row r, half h). The driver runs rows in passes of at most 6 (balanced), each a compiled
- * body, over the group's blocks in order, two groups at once (g and g + n_groups/2): two
- * weight streams keep more DRAM reads in flight than one. Neither changes a (weight row,
- * activation row) pair's arithmetic. */
-#define PK_KERNELS(fname, STEP, BLOCK) \
-    AI void fname##_run(const int NR, const int TWO, int64_t nb, const uint8_t *g0, const uint8_t *g1, \
-                        const nx_mm_act *a, float *y0, float *y1, int64_t ldy) { \
-        __m256 acc0[12], acc1[12]; \
-        for (int r = 0; r < 2 * NR; r++) acc0[r] = acc1[r] = _mm256_setzero_ps(); \
-        for (int64_t b = 0; b < nb; b++) { \
-            STEP(NR, g0 + (size_t)b * (BLOCK), a, b, acc0); \
-            if (TWO) STEP(NR, g1 + (size_t)b * (BLOCK), a, b, acc1); \
-        } \
-        for (int r = 0; r < NR; r++) { \
-            _mm256_storeu_ps(y0 + r * ldy, acc0[2 * r]); \
-            _mm256_storeu_ps(y0 + r * ldy + 8, acc0[2 * r + 1]); \
-            if (TWO) { \
-                _mm256_storeu_ps(y1 + r * ldy, acc1[2 * r]); \
-                _mm256_storeu_ps(y1 + r * ldy + 8, acc1[2 * r + 1]); \
-            } \
-        } \
-    } \
-    static void fname##_pass(int nr, int two, int64_t nb, const uint8_t *g0, const uint8_t *g1, const nx_mm_act *a, \
-                             float *y0, float *y1, int64_t ldy) { \
-        if (two) \
-            switch (nr) { \
-            case 1: fname##_run(1, 1, nb, g0, g1, a, y0, y1, ldy); return; \
-            case 2: fname##_run(2, 1, nb, g0, g1, a, y0, y1, ldy); return; \
-            case 3: fname##_run(3, 1, nb, g0, g1, a, y0, y1, ldy); return; \
-            case 4: fname##_run(4, 1, nb, g0, g1, a, y0, y1, ldy); return; \
-            case 5: fname##_run(5, 1, nb, g0, g1, a, y0, y1, ldy); return; \
-            default: fname##_run(6, 1, nb, g0, g1, a, y0, y1, ldy); return; \
-            } \
-        switch (nr) { \
-        case 1: fname##_run(1, 0, nb, g0, g0, a, y0, y0, ldy); break; \
-        case 2: fname##_run(2, 0, nb, g0, g0, a, y0, y0, ldy); break; \
-        case 3: fname##_run(3, 0, nb, g0, g0, a, y0, y0, ldy); break; \
-        case 4: fname##_run(4, 0, nb, g0, g0, a, y0, y0, ldy); break; \
-        case 5: fname##_run(5, 0, nb, g0, g0, a, y0, y0, ldy); break; \
-        default: fname##_run(6, 0, nb, g0, g0, a, y0, y0, ldy); break; \
-        } \
-    } \
-    void fname(int64_t nb, const uint8_t *wp, int64_t n_groups, const nx_mm_act *a, int n_act, float *y, int64_t ldy) { \
-        const size_t gs = (size_t)nb * (BLOCK); \
-        if (a->prefill && n_act > 4) { /* one group (in L2), passes of <= 4 rows: 8 accumulators, which the 16 ymm hold */ \
-            for (int64_t g = 0; g < n_groups; g++) \
-                for (int r0 = 0; r0 < n_act;) { \
-                    const int np = (n_act - r0 + 3) / 4, nr = (n_act - r0 + np - 1) / np; \
-                    const nx_mm_act sub = nx_mm_act_rows(a, r0); \
-                    float *yg = y + (int64_t)r0 * ldy + NX_MM_PACK_ROWS * g; \
-                    fname##_pass(nr, 0, nb, wp + (size_t)g * gs, wp + (size_t)g * gs, &sub, yg, yg, ldy); \
-                    r0 += nr; \
-                } \
-            return; \
-        } \
-        const int64_t h = n_groups / 2; \
-        for (int64_t g = 0; g < h + n_groups % 2; g++) { \
-            const int two = g < h; \
-            const int64_t g0 = two ? g : 2 * h, g1 = two ? g + h : g0; \
-            for (int r0 = 0; r0 < n_act;) { \
-                const int np = (n_act - r0 + 5) / 6, nr = (n_act - r0 + np - 1) / np; \
-                const nx_mm_act sub = nx_mm_act_rows(a, r0); \
-                fname##_pass(nr, two, nb, wp + (size_t)g0 * gs, wp + (size_t)g1 * gs, &sub, \
-                             y + (int64_t)r0 * ldy + NX_MM_PACK_ROWS * g0, y + (int64_t)r0 * ldy + NX_MM_PACK_ROWS * g1, ldy); \
-                r0 += nr; \
-            } \
-        } \
-    }
-
 /* ===== Q8_0 x16 =====
  * Every activation row of the call in one pass over the weights: per block, |w| of its 16
  * half-vectors once (a stack buffer in L1), then the rows two at a time, their accumulators in
@@ -209,8 +138,9 @@ void nx_mm_pk_q8_0_avx2(int64_t nb, const uint8_t *wp, int64_t n_groups, const n
  * The K-quant steps work one half (8 weight rows) of a block at a time: a half's 8 unpacked
  * weight vectors plus one accumulator per activation row fit the 16 ymm for up to 4 rows
  * (Q4_K/Q5_K) or 6 (Q6_K), where both halves' accumulators at once spill. The second half
- * re-reads the block from L1. Passes of at most MAXR rows (balanced), two groups at once as
- * PK_KERNELS does; neither changes a (weight row, activation row) pair's arithmetic. Prefill
+ * re-reads the block from L1. Passes of at most MAXR rows (balanced), each a compiled body,
+ * over the group's blocks in order, two groups at once (g and g + n_groups/2: two weight
+ * streams keep more DRAM reads in flight than one); neither changes a (weight row, activation row) pair's arithmetic. Prefill
  * (a->prefill): one group at a time, its blocks in L2 across the passes. The prefetch runs
  * further ahead than Q8_0's: a K-quant block with 4+ rows takes longer than a DRAM miss.
  * The cases of 5 and 6 rows exist only where MAXR allows (the bound keeps NR <= MAXR for
