@@ -7,8 +7,9 @@
 #include <string.h>
 
 /* The clamp |y| <= 1e6 in one op: VRANGEPS picks the smaller magnitude of y and 1e6 and keeps
- * y's sign, i.e. min(max(y, -1e6), 1e6) for every non-NaN y (and NaN stays NaN, like the
- * scalar reference); the 512-bit FP port is the recurrence's bottleneck. */
+ * y's sign, i.e. min(max(y, -1e6), 1e6) for every non-NaN y; the 512-bit FP port is the
+ * recurrence's bottleneck. A NaN y gives 1e6 with its sign (tested: the scalar reference keeps
+ * NaN, AVX2's max/min gives -1e6): a state that met a NaN is garbage on every tier alike. */
 static inline __attribute__((always_inline)) __m512 clamp6(__m512 y, __m512 hi) { return _mm512_range_ps(y, hi, 0x02); }
 
 /* One state row: si -> di (may be equal), returns o_i. */
