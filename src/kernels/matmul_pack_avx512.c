@@ -299,6 +299,35 @@ AI void k4_codes(const int Q5, const uint8_t *cp, __m512i *W) {
     }
 }
 
+/* The K-quant steps' shared ends, both streams at once: each row's exact int16-pair sum of the
+ * 8 (scale or min) pairs of a super-block against its group sums, times the block's factor
+ * (t = cvt(C) * f, the start of the contract's t); and acc = fma(t, d_x, acc) at the end. */
+AI void pair_sums2(const int NR, const nx_mm_act *a, int64_t sb, const __m512i *M0, const __m512i *M1, __m512 f0,
+                   __m512 f1, __m512 *t0, __m512 *t1) {
+#pragma GCC unroll 8
+    for (int r = 0; r < NR; r++) {
+        const int16_t *bs = a->bs + r * a->bs_stride + 16 * sb;
+        __m512i c0 = _mm512_setzero_si512(), c1 = _mm512_setzero_si512();
+#pragma GCC unroll 8
+        for (int p = 0; p < 8; p++) {
+            const __m512i x = _mm512_set1_epi32((int)ld32(bs + 2 * p));
+            c0 = _mm512_dpwssd_epi32(c0, M0[p], x);
+            c1 = _mm512_dpwssd_epi32(c1, M1[p], x);
+        }
+        t0[r] = _mm512_mul_ps(_mm512_cvtepi32_ps(c0), f0);
+        t1[r] = _mm512_mul_ps(_mm512_cvtepi32_ps(c1), f1);
+    }
+}
+AI void scale_rows2(const int NR, const nx_mm_act *a, int64_t sb, const __m512 *t0, const __m512 *t1, __m512 *acc0,
+                    __m512 *acc1) {
+#pragma GCC unroll 8
+    for (int r = 0; r < NR; r++) {
+        const __m512 dx = _mm512_set1_ps(a->d[r * a->d_stride + sb]);
+        acc0[r] = _mm512_fmadd_ps(t0[r], dx, acc0[r]);
+        acc1[r] = _mm512_fmadd_ps(t1[r], dx, acc1[r]);
+    }
+}
+
 /* Both streams at once, as q8_step2: each broadcast activation (and group-sum pair) serves
  * the two groups; per stream k4_step's arithmetic exactly. */
 AI void k4_step2(const int Q5, const int NR, const uint8_t *bp0, const uint8_t *bp1, const nx_mm_act *a, int64_t sb,
@@ -310,19 +339,7 @@ AI void k4_step2(const int Q5, const int NR, const uint8_t *bp0, const uint8_t *
     prefetch_blk(bp1, 320);
     k4_head(bp0, DS0, MD0, &ndm0);
     k4_head(bp1, DS1, MD1, &ndm1);
-#pragma GCC unroll 8
-    for (int r = 0; r < NR; r++) {
-        const int16_t *bs = a->bs + r * a->bs_stride + 16 * sb;
-        __m512i mn0 = zero, mn1 = zero;
-#pragma GCC unroll 8
-        for (int j = 0; j < 8; j++) {
-            const __m512i x = _mm512_set1_epi32((int)ld32(bs + 2 * j));
-            mn0 = _mm512_dpwssd_epi32(mn0, MD0[j], x);
-            mn1 = _mm512_dpwssd_epi32(mn1, MD1[j], x);
-        }
-        t0[r] = _mm512_mul_ps(_mm512_cvtepi32_ps(mn0), ndm0);
-        t1[r] = _mm512_mul_ps(_mm512_cvtepi32_ps(mn1), ndm1);
-    }
+    pair_sums2(NR, a, sb, MD0, MD1, ndm0, ndm1, t0, t1);
 #pragma GCC unroll 1
     for (int j = 0; j < 8; j++) {
         const size_t off = 320 + (size_t)(Q5 ? 320 : 256) * j;
@@ -347,12 +364,7 @@ AI void k4_step2(const int Q5, const int NR, const uint8_t *bp0, const uint8_t *
             t1[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(I1, J1)), DS1[j], t1[r]);
         }
     }
-#pragma GCC unroll 8
-    for (int r = 0; r < NR; r++) {
-        const __m512 dx = _mm512_set1_ps(a->d[r * a->d_stride + sb]);
-        acc0[r] = _mm512_fmadd_ps(t0[r], dx, acc0[r]);
-        acc1[r] = _mm512_fmadd_ps(t1[r], dx, acc1[r]);
-    }
+    scale_rows2(NR, a, sb, t0, t1, acc0, acc1);
 }
 AI void q4k_step2(const int NR, const uint8_t *b0, const uint8_t *b1, const nx_mm_act *a, int64_t sb, __m512 *acc0, __m512 *acc1) { k4_step2(0, NR, b0, b1, a, sb, acc0, acc1); }
 AI void q5k_step2(const int NR, const uint8_t *b0, const uint8_t *b1, const nx_mm_act *a, int64_t sb, __m512 *acc0, __m512 *acc1) { k4_step2(1, NR, b0, b1, a, sb, acc0, acc1); }
@@ -535,19 +547,7 @@ AI void q6k_step2(const int NR, const uint8_t *bp0, const uint8_t *bp1, const nx
     prefetch_blk(bp1, 320);
     q6_head(bp0, P0, DS0, &n32d0);
     q6_head(bp1, P1, DS1, &n32d1);
-#pragma GCC unroll 8
-    for (int r = 0; r < NR; r++) {
-        const int16_t *bs = a->bs + r * a->bs_stride + 16 * sb;
-        __m512i c0 = zero, c1 = zero;
-#pragma GCC unroll 8
-        for (int p = 0; p < 8; p++) {
-            const __m512i x = _mm512_set1_epi32((int)ld32(bs + 2 * p));
-            c0 = _mm512_dpwssd_epi32(c0, P0[p], x);
-            c1 = _mm512_dpwssd_epi32(c1, P1[p], x);
-        }
-        t0[r] = _mm512_mul_ps(_mm512_cvtepi32_ps(c0), n32d0);
-        t1[r] = _mm512_mul_ps(_mm512_cvtepi32_ps(c1), n32d1);
-    }
+    pair_sums2(NR, a, sb, P0, P1, n32d0, n32d1, t0, t1);
 #pragma GCC unroll 1
     for (int g = 0; g < 16; g++) {
         const size_t off = 320 + 192 * (size_t)g;
@@ -571,12 +571,7 @@ AI void q6k_step2(const int NR, const uint8_t *bp0, const uint8_t *bp1, const nx
             t1[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(I1, J1)), DS1[g], t1[r]);
         }
     }
-#pragma GCC unroll 8
-    for (int r = 0; r < NR; r++) {
-        const __m512 dx = _mm512_set1_ps(a->d[r * a->d_stride + sb]);
-        acc0[r] = _mm512_fmadd_ps(t0[r], dx, acc0[r]);
-        acc1[r] = _mm512_fmadd_ps(t1[r], dx, acc1[r]);
-    }
+    scale_rows2(NR, a, sb, t0, t1, acc0, acc1);
 }
 PK_KERNELS(nx_mm_pk_q6_K_avx512_plain, q6k_step, q6k_step2, NX_MM_Q6KX16_BLOCK)
 
