@@ -130,8 +130,8 @@ static nx_status run_mm(nx_threadpool *tp, const wmat *m, const float *x, int64_
 }
 
 /* Scalar first (the reference); a level this machine lacks is skipped (nx_cpu_set_level). */
-static const nx_cpu_level k_levels[] = {NX_CPU_SCALAR, NX_CPU_AVX2, NX_CPU_AVX512, NX_CPU_NEON, NX_CPU_NEON_DOT,
-                                        NX_CPU_NEON_I8MM};
+static const nx_cpu_level k_levels[] = {NX_CPU_SCALAR, NX_CPU_AVX2, NX_CPU_AVX2_VNNI, NX_CPU_AVX512, NX_CPU_NEON,
+                                        NX_CPU_NEON_DOT, NX_CPU_NEON_I8MM};
 
 /* Accuracy against the references and the scalar level, for one shape. */
 static void check_accuracy(nx_type t, int64_t n_in, int64_t n_out, int64_t n_rows) {
@@ -605,6 +605,18 @@ static void test_cpu_env(void) {
     CHECK_MSG(got == (n > 1 ? mid : NX_CPU_SCALAR), "NEXTN_CPU capped to %s", nx_cpu_level_name(got));
     CHECK(nx_cpu_set_level(other) == nx_cpu_level_detected());   /* the other architecture's level: the best */
     CHECK(nx_cpu_set_level(NX_CPU_SCALAR) == NX_CPU_SCALAR);
+#if NX_MM_X86
+    /* avx2_vnni: where AVX-VNNI is (its own packed kernels), else AVX2 (AVX-512 without it: Zen 4) */
+    if (nx_cpu_level_detected() >= NX_CPU_AVX2) {
+        const nx_cpu_level v = nx_cpu_set_level(NX_CPU_AVX2_VNNI);
+        CHECK_MSG(v == (nx_cpu_has_avxvnni() ? NX_CPU_AVX2_VNNI : NX_CPU_AVX2), "avx2_vnni gave %s", nx_cpu_level_name(v));
+        CHECK(nx_mm_pick_pkernel(NX_TYPE_Q8_0) == (v == NX_CPU_AVX2_VNNI ? nx_mm_pk_q8_0_avx2vnni : nx_mm_pk_q8_0_avx2));
+        CHECK(nx_mm_pick_pkernel(NX_TYPE_Q6_K) == (v == NX_CPU_AVX2_VNNI ? nx_mm_pk_q6_K_avx2vnni : nx_mm_pk_q6_K_avx2));
+        bool listed = false;
+        for (int i = 0; i < n; i++) listed |= lv[i] == NX_CPU_AVX2_VNNI;
+        CHECK(listed == (v == NX_CPU_AVX2_VNNI));
+    }
+#endif
     /* AMX: a switch on top of the AVX-512 level, never in effect below it or where absent */
     CHECK(!nx_cpu_amx());
     CHECK(nx_cpu_set_amx(1) == nx_cpu_amx_detected());

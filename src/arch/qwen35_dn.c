@@ -44,7 +44,7 @@ qw_dn_run_fn qw_dn_run_pick(void) {
     switch (nx_cpu_level_get()) {
 #if defined(__x86_64__) || defined(__i386__)
     case NX_CPU_AVX512: return qw_dn_run_avx512;
-    case NX_CPU_AVX2: return qw_dn_run_avx2;
+    case NX_CPU_AVX2_VNNI: case NX_CPU_AVX2: return qw_dn_run_avx2;
 #endif
 #if defined(__aarch64__)
     case NX_CPU_NEON_I8MM: case NX_CPU_NEON_DOT: case NX_CPU_NEON: return qw_dn_run_neon;
@@ -57,7 +57,7 @@ qw_dn_head_fn qw_dn_head_pick(void) {
     switch (nx_cpu_level_get()) {
 #if defined(__x86_64__) || defined(__i386__)
     case NX_CPU_AVX512: return qw_dn_head_avx512;
-    case NX_CPU_AVX2: return qw_dn_head_avx2;
+    case NX_CPU_AVX2_VNNI: case NX_CPU_AVX2: return qw_dn_head_avx2;
 #endif
 #if defined(__aarch64__)
     case NX_CPU_NEON_I8MM: case NX_CPU_NEON_DOT: case NX_CPU_NEON: return qw_dn_head_neon;

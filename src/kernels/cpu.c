@@ -57,7 +57,7 @@ nx_cpu_level nx_cpu_level_detected(void) {
     bool f = b7 & (1u << 16), dq = b7 & (1u << 17), bw = b7 & (1u << 30), vl = b7 & (1u << 31);
     bool vbmi = c7 & (1u << 1), vnni = c7 & (1u << 11);
     if (zmm && ymm && avx2 && fma && f16c && bmi2 && f && dq && bw && vl && vbmi && vnni) return NX_CPU_AVX512;
-    if (ymm && avx2 && fma && f16c && bmi2) return NX_CPU_AVX2;
+    if (ymm && avx2 && fma && f16c && bmi2) return nx_cpu_has_avxvnni() ? NX_CPU_AVX2_VNNI : NX_CPU_AVX2;
 #elif defined(__aarch64__)
 #if defined(__linux__)
     if (getauxval(AT_HWCAP) & HWCAP_ASIMDDP)
@@ -75,8 +75,14 @@ static bool level_native(nx_cpu_level l) {
 #if defined(__aarch64__)
     return l == NX_CPU_SCALAR || l == NX_CPU_NEON || l == NX_CPU_NEON_DOT || l == NX_CPU_NEON_I8MM;
 #else
-    return l == NX_CPU_SCALAR || l == NX_CPU_AVX2 || l == NX_CPU_AVX512;
+    return l == NX_CPU_SCALAR || l == NX_CPU_AVX2 || l == NX_CPU_AVX2_VNNI || l == NX_CPU_AVX512;
 #endif
+}
+
+/* Level l runs here: native, at most the best one, and (AVX-VNNI being no part of AVX-512) its
+ * own feature where it has one. */
+static bool level_runs(nx_cpu_level l) {
+    return level_native(l) && l <= nx_cpu_level_detected() && (l != NX_CPU_AVX2_VNNI || nx_cpu_has_avxvnni());
 }
 
 int nx_cpu_levels(nx_cpu_level *out) {
@@ -84,8 +90,19 @@ int nx_cpu_levels(nx_cpu_level *out) {
     int n = 0;
     out[n++] = NX_CPU_SCALAR;
     for (int l = NX_CPU_SCALAR + 1; l <= (int)hw; l++)
-        if (level_native((nx_cpu_level)l)) out[n++] = (nx_cpu_level)l;
+        if (level_runs((nx_cpu_level)l)) out[n++] = (nx_cpu_level)l;
     return n;
+}
+
+int nx_cpu_has_avxvnni(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (__get_cpuid_max(0, NULL) < 7) return 0;
+    __cpuid_count(7, 1, a, b, c, d);   /* leaf 7 sub-leaf 1: EAX bit 4 = AVX-VNNI */
+    return (a & (1u << 4)) != 0 && (xcr0() & 0x6) == 0x6;
+#else
+    return 0;
+#endif
 }
 
 int nx_cpu_has_avx512bf16(void) {
@@ -143,6 +160,7 @@ int nx_cpu_amx(void) {
 nx_cpu_level nx_cpu_set_level(nx_cpu_level level) {
     nx_cpu_level hw = nx_cpu_level_detected();
     if (!level_native(level) || level > hw) level = hw;   /* the levels of one architecture are ordered */
+    if (level == NX_CPU_AVX2_VNNI && !level_runs(level)) level = NX_CPU_AVX2;   /* AVX-512 without AVX-VNNI */
     if (level < NX_CPU_SCALAR) level = NX_CPU_SCALAR;
     atomic_store(&g_level, (int)level);
     return level;
@@ -156,6 +174,7 @@ nx_cpu_level nx_cpu_level_get(void) {
     if (env) {
         if (!strcmp(env, "scalar")) want = NX_CPU_SCALAR;
         else if (!strcmp(env, "avx2")) want = NX_CPU_AVX2;
+        else if (!strcmp(env, "avx2_vnni")) want = NX_CPU_AVX2_VNNI;
         else if (!strcmp(env, "avx512")) want = NX_CPU_AVX512;
         else if (!strcmp(env, "neon")) want = NX_CPU_NEON;
         else if (!strcmp(env, "neon_dot")) want = NX_CPU_NEON_DOT;
@@ -168,6 +187,7 @@ const char *nx_cpu_level_name(nx_cpu_level level) {
     switch (level) {
     case NX_CPU_SCALAR: return "scalar";
     case NX_CPU_AVX2: return "avx2";
+    case NX_CPU_AVX2_VNNI: return "avx2_vnni";
     case NX_CPU_AVX512: return "avx512";
     case NX_CPU_NEON: return "neon";
     case NX_CPU_NEON_DOT: return "neon_dot";

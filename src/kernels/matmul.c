@@ -139,7 +139,7 @@ static nx_mm_quant_fn pick_quant(void) {
     switch (nx_cpu_level_get()) {
 #if NX_MM_X86
     case NX_CPU_AVX512: return nx_mm_quantize_avx512;
-    case NX_CPU_AVX2: return nx_mm_quantize_avx2;
+    case NX_CPU_AVX2_VNNI: case NX_CPU_AVX2: return nx_mm_quantize_avx2;
 #endif
 #if NX_MM_NEON
     case NX_CPU_NEON_I8MM: case NX_CPU_NEON_DOT: case NX_CPU_NEON: return nx_mm_quantize_neon;
@@ -237,6 +237,7 @@ static nx_mm_kernel pick_kernel(nx_type type, int *tile, int *bias) {
     switch (nx_cpu_level_get()) {
 #if NX_MM_X86
     case NX_CPU_AVX512: k = nx_mm_kernel_avx512(type); if (k) { *tile = nx_mm_tile_avx512(type); break; } /* fall through */
+    case NX_CPU_AVX2_VNNI: __attribute__((fallthrough));
     case NX_CPU_AVX2:   k = nx_mm_kernel_avx2(type); if (k) { *bias = nx_mm_act_bias_avx2(type); break; } __attribute__((fallthrough));
 #endif
 #if NX_MM_NEON
@@ -479,7 +480,7 @@ uint64_t nx_matmul_stream_read(const void *p, size_t n) {
     switch (nx_cpu_level_get()) {
 #if NX_MM_X86
     case NX_CPU_AVX512: return nx_mm_stream_read_avx512(p, n);
-    case NX_CPU_AVX2: return nx_mm_stream_read_avx2(p, n);
+    case NX_CPU_AVX2_VNNI: case NX_CPU_AVX2: return nx_mm_stream_read_avx2(p, n);
 #endif
 #if NX_MM_NEON
     case NX_CPU_NEON_I8MM: case NX_CPU_NEON_DOT: case NX_CPU_NEON: return nx_mm_stream_read_neon(p, n);

@@ -130,18 +130,22 @@ nx_mm_pkernel nx_mm_pick_pkernel(nx_type type);
     void name(int64_t nb, const uint8_t *wp, int64_t n_groups, const nx_mm_act *a, int n_act, float *y, int64_t ldy);
 NX_MM_PK_DECL(nx_mm_pk_q8_0_scalar)
 NX_MM_PK_DECL(nx_mm_pk_q8_0_avx2)
+NX_MM_PK_DECL(nx_mm_pk_q8_0_avx2vnni)
 NX_MM_PK_DECL(nx_mm_pk_q8_0_avx512)
 /* AMX-INT8 (matmul_pack_amx.c): whole tiles of 16 rows of a prefill call; other calls and
  * rows go to nx_mm_pk_q8_0_avx512. Picked only where nx_cpu_amx(). */
 NX_MM_PK_DECL(nx_mm_pk_q8_0_amx)
 NX_MM_PK_DECL(nx_mm_pk_q4_K_scalar)
 NX_MM_PK_DECL(nx_mm_pk_q4_K_avx2)
+NX_MM_PK_DECL(nx_mm_pk_q4_K_avx2vnni)
 NX_MM_PK_DECL(nx_mm_pk_q4_K_avx512)
 NX_MM_PK_DECL(nx_mm_pk_q5_K_scalar)
 NX_MM_PK_DECL(nx_mm_pk_q5_K_avx2)
+NX_MM_PK_DECL(nx_mm_pk_q5_K_avx2vnni)
 NX_MM_PK_DECL(nx_mm_pk_q5_K_avx512)
 NX_MM_PK_DECL(nx_mm_pk_q6_K_scalar)
 NX_MM_PK_DECL(nx_mm_pk_q6_K_avx2)
+NX_MM_PK_DECL(nx_mm_pk_q6_K_avx2vnni)
 NX_MM_PK_DECL(nx_mm_pk_q6_K_avx512)
 
 /* Row groups per kernel call: matmul_avx512.c grp512, matmul_avx2.c group_rows (both balanced). */

@@ -41,13 +41,14 @@ nx_mm_pkernel nx_mm_pick_pkernel(nx_type type) {
     return NULL;   /* no NEON packed kernels yet: the unpacked NEON kernels serve */
 #else
     const nx_cpu_level l = nx_cpu_level_get();
+    const bool v = l == NX_CPU_AVX2_VNNI, v2 = l == NX_CPU_AVX2;
     switch (type) {
     case NX_TYPE_Q8_0:   /* AMX: same bits as the AVX-512 kernel, which it calls for short calls */
         return l == NX_CPU_AVX512 ? (nx_cpu_amx() ? nx_mm_pk_q8_0_amx : nx_mm_pk_q8_0_avx512)
-             : l == NX_CPU_AVX2 ? nx_mm_pk_q8_0_avx2 : NULL;
-    case NX_TYPE_Q4_K: return l == NX_CPU_AVX512 ? nx_mm_pk_q4_K_avx512 : l == NX_CPU_AVX2 ? nx_mm_pk_q4_K_avx2 : NULL;
-    case NX_TYPE_Q5_K: return l == NX_CPU_AVX512 ? nx_mm_pk_q5_K_avx512 : l == NX_CPU_AVX2 ? nx_mm_pk_q5_K_avx2 : NULL;
-    case NX_TYPE_Q6_K: return l == NX_CPU_AVX512 ? nx_mm_pk_q6_K_avx512 : l == NX_CPU_AVX2 ? nx_mm_pk_q6_K_avx2 : NULL;
+             : v ? nx_mm_pk_q8_0_avx2vnni : v2 ? nx_mm_pk_q8_0_avx2 : NULL;
+    case NX_TYPE_Q4_K: return l == NX_CPU_AVX512 ? nx_mm_pk_q4_K_avx512 : v ? nx_mm_pk_q4_K_avx2vnni : v2 ? nx_mm_pk_q4_K_avx2 : NULL;
+    case NX_TYPE_Q5_K: return l == NX_CPU_AVX512 ? nx_mm_pk_q5_K_avx512 : v ? nx_mm_pk_q5_K_avx2vnni : v2 ? nx_mm_pk_q5_K_avx2 : NULL;
+    case NX_TYPE_Q6_K: return l == NX_CPU_AVX512 ? nx_mm_pk_q6_K_avx512 : v ? nx_mm_pk_q6_K_avx2vnni : v2 ? nx_mm_pk_q6_K_avx2 : NULL;
     default: return NULL;
     }
 #endif

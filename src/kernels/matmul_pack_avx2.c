@@ -12,12 +12,22 @@
  * live vectors fit the 16 ymm.
  * The float ops per (weight row, activation row) are the layout's contract (bit-identical to
  * nx_mm_pk_*_scalar, tested). Must never: read outside the packed group.
+ *
+ * The same file, compiled with NX_PK_VNNI and -mavxvnni (matmul_pack_avx2vnni.c), gives the
+ * avx2_vnni level's kernels (names ending _avx2vnni): AVX-VNNI's vpdpbusd adds four u8 x s8
+ * products into an int32 lane in one instruction where AVX2 needs maddubs + madd + add. Every
+ * integer sum is exact in both (no saturation: see each kernel), so both give the same bits.
  */
 #include "kernels/matmul_impl.h"
 #include <immintrin.h>
 #include <string.h>
 
 #define AI static inline __attribute__((always_inline))
+#ifdef NX_PK_VNNI
+#define PK(name) name##_avx2vnni
+#else
+#define PK(name) name##_avx2
+#endif
 #ifndef NX_MM_PREFETCH
 #define NX_MM_PREFETCH 2048
 #endif
@@ -39,6 +49,40 @@ AI __m256 neg(__m256 v) { return _mm256_xor_ps(v, _mm256_set1_ps(-0.0f)); }
  * the weight stream and its prefetch running under all the rows' work: with passes of a few
  * rows each, every later pass is compute with no DRAM reads to hide behind it. */
 
+#ifdef NX_PK_VNNI
+/* VNNI: the weight codes flipped to unsigned (w ^ 0x80 = w + 128) meet the signed activation
+ * codes in vpdpbusd; each row's sum starts at cs = -128 * (sum of its codes), which cancels
+ * the flip exactly. Two chains per row half (even and odd k) halve the dependent latency.
+ * uw: the block's flipped codes, or NULL to flip them here; cs: row j's at cs[j*css]. */
+AI void q8_rows(const int R, const uint8_t *bp, const __m256i *uw, __m256 dw0, __m256 dw1, const uint8_t *q,
+                int64_t qs, const float *d, int64_t ds, const int32_t *cs, int64_t css, __m256 *acc) {
+    const __m256i flip = _mm256_set1_epi8((char)0x80);
+    __m256i I[2][2], J[2][2];
+    for (int j = 0; j < R; j++) {
+        I[j][0] = I[j][1] = _mm256_set1_epi32(cs[j * css]);
+        J[j][0] = J[j][1] = _mm256_setzero_si256();
+    }
+#pragma GCC unroll 8
+    for (int k = 0; k < 8; k++)
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            const __m256i u = uw ? uw[2 * k + h]
+                                 : _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(bp + 32 + 64 * k + 32 * h)), flip);
+#pragma GCC unroll 2
+            for (int j = 0; j < R; j++) {
+                if (k % 2) J[j][h] = _mm256_dpbusd_avx_epi32(J[j][h], u, bcast4(q + j * qs + 4 * k));
+                else I[j][h] = _mm256_dpbusd_avx_epi32(I[j][h], u, bcast4(q + j * qs + 4 * k));
+            }
+        }
+#pragma GCC unroll 2
+    for (int j = 0; j < R; j++) {
+        const __m256 dx = _mm256_set1_ps(d[j * ds]);
+        const __m256i S0 = _mm256_add_epi32(I[j][0], J[j][0]), S1 = _mm256_add_epi32(I[j][1], J[j][1]);
+        acc[2 * j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(S0), _mm256_mul_ps(dw0, dx), acc[2 * j]);
+        acc[2 * j + 1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(S1), _mm256_mul_ps(dw1, dx), acc[2 * j + 1]);
+    }
+}
+#else
 /* R (1 or 2) rows from q (row j at q + j*qs, this block's codes) and d (row j's block scale at
  * d[j*ds]) into acc[2j + h]; absw: the block's |w|, or NULL to compute them here. */
 AI void q8_rows(const int R, const uint8_t *bp, const __m256i *absw, __m256 dw0, __m256 dw1, const uint8_t *q,
@@ -66,32 +110,40 @@ AI void q8_rows(const int R, const uint8_t *bp, const __m256i *absw, __m256 dw0,
         acc[2 * j + 1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(I[j][1]), _mm256_mul_ps(dw1, dx), acc[2 * j + 1]);
     }
 }
+#endif
+#ifdef NX_PK_VNNI
+#define Q8_ROWS(R, bp, wv, dw0, dw1, q, qs, d, ds, cs, css, acc) q8_rows(R, bp, wv, dw0, dw1, q, qs, d, ds, cs, css, acc)
+#define Q8_WV(w) _mm256_xor_si256(w, _mm256_set1_epi8((char)0x80))
+#else
+#define Q8_ROWS(R, bp, wv, dw0, dw1, q, qs, d, ds, cs, css, acc) q8_rows(R, bp, wv, dw0, dw1, q, qs, d, ds, acc)
+#define Q8_WV(w) _mm256_sign_epi8(w, w)
+#endif
 
 /* Block b of one group for n rows (N = 1 or 2: that many, |w| inline; N = 0: any n). */
 AI void q8_block(const int N, const uint8_t *bp, const nx_mm_act *a, int64_t b, int n, __m256 *acc) {
     const int64_t qs = a->q_stride, ds = a->d_stride;
     const uint8_t *q = a->q + 32 * b;
     const float *d = a->d + b;
+    const int64_t css = a->cs_stride;
+    const int32_t *cs = a->cs ? a->cs + b : NULL;
+    (void)css, (void)cs;
     prefetch_blk(bp, NX_MM_Q8X16_BLOCK);
     const __m256 dw0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)bp));
     const __m256 dw1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(bp + 16)));
     if (N) {
-        q8_rows(N, bp, NULL, dw0, dw1, q, qs, d, ds, acc);
+        Q8_ROWS(N, bp, NULL, dw0, dw1, q, qs, d, ds, cs, css, acc);
         return;
     }
-    __m256i absw[16];
+    __m256i absw[16];   /* VNNI: the flipped codes */
 #pragma GCC unroll 16
-    for (int k = 0; k < 16; k++) {
-        const __m256i w = _mm256_loadu_si256((const __m256i *)(bp + 32 + 32 * k));
-        absw[k] = _mm256_sign_epi8(w, w);
-    }
+    for (int k = 0; k < 16; k++) absw[k] = Q8_WV(_mm256_loadu_si256((const __m256i *)(bp + 32 + 32 * k)));
     int r = 0;
 #pragma GCC unroll 1
     for (; r + 2 <= n; r += 2) {
         __asm__("" : "+r"(bp));   /* w read from L1 per row pair: hoisted out of the loop, 16 vectors would spill */
-        q8_rows(2, bp, absw, dw0, dw1, q + r * qs, qs, d + r * ds, ds, acc + 2 * r);
+        Q8_ROWS(2, bp, absw, dw0, dw1, q + r * qs, qs, d + r * ds, ds, cs + r * css, css, acc + 2 * r);
     }
-    if (r < n) q8_rows(1, bp, absw, dw0, dw1, q + r * qs, qs, d + r * ds, ds, acc + 2 * r);
+    if (r < n) Q8_ROWS(1, bp, absw, dw0, dw1, q + r * qs, qs, d + r * ds, ds, cs + r * css, css, acc + 2 * r);
 }
 
 /* One group (TWO = 0) or two (g0, g1: two weight streams keep more DRAM reads in flight),
@@ -114,7 +166,7 @@ AI void q8_run(const int N, const int TWO, int64_t nb, const uint8_t *g0, const 
     }
 }
 
-void nx_mm_pk_q8_0_avx2(int64_t nb, const uint8_t *wp, int64_t n_groups, const nx_mm_act *a, int n_act, float *y,
+void PK(nx_mm_pk_q8_0)(int64_t nb, const uint8_t *wp, int64_t n_groups, const nx_mm_act *a, int n_act, float *y,
                         int64_t ldy) {
     const size_t gs = (size_t)nb * NX_MM_Q8X16_BLOCK;
     const int64_t h = n_groups / 2;
@@ -151,7 +203,8 @@ void nx_mm_pk_q8_0_avx2(int64_t nb, const uint8_t *wp, int64_t n_groups, const n
 AI void prefetch_k(const uint8_t *p, size_t bytes) {
     for (size_t o = 0; o < bytes; o += 64) _mm_prefetch((const char *)(p + NX_MM_PREFETCH_K + o), _MM_HINT_T0);
 }
-#define PK_KERNELS_K(fname, STEP, BLOCK, MAXR) \
+#define PK_KERNELS_K(fname, STEP, BLOCK, MAXR) PK_KERNELS_K_(fname, STEP, BLOCK, MAXR)   /* fname expanded first */
+#define PK_KERNELS_K_(fname, STEP, BLOCK, MAXR) \
     AI void fname##_run(const int NR, const int TWO, int64_t nb, const uint8_t *g0, const uint8_t *g1, \
                         const nx_mm_act *a, float *y0, float *y1, int64_t ldy) { \
         __m256 acc0[2 * (MAXR)], acc1[2 * (MAXR)]; \
@@ -207,6 +260,7 @@ AI void prefetch_k(const uint8_t *p, size_t bytes) {
 /* Half h (rows 8h..8h+7) of one block for NR activation rows: acc[2r + h]. */
 AI void k4_half(const int Q5, const int NR, const int h, const uint8_t *bp, const nx_mm_act *a, int64_t sb, __m256 *acc) {
     const __m256i m4 = _mm256_set1_epi8(0x0F), m10 = _mm256_set1_epi8(0x10), ones = _mm256_set1_epi16(1);
+    (void)ones;   /* unused with VNNI */
     const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(bp + 16 * h)));
     const __m256 ndm = neg(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(bp + 32 + 16 * h))));
     __m256 t[6];
@@ -250,6 +304,17 @@ AI void k4_half(const int Q5, const int NR, const int h, const uint8_t *bp, cons
         for (int r = 0; r < NR; r++) {
             const uint8_t *q = a->q + r * a->q_stride + 256 * sb + 32 * j;
             __m256i I;
+#ifdef NX_PK_VNNI
+            {   /* two chains of 4 (the sum is exact in any order) */
+                __m256i i0 = _mm256_setzero_si256(), i1 = _mm256_setzero_si256();
+#pragma GCC unroll 4
+                for (int k = 0; k < 4; k++) {
+                    i0 = _mm256_dpbusd_avx_epi32(i0, W[k], bcast4(q + 4 * k));
+                    i1 = _mm256_dpbusd_avx_epi32(i1, W[k + 4], bcast4(q + 4 * k + 16));
+                }
+                I = _mm256_add_epi32(i0, i1);
+            }
+#else
             if (!Q5) {   /* codes <= 15: 8 maddubs add in int16 exactly */
                 __m256i s = _mm256_maddubs_epi16(W[0], bcast4(q));
 #pragma GCC unroll 7
@@ -264,6 +329,7 @@ AI void k4_half(const int Q5, const int NR, const int h, const uint8_t *bp, cons
                 }
                 I = _mm256_add_epi32(_mm256_madd_epi16(s0, ones), _mm256_madd_epi16(s1, ones));
             }
+#endif
             t[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(I), D, t[r]);
         }
     }
@@ -281,8 +347,8 @@ AI void q5k_step(const int NR, const uint8_t *bp, const nx_mm_act *a, int64_t sb
 #ifndef NX_K4_MAXR
 #define NX_K4_MAXR 4
 #endif
-PK_KERNELS_K(nx_mm_pk_q4_K_avx2, q4k_step, NX_MM_Q4KX16_BLOCK, NX_K4_MAXR)
-PK_KERNELS_K(nx_mm_pk_q5_K_avx2, q5k_step, NX_MM_Q5KX16_BLOCK, NX_K4_MAXR)
+PK_KERNELS_K(PK(nx_mm_pk_q4_K), q4k_step, NX_MM_Q4KX16_BLOCK, NX_K4_MAXR)
+PK_KERNELS_K(PK(nx_mm_pk_q5_K), q5k_step, NX_MM_Q5KX16_BLOCK, NX_K4_MAXR)
 
 /* ===== Q6_K x16 =====
  * Codes 0..63 unsigned: two maddubs results add in int16 exactly (2 * 2 * 63 * 127 < 2^15)
@@ -290,6 +356,7 @@ PK_KERNELS_K(nx_mm_pk_q5_K_avx2, q5k_step, NX_MM_Q5KX16_BLOCK, NX_K4_MAXR)
  * scale pairs with the broadcast group-sum pairs. */
 AI void q6k_half(const int NR, const int h, const uint8_t *bp, const nx_mm_act *a, int64_t sb, __m256 *acc) {
     const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30), ones = _mm256_set1_epi16(1);
+    (void)ones;   /* unused with VNNI */
     const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(bp + 16 * h)));
     __m256 t[6];
     __m256i c[6];
@@ -326,9 +393,15 @@ AI void q6k_half(const int NR, const int h, const uint8_t *bp, const nx_mm_act *
 #pragma GCC unroll 6
             for (int r = 0; r < NR; r++) {
                 const uint8_t *q = a->q + r * a->q_stride + 256 * sb + 16 * g;
+#ifdef NX_PK_VNNI
+                const __m256i i01 = _mm256_dpbusd_avx_epi32(_mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), W0, bcast4(q)), W1, bcast4(q + 4));
+                const __m256i i23 = _mm256_dpbusd_avx_epi32(_mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), W2, bcast4(q + 8)), W3, bcast4(q + 12));
+                const __m256i I = _mm256_add_epi32(i01, i23);
+#else
                 const __m256i s01 = _mm256_add_epi16(_mm256_maddubs_epi16(W0, bcast4(q)), _mm256_maddubs_epi16(W1, bcast4(q + 4)));
                 const __m256i s23 = _mm256_add_epi16(_mm256_maddubs_epi16(W2, bcast4(q + 8)), _mm256_maddubs_epi16(W3, bcast4(q + 12)));
                 const __m256i I = _mm256_add_epi32(_mm256_madd_epi16(s01, ones), _mm256_madd_epi16(s23, ones));
+#endif
                 t[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(I), D, t[r]);
             }
         }
@@ -343,4 +416,4 @@ AI void q6k_step(const int NR, const uint8_t *bp, const nx_mm_act *a, int64_t sb
 #ifndef NX_Q6_MAXR
 #define NX_Q6_MAXR 6
 #endif
-PK_KERNELS_K(nx_mm_pk_q6_K_avx2, q6k_step, NX_MM_Q6KX16_BLOCK, NX_Q6_MAXR)
+PK_KERNELS_K(PK(nx_mm_pk_q6_K), q6k_step, NX_MM_Q6KX16_BLOCK, NX_Q6_MAXR)

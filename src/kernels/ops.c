@@ -169,6 +169,7 @@ const nx_ops_impl *nx_ops_get(void) {
     switch (nx_cpu_level_get()) {
 #if defined(__x86_64__) || defined(__i386__)
     case NX_CPU_AVX512: if (nx_ops_avx512.dot) return &nx_ops_avx512; /* fall through */
+    case NX_CPU_AVX2_VNNI: __attribute__((fallthrough));
     case NX_CPU_AVX2:   if (nx_ops_avx2.dot) return &nx_ops_avx2;     __attribute__((fallthrough));
 #endif
 #if defined(__aarch64__)
