@@ -945,6 +945,59 @@ static void check_packed_batches(nx_type type, int64_t n_in, int64_t n_out, nx_t
     wmat_free(&m);
 }
 
+/* Rows wider than one quantize task (more than 32768 inputs: an inflated FFN's down
+ * projection) are quantized in chunks across the pool, packed Q8_0 with its cs sums and the
+ * scale expansion (an odd block count: the padding) included: 1, 2 and 3 threads give the same
+ * bits, and the packed result is the layout's contract. */
+static void test_wide_rows(void) {
+    nx_error err = {0};
+    nx_threadpool *tp[3] = {NULL, nx_threadpool_create(2, &err), nx_threadpool_create(3, &err)};
+    CHECK(tp[1] && tp[2]);
+    const struct { nx_type t; int64_t n_in; } cases[] = {{NX_TYPE_Q8_0, 32 * 1103}, {NX_TYPE_Q4_K, 256 * 138}, {NX_TYPE_Q4_0, 32 * 1103}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        const nx_type t = cases[c].t;
+        const int64_t n_in = cases[c].n_in, n_out = 16, ldx = n_in + 1;
+        enum { R = 3 };
+        wmat m;
+        wmat_make(&m, t, n_in, n_out);
+        float *x = make_x(R, ldx), *ref = malloc(sizeof(float) * R * n_out), *y = malloc(sizeof(float) * R * n_out);
+        void *pk = NULL;
+        if (t != NX_TYPE_Q4_0) {
+            size_t bb;
+            CHECK(nx_mm_pack_format(t, NULL, &bb));
+            const size_t want = (size_t)(n_out / 16) * (size_t)(n_in / (t == NX_TYPE_Q8_0 ? 32 : 256)) * bb;
+            pk = aligned_alloc(64, (want + 63) / 64 * 64);
+            nx_tensor w = m.w;
+            w.packed = NULL;
+            nx_matmul_pack(&w, pk);
+        }
+        for (int packed = 0; packed < (pk ? 2 : 1); packed++) {
+            wmat mm = m;
+            mm.w.packed = packed && nx_mm_pick_pkernel(t) ? pk : NULL;
+            if (packed && !mm.w.packed) continue;
+            for (int n = 1; n <= R; n++) {
+                CHECK(run_mm(NULL, &mm, x, n, ldx, ref, n_out) == NX_OK);
+                if (packed) {
+                    float *pr = malloc(sizeof(float) * R * n_out);
+                    packed_reference(&m, x, n, ldx, pr, n_out);
+                    CHECK_MSG(same_bits(ref, pr, (size_t)(n * n_out)), "wide %s packed contract rows %d", nx_type_name(t), n);
+                    free(pr);
+                }
+                for (int th = 1; th < 3; th++) {
+                    for (int64_t i = 0; i < R * n_out; i++) y[i] = NAN;
+                    CHECK(run_mm(tp[th], &mm, x, n, ldx, y, n_out) == NX_OK);
+                    CHECK_MSG(same_bits(y, ref, (size_t)(n * n_out)), "wide %s %s rows %d threads %d", nx_type_name(t),
+                              packed ? "packed" : "unpacked", n, th + 1);
+                }
+            }
+        }
+        free(pk); free(x); free(ref); free(y);
+        wmat_free(&m);
+    }
+    nx_threadpool_free(tp[1]);
+    nx_threadpool_free(tp[2]);
+}
+
 static void test_packed(void) {
     fprintf(stderr, "  amx: %s\n", nx_cpu_amx_detected() ? "present: the AVX-512 passes run again with AMX"
                                                          : "not on this machine (or not granted by the OS): AMX passes skipped");
@@ -990,5 +1043,6 @@ int main(void) {
     RUN(test_float_order);
     RUN(test_stream_read);
     RUN(test_packed);
+    RUN(test_wide_rows);
     return test_summary();
 }

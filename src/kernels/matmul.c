@@ -10,6 +10,7 @@
 #include "kernels/matmul.h"
 #include "kernels/matmul_impl.h"
 #include "kernels/cpu.h"
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -148,14 +149,66 @@ static nx_mm_quant_fn pick_quant(void) {
     }
 }
 
-static void quantize_rows(act_kind kind, int bias, const float *x, int64_t n_rows, int64_t ldx, int64_t n_in,
-                          const act_plan *p, uint8_t *base, nx_mm_act *a) {
+/* One quantize pass: rows x chunks of blocks (every block is quantized on its own, so a chunk's
+ * bytes do not depend on the split), plus the Q8_0 scale expansion de and, for the packed
+ * kernels, cs[r][b] = -128 * (sum of block b's signed codes), which cancels their flip of the
+ * weight codes to unsigned exactly. */
+typedef struct quant_job {
+    nx_mm_quant_fn quant;
+    act_kind kind;
+    int bias;
+    bool cs;
+    const float *x;
+    int64_t ldx, n_in, nb, chunk, n_chunks;   /* chunk: blocks per task */
+    nx_mm_act *a;
+} quant_job;
+
+static void quant_chunk(const quant_job *j, int64_t r, int64_t c) {
+    const int B = j->kind == ACT_B32 ? 32 : 256;
+    nx_mm_act *a = j->a;
+    const int64_t b0 = c * j->chunk, b1 = b0 + j->chunk < j->nb ? b0 + j->chunk : j->nb;
+    uint8_t *q = (uint8_t *)a->q + r * a->q_stride + b0 * B;
+    float *d = (float *)a->d + r * a->d_stride + b0;
+    j->quant(j->x + r * j->ldx + b0 * B, (b1 - b0) * B, B, j->bias, q, d,
+             j->kind == ACT_B32 ? (float *)a->s + r * a->s_stride + b0 : NULL,
+             j->kind == ACT_B256 ? (int16_t *)a->bs + r * a->bs_stride + b0 * (B / 16) : NULL);
+    if (j->kind != ACT_B32) return;
+    float *der = (float *)a->de + r * a->de_stride;
+    for (int64_t b = b0; b < b1; b++) {   /* v local, no branch: vector stores */
+        const float v = d[b - b0];
+        for (int l = 0; l < 8; l++) der[8 * b + l] = v;
+    }
+    if (b1 == j->nb && j->nb % 2) memset(der + 8 * j->nb, 0, 8 * sizeof(float));
+    if (!j->cs) return;
+    int32_t *cs = (int32_t *)a->cs + r * a->cs_stride;
+    for (int64_t b = b0; b < b1; b++) {
+        const int8_t *qb = (const int8_t *)q + (b - b0) * 32;
+        int16_t sum = 0;   /* |sum| <= 32 * 127: int16 lets the loop vectorize narrow */
+        for (int i = 0; i < 32; i++) sum = (int16_t)(sum + qb[i]);
+        cs[b] = -128 * (int32_t)sum;
+    }
+}
+
+static void quant_task(void *arg, int i, int n) {
+    (void)n;
+    const quant_job *j = arg;
+    quant_chunk(j, i / j->n_chunks, i % j->n_chunks);
+}
+
+/* Values per quantize task: below twice this a call stays on the calling thread (a hand-off
+ * costs more than a verify's few thousand values); above, the serial part of a prefill or of a
+ * very wide layer (inflated FFNs: 262144 inputs per row) spreads over the pool. */
+#define QUANT_TASK_VALUES 32768
+
+static void quantize_rows(nx_threadpool *tp, act_kind kind, int bias, bool want_cs, const float *x, int64_t n_rows,
+                          int64_t ldx, int64_t n_in, const act_plan *p, uint8_t *base, nx_mm_act *a) {
     const int B = kind == ACT_B32 ? 32 : 256;
     uint8_t *q = base;
     float *d = (float *)(base + p->q_row * (size_t)n_rows);
     float *s = (float *)((uint8_t *)d + p->d_row * (size_t)n_rows);
     int16_t *bs = (int16_t *)((uint8_t *)s + p->s_row * (size_t)n_rows);
     float *de = (float *)((uint8_t *)bs + p->bs_row * (size_t)n_rows);
+    int32_t *cs = (int32_t *)((uint8_t *)de + p->de_row * (size_t)n_rows);
     a->q = q;
     a->d = d;
     a->s = kind == ACT_B32 ? s : NULL;
@@ -166,40 +219,31 @@ static void quantize_rows(act_kind kind, int bias, const float *x, int64_t n_row
     a->bs_stride = (int64_t)(p->bs_row / sizeof(int16_t));
     a->de = kind == ACT_B32 ? de : NULL;
     a->de_stride = (int64_t)(p->de_row / sizeof(float));
-    a->cs = NULL;
+    a->cs = want_cs && kind == ACT_B32 ? cs : NULL;
     a->qi = a->ci = NULL;
     a->cs_stride = (int64_t)(p->cs_row / sizeof(int32_t));
-    nx_mm_quant_fn quant = pick_quant();
     const int64_t nb = n_in / B;
-    for (int64_t r = 0; r < n_rows; r++) {
-        const float *dr = d + r * a->d_stride;
-        quant(x + r * ldx, n_in, B, bias, q + r * a->q_stride, d + r * a->d_stride,
-              kind == ACT_B32 ? s + r * a->s_stride : NULL, kind == ACT_B256 ? bs + r * a->bs_stride : NULL);
-        if (kind != ACT_B32) continue;
-        float *der = de + r * a->de_stride;
-        for (int64_t b = 0; b < nb; b++) {   /* v local, no branch: vector stores (a serial part of every call) */
-            const float v = dr[b];
-            for (int l = 0; l < 8; l++) der[8 * b + l] = v;
-        }
-        if (nb % 2) memset(der + 8 * nb, 0, 8 * sizeof(float));
+    quant_job j = {.quant = pick_quant(), .kind = kind, .bias = bias, .cs = a->cs != NULL, .x = x, .ldx = ldx,
+                   .n_in = n_in, .nb = nb, .chunk = nb, .n_chunks = 1, .a = a};
+    const int64_t total = n_rows * n_in;
+    if (!tp || nx_threadpool_size(tp) < 2 || total < 2 * QUANT_TASK_VALUES) {
+        for (int64_t r = 0; r < n_rows; r++) quant_chunk(&j, r, 0);
+        return;
     }
+    /* rows of at most QUANT_TASK_VALUES values split into chunks; a prefill's rows go whole */
+    j.chunk = n_in > QUANT_TASK_VALUES ? QUANT_TASK_VALUES / B : nb;
+    if (j.chunk < 1) j.chunk = 1;
+    j.n_chunks = (nb + j.chunk - 1) / j.chunk;
+    const int64_t n_tasks = n_rows * j.n_chunks;
+    if (n_tasks > INT_MAX) {
+        for (int64_t r = 0; r < n_rows; r++)
+            for (int64_t c = 0; c < j.n_chunks; c++) quant_chunk(&j, r, c);
+        return;
+    }
+    nx_threadpool_run_tasks(tp, quant_task, &j, (int)n_tasks);
 }
 
 /* ===== Packed weights (layouts: matmul_pack.c) ===== */
-
-/* cs[r][b] = -128 * (sum of block b's signed codes): cancels the packed kernels' flip of the
- * weight codes to unsigned, exactly. */
-static void fill_cs(nx_mm_act *a, int32_t *cs, int64_t n_rows, int64_t n_in) {
-    a->cs = cs;
-    for (int64_t r = 0; r < n_rows; r++) {
-        const int8_t *q = (const int8_t *)(a->q + r * a->q_stride);
-        for (int64_t b = 0; b < n_in / 32; b++) {
-            int32_t sum = 0;
-            for (int i = 0; i < 32; i++) sum += q[32 * b + i];
-            cs[r * a->cs_stride + b] = -128 * sum;
-        }
-    }
-}
 
 static void fill_itile(nx_mm_act *a, uint8_t *buf, int64_t n_rows, int64_t n_in, int B) {
     const int64_t nb = n_in / B, nt = n_rows / NX_MM_ITILE;
@@ -410,9 +454,8 @@ static nx_status mm_dispatch(nx_threadpool *tp, nx_matmul_scratch *scratch, nx_t
                               ? itile_size(type, job->n_in, job->n_rows) : 0;
         nx_status st = scratch_reserve(s, p.total + (perm ? p.q_row * (size_t)job->n_rows : 0) + it, err);
         if (st != NX_OK) return st;
-        quantize_rows(kind, bias, x, job->n_rows, ldx, job->n_in, &p, s->buf, &job->act);
-        if (job->pkern && type == NX_TYPE_Q8_0)
-            fill_cs(&job->act, (int32_t *)((uint8_t *)s->buf + p.total - p.cs_row * (size_t)job->n_rows), job->n_rows, job->n_in);
+        quantize_rows(tp, kind, bias, job->pkern && type == NX_TYPE_Q8_0, x, job->n_rows, ldx, job->n_in, &p, s->buf,
+                      &job->act);
         if (it) fill_itile(&job->act, (uint8_t *)s->buf + p.total, job->n_rows, job->n_in, kind == ACT_B32 ? 32 : 256);
 #if NX_MM_X86
         if (perm) {

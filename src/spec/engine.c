@@ -78,6 +78,8 @@ typedef struct eng_seq {
     nx_rng drng;                 /* its RNG streams: one seed per round, apart from the chain's */
     nx_sample_dist *qd;          /* [NX_SPEC_DRAFT_CAP] the drafter's q per draft */
     int zero_streak;             /* rounds in a row whose drafts were all rejected (skip streak) */
+    bool plain_queued;           /* a plain round since this sequence last drafted: the drafter may
+                                    hold committed rows that are no part of the next draft's cost */
     bool traced;                 /* this round wrote an mtp_draft line (LLAMA_MTP_ACC_TRACE) */
     int round_n;                 /* tokens this round committed */
     int prow0, pn;               /* prompt rows in the batch */
@@ -576,6 +578,7 @@ static nx_status req_setup(nx_spec_engine *e, eng_seq *q, const nx_spec_request 
     q->n_out = q->taken = 0;
     q->rounds = 0;
     q->zero_streak = 0;
+    q->plain_queued = false;
     q->traced = false;
     nx_sampler_free(q->dch);
     q->dch = NULL;
@@ -859,9 +862,14 @@ nx_status nx_spec_engine_step(nx_spec_engine *e, nx_error *err) {
     double t_draft = 0, t_sync = 0;
     if (n_req) {
         /* Pending drafter updates from plain rounds are not drafting: time them apart, so the
-         * policy's per-step draft cost is not inflated after rounds without drafts. */
-        st = nx_drafter_sync(e->drafter, err);
+         * policy's per-step draft cost is not inflated after rounds without drafts. After a
+         * drafting round the drafter's queued rows (the accepted drafts) go into the first draft
+         * step's batch instead: a separate sync would cost one more head call every round. */
+        bool sync = false;
+        for (int i = 0; i < n_req; i++) sync |= e->seqs[e->req_seq[i]].plain_queued;
+        if (sync) st = nx_drafter_sync(e->drafter, err);
         if (st != NX_OK) { stop_all(e); return nx_error_prefix(err, "spec engine: drafter sync"); }
+        for (int i = 0; i < n_req; i++) e->seqs[e->req_seq[i]].plain_queued = false;
         const double td = nx_spec_time_now();
         t_sync = td - t0;
         st = nx_drafter_draft(e->drafter, e->reqs, n_req, err);
@@ -972,6 +980,7 @@ nx_status nx_spec_engine_step(nx_spec_engine *e, nx_error *err) {
         if ((st = emit(e, q, e->ids, a + 1, q->row0, &ended, err)) != NX_OK) break;
         const nx_pos P = q->P;
         q->round_n = a + 1;
+        if (n == 0) q->plain_queued = true;
         q->P += a + 1;
         q->id_last = tok;
         if (ended || q->P >= e->n_ctx) q->active = false;
