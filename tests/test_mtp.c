@@ -309,6 +309,30 @@ static void check_rows(const char *arch, const char *cfg, nx_type t) {
                                       L2 + (size_t)i * V, &e) == NX_OK);
         CHECK(memcmp(L1, L2, (size_t)n * V * 4) == 0);
         CHECK(memcmp(O1, O2, (size_t)n * E * 4) == 0);
+        /* the drafting form with some rows wanted: those rows' tokens and h_mtp as above, the
+         * others only written into the KV (the later rows' logits see them unchanged) */
+        nx_mtp_head *h3 = NULL;
+        CHECK(nx_mtp_head_create(c, &h3, &e) == NX_OK);
+        const int n2 = n / 2 < nx_mtp_head_max_rows(h3) ? n / 2 : nx_mtp_head_max_rows(h3);
+        bool want[20];
+        int am[20], nw = 0;
+        float ap[20];
+        for (int i = 0; i < n2; i++) nw += want[i] = i % 3 == 1;
+        CHECK(h3 && nx_mtp_head_draft_rows(h3, n2, tok, pos, seq, hid, want, am, ap, &e) == NX_OK);
+        for (int i = 0, o = 0; h3 && i < n2; i++) {
+            if (!want[i]) continue;
+            int best = 0;
+            for (int v = 1; v < V; v++) if (L1[(size_t)i * V + v] > L1[(size_t)i * V + best]) best = v;
+            CHECK_MSG(am[o] == best, "wanted row %d: draft %d, full head argmax %d", i, am[o], best);
+            CHECK(memcmp(nx_mtp_head_hidden(h3) + (size_t)o * E, O1 + (size_t)i * E, (size_t)E * 4) == 0);
+            o++;
+        }
+        CHECK(nw > 0);
+        float *L3 = malloc((size_t)n * V * 4);
+        CHECK(h3 && nx_mtp_head_forward(h3, n - n2, tok + n2, pos + n2, seq + n2, hid + (size_t)n2 * E, NULL, L3, &e) == NX_OK);
+        CHECK(memcmp(L3, L1 + (size_t)n2 * V, (size_t)(n - n2) * V * 4) == 0);
+        free(L3);
+        nx_mtp_head_free(h3);
         /* a hole in the positions and a bad token are errors, not crashes */
         int p = 30, s = 0, bt = V;
         CHECK(nx_mtp_head_forward(h1, 1, tok, &p, &s, hid, NULL, NULL, &e) == NX_ERR_INVALID_ARG);

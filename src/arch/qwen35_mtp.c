@@ -197,9 +197,12 @@ static nx_status lm_rows(nx_mtp_head *h, int n_in, float *out, int *am, float *a
     return NX_OK;
 }
 
-/* One chunk of n <= rows_cap valid rows. h_mtp of every row -> h->hout. Rows with want[r] (NULL:
- * all, when an output is asked) get logits, packed in row order: into logits ([n_want][V]) when
- * non-NULL, else argmax / probability into am / ap ([n_want]). */
+/* One chunk of n <= rows_cap valid rows. Every row goes into the KV; rows with want[r] (NULL: all)
+ * go on through the FFN, their h_mtp into h->hout and their logits (when asked), packed in row
+ * order: into logits ([n_want][V]) when non-NULL, else argmax / probability into am / ap
+ * ([n_want]). A row that only writes the KV (an accepted draft catching up) needs nothing after
+ * the attention block: its FFN would be compute thrown away (rows are batch invariant, so the
+ * wanted rows' values do not change). */
 static nx_status head_chunk(nx_mtp_head *h, int n, const nx_token *tok, const nx_pos *pos, const nx_seq_id *seq,
                             const float *hid, const bool *want, float *logits, int *am, float *ap, nx_error *err) {
     const qw_hparams *hp = &h->qm->hp;
@@ -220,15 +223,24 @@ static nx_status head_chunk(nx_mtp_head *h, int n, const nx_token *tok, const nx
     }
     if ((st = qw_attn_block(&h->sh, h->s, &m->layer, h->kv, n, pos, seq, x, err)) != NX_OK) return st;
     for (int r = 0; r < n; r++) nx_kv_seq_set_len(h->kv, seq[r], pos[r] + 1);
-    if ((st = qw_ffn_block(&h->sh, h->s, &m->layer, n, x, err)) != NX_OK) return st;
-    if (m->shared_head_norm) nx_rmsnorm_rows(h->hout, x, m->shared_head_norm, E, n, hp->eps);
-    else memcpy(h->hout, x, (size_t)n * E * sizeof(float));
+    int nw = n;
+    if (want) {
+        nw = 0;
+        for (int r = 0; r < n; r++)
+            if (want[r]) {
+                if (nw != r) memcpy(x + (size_t)nw * E, x + (size_t)r * E, (size_t)E * sizeof(float));
+                nw++;
+            }
+        if (!nw) return NX_OK;
+    }
+    if ((st = qw_ffn_block(&h->sh, h->s, &m->layer, nw, x, err)) != NX_OK) return st;
+    if (m->shared_head_norm) nx_rmsnorm_rows(h->hout, x, m->shared_head_norm, E, nw, hp->eps);
+    else memcpy(h->hout, x, (size_t)nw * E * sizeof(float));
     if (!logits && !am) return NX_OK;
     int n_in = 0, o = 0;
-    for (int r = 0; r < n; r++) {
-        if (want && !want[r]) continue;
+    for (int r = 0; r < nw; r++) {
         memcpy(h->lin + (size_t)n_in * E, h->hout + (size_t)r * E, (size_t)E * sizeof(float));
-        if (++n_in == MTP_LM_ROWS || r == n - 1) {
+        if (++n_in == MTP_LM_ROWS || r == nw - 1) {
             st = lm_rows(h, n_in, logits ? logits + (size_t)o * h->V : NULL, am ? am + o : NULL, ap ? ap + o : NULL, err);
             if (st != NX_OK) return st;
             o += n_in;

@@ -65,7 +65,8 @@ nx_status nx_mtp_head_forward(nx_mtp_head *h, int n, const nx_token *tok, const 
 /* The drafting form, n <= nx_mtp_head_max_rows rows, rows checked by the caller (the drafter): every
  * row goes into the KV; rows with want[r] get the draft head's argmax token and its probability,
  * packed in row order into am / ap ([number of wanted rows]). nx_mtp_head_hidden then holds the
- * rows' h_mtp ([n][n_embd]) until the next call. */
+ * wanted rows' h_mtp ([number of wanted rows][n_embd], row order; every row's when want is
+ * NULL) until the next call: the other rows stop after the attention block (KV only). */
 nx_status nx_mtp_head_draft_rows(nx_mtp_head *h, int n, const nx_token *tok, const nx_pos *pos, const nx_seq_id *seq,
                                  const float *hidden, const bool *want, int *am, float *ap, nx_error *err);
 /* draft_rows with the model's full-head logits of the wanted rows instead ([number of wanted

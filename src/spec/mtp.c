@@ -106,7 +106,7 @@ static nx_status g_flush(mtp_drafter *md, nx_error *err) {
         }
         md->r_am[i] = md->g_am[o];
         md->r_ap[i] = md->g_ap[o];
-        memcpy(md->r_h + (size_t)i * md->E, nx_mtp_head_hidden(md->h) + (size_t)r * md->E, (size_t)md->E * sizeof(float));
+        memcpy(md->r_h + (size_t)i * md->E, nx_mtp_head_hidden(md->h) + (size_t)o * md->E, (size_t)md->E * sizeof(float));
         o++;
     }
     md->g_n = 0;
