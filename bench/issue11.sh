@@ -6,7 +6,8 @@
 #   2. verify_sweep.sh: cost of 1..16 verify rows on 0.8B-shaped Q8_0 and Q4_K_M models;
 #   3. bench-draft on the 0.8B shape: draft step, full head vs the 32768-token subset (and + Q4_0);
 #   4. bench-draft on the bundled model's held-out text: acceptance with and without a subset.
-# Usage: bench/issue11.sh [--reps R] [--tokens N] [--tiers "native avx2"]. Models are made once
+# Usage: bench/issue11.sh [--reps R] [--tokens N] [--tiers "native avx2 avx2_vnni"] (any NEXTN_CPU
+# level name besides native). Models are made once
 # under build/ (about 2.7 GB in all). Speed is measured, never asserted; run on a quiet machine.
 set -u
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -36,7 +37,7 @@ m08=$here/build/bench-models/qwen35-0.8b-q8_0.gguf
 mk "$m08" --arch qwen35 --config "$here/bench/qwen35-0.8b.json" --type q8_0 --seed 1
 echo "# issue11.sh $(date -u +%FT%TZ) on $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2-)"
 for tier in $tiers; do
-    if [ "$tier" = avx2 ]; then export NEXTN_CPU=avx2; else unset NEXTN_CPU; fi
+    if [ "$tier" != native ]; then export NEXTN_CPU=$tier; else unset NEXTN_CPU; fi
     echo; echo "## tier: $tier"
     echo; echo "### spec_speedup, 24 + 1 layers"; bash "$here/bench/spec_speedup.sh" "$m24" --reps "$reps" --tokens "$tokens"
     echo; echo "### spec_speedup, 4 + 1 layers"; bash "$here/bench/spec_speedup.sh" "$m4" --reps "$reps" --tokens "$tokens"

@@ -2,7 +2,7 @@
 # verify_sweep.sh — cost of a speculative verify batch of 1..16 rows relative to one row
 # (`nextn bench --verify-sweep`) on Qwen3.5-0.8B-shaped models in Q8_0 and Q4_K_M, on the
 # machine's own CPU tier and again with the AVX2 kernels forced (NEXTN_CPU=avx2; the same run
-# twice on an AVX2-only machine) (issue #11: 4 rows <= 1.25x one row, no step at 5 rows).
+# twice on an AVX2-only machine), and with NEXTN_CPU=avx2_vnni where AVX-VNNI sits beside AVX-512 (issue #11: 4 rows <= 1.25x one row, no step at 5 rows).
 #
 # Usage: bench/verify_sweep.sh [--threads T] [--reps R]
 # The models are random-weight files of the real shapes (bench/qwen35-0.8b.json, seed 1),
@@ -31,11 +31,15 @@ for type in q8_0 q4_K_M; do
             --out "$f.tmp" >/dev/null && mv "$f.tmp" "$f" || { rm -f "$f.tmp"; exit 1; }
     fi
 done
-for tier in native avx2; do
+tiers="native avx2"
+# AVX-VNNI beside AVX-512 (Sapphire Rapids, Zen 5): its own avx2_vnni level too (on an
+# Alder Lake-class CPU it is the native level already)
+grep -qw avx_vnni /proc/cpuinfo 2>/dev/null && grep -qw avx512f /proc/cpuinfo && tiers="$tiers avx2_vnni"
+for tier in $tiers; do
     for type in q8_0 q4_K_M; do
         f=$dir/qwen35-0.8b-$type.gguf
         echo "## $type, ${threads} threads, tier: $tier"
-        if [ $tier = avx2 ]; then env=(env NEXTN_CPU=avx2); else env=(env); fi
+        if [ $tier != native ]; then env=(env NEXTN_CPU=$tier); else env=(env); fi
         "${env[@]}" "$NEXTN" bench -m "$f" -t "$threads" --verify-sweep -p 0 -n 16 -r "$reps" 2>&1 |
             grep -E '^(bench|model|cpu|\| +rows|\|-|\| +[0-9]+ \|)' || exit 1
     done
