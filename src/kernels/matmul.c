@@ -281,7 +281,7 @@ static nx_mm_kernel pick_kernel(nx_type type, int *tile, int *bias) {
     switch (nx_cpu_level_get()) {
 #if NX_MM_X86
     case NX_CPU_AVX512: k = nx_mm_kernel_avx512(type); if (k) { *tile = nx_mm_tile_avx512(type); break; } /* fall through */
-    case NX_CPU_AVX2_VNNI: __attribute__((fallthrough));
+    case NX_CPU_AVX2_VNNI: k = nx_mm_kernel_avx2vnni(type); if (k) { *bias = nx_mm_act_bias_avx2(type); break; } __attribute__((fallthrough));
     case NX_CPU_AVX2:   k = nx_mm_kernel_avx2(type); if (k) { *bias = nx_mm_act_bias_avx2(type); break; } __attribute__((fallthrough));
 #endif
 #if NX_MM_NEON

@@ -12,6 +12,11 @@
  * Batch invariance: as in matmul_avx512.c — the per-row instruction sequence is the same for
  * every tile size, float ops are explicit intrinsics, one fixed horizontal-sum tree.
  * Must never: read past the last block of a weight row or past n_in activation values.
+ *
+ * Compiled again with NX_PK_VNNI and -mavxvnni (matmul_avx2vnni.c: nx_mm_kernel_avx2vnni, the
+ * avx2_vnni level's table): the 32-value types' dots become one vpdpbusd (exact: the same
+ * int32 sums, so the same bits). The 256-value types weigh each sub-block's pairs by its
+ * scale inside madd, which vpdpbusd has no room for: they stay as they are.
  */
 #include "kernels/matmul_impl.h"
 #include "quant/blocks.h"
@@ -68,11 +73,19 @@ static inline int group_rows(int rem, int G) {
 
 /* 8 int32 lanes: sum of 4 products of signed bytes w and signed bytes x (sign trick). */
 AI __m256i dot_ss(__m256i absw, __m256i w, __m256i x) {
+#ifdef NX_PK_VNNI
+    return _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), absw, _mm256_sign_epi8(x, w));
+#else
     return _mm256_madd_epi16(_mm256_maddubs_epi16(absw, _mm256_sign_epi8(x, w)), _mm256_set1_epi16(1));
+#endif
 }
 /* Same for unsigned bytes u (< 128) and signed bytes x. */
 AI __m256i dot_us(__m256i u, __m256i x) {
+#ifdef NX_PK_VNNI
+    return _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), u, x);
+#else
     return _mm256_madd_epi16(_mm256_maddubs_epi16(u, x), _mm256_set1_epi16(1));
+#endif
 }
 
 /* ===== Float weights: 8 lanes, one accumulator per activation row ===== */
@@ -477,6 +490,7 @@ KERNEL_FN(k_q3_K, 8, B256_Q3_K)
 
 /* ===== Activation quantization (bit-identical to the scalar reference in matmul.c) ===== */
 
+#ifndef NX_PK_VNNI   /* level-independent parts: once, in the AVX2 object */
 static inline int hsum_epi32_256(__m256i v) {
     __m128i t = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
     t = _mm_add_epi32(t, _mm_shuffle_epi32(t, _MM_SHUFFLE(1, 0, 3, 2)));
@@ -535,7 +549,13 @@ uint64_t nx_mm_stream_read_avx2(const void *p, size_t n) {
     return (uint64_t)_mm_cvtsi128_si64(t) + (uint64_t)_mm_extract_epi64(t, 1);
 }
 
+#endif
+
+#ifdef NX_PK_VNNI
+nx_mm_kernel nx_mm_kernel_avx2vnni(nx_type type) {
+#else
 nx_mm_kernel nx_mm_kernel_avx2(nx_type type) {
+#endif
     switch (type) {
     case NX_TYPE_F32: return k_f32;
     case NX_TYPE_F16: return k_f16;

@@ -157,6 +157,7 @@ typedef void (*nx_mm_kernel)(int64_t n_in, const uint8_t *w, size_t w_stride, in
  * (the dispatcher then falls back to the level below). */
 nx_mm_kernel nx_mm_kernel_scalar(nx_type type);
 nx_mm_kernel nx_mm_kernel_avx2(nx_type type);
+nx_mm_kernel nx_mm_kernel_avx2vnni(nx_type type);   /* the avx2_vnni level (matmul_avx2vnni.c) */
 nx_mm_kernel nx_mm_kernel_avx512(nx_type type);
 /* aarch64 (matmul_neon.c, matmul_neon_dot.c, matmul_neon_i8mm.c): signed activation codes (bias 0) for every type,
  * NX_MM_TILE rows per call, and the scalar kernels' float operations in the same order per
