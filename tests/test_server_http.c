@@ -717,12 +717,17 @@ static void test_queue_overflow(void) {
     int fds[4];
     for (int i = 0; i < 4; i++)
         fds[i] = send_req(v.port, "POST", "/v1/completions", NULL, "{\"prompt\":\"wait\",\"stream\":true,\"ignore_eos\":true}");
-    /* Wait until 2 run and 2 are queued (then all four were submitted). */
+    /* Wait until all four were accepted (requests_active 4) and 2 run, 2 are queued. Depth 2 and
+     * 2 busy alone, seen in two snapshots, also hold for three requests while one is admitted; a
+     * fourth not yet submitted by its slow connection thread then takes the last place and gets
+     * the 503, and "one too many" waits behind the endless streams. Once all four are in, every part
+     * of this condition stays true. */
     double t0 = nx_gen_now();
     bool full = false;
     while (!full && nx_gen_now() - t0 < 5) {
         resp r;
-        if (get(v.port, "/metrics", &r) == 200) full = r.body && strstr(r.body, "nextn_queue_depth 2\n") != NULL;
+        if (get(v.port, "/metrics", &r) == 200)
+            full = r.body && strstr(r.body, "nextn_requests_active 4\n") && strstr(r.body, "nextn_queue_depth 2\n");
         resp_free(&r);
         full = full && busy_slots(v.port) == 2;
         if (!full) usleep(5000);
