@@ -661,6 +661,18 @@ static int busy_slots(int port) {
     return busy;
 }
 
+/* Poll /metrics until its text contains `text` (bounded: 5 s). */
+static bool wait_metrics(int port, const char *text) {
+    bool seen = false;
+    for (double t0 = nx_gen_now(); !seen && nx_gen_now() - t0 < 5;) {
+        resp r;
+        if (get(port, "/metrics", &r) == 200) seen = r.body && strstr(r.body, text) != NULL;
+        resp_free(&r);
+        if (!seen) usleep(5000);
+    }
+    return seen;
+}
+
 /* Read from fd until `count` SSE events arrived (bounded by the socket timeout). */
 static bool read_events(int fd, int count) {
     char buf[4096];
@@ -717,12 +729,17 @@ static void test_queue_overflow(void) {
     int fds[4];
     for (int i = 0; i < 4; i++)
         fds[i] = send_req(v.port, "POST", "/v1/completions", NULL, "{\"prompt\":\"wait\",\"stream\":true,\"ignore_eos\":true}");
-    /* Wait until 2 run and 2 are queued (then all four were submitted). */
+    /* Wait until all four were accepted (requests_active 4) and 2 run, 2 are queued. Depth 2 and
+     * 2 busy alone, seen in two snapshots, also hold for three requests while one is admitted; a
+     * fourth not yet submitted by its slow connection thread then takes the last place and gets
+     * the 503, and "one too many" waits behind the endless streams. Once all four are in, every part
+     * of this condition stays true. */
     double t0 = nx_gen_now();
     bool full = false;
     while (!full && nx_gen_now() - t0 < 5) {
         resp r;
-        if (get(v.port, "/metrics", &r) == 200) full = r.body && strstr(r.body, "nextn_queue_depth 2\n") != NULL;
+        if (get(v.port, "/metrics", &r) == 200)
+            full = r.body && strstr(r.body, "nextn_requests_active 4\n") && strstr(r.body, "nextn_queue_depth 2\n");
         resp_free(&r);
         full = full && busy_slots(v.port) == 2;
         if (!full) usleep(5000);
@@ -1033,6 +1050,9 @@ static void test_graceful_stop(void) {
     CHECK(read_events(fd, 3));
     /* A short finite request finishes within the grace period. */
     int fd2 = send_req(v.port, "POST", "/v1/completions", NULL, "{\"prompt\":\"short\",\"stream\":true}");
+    /* Stop only once the short one has started (its 200 is counted at its first event): sent is
+     * not started, and a connection thread slow under load would meet the stop and get a 503. */
+    CHECK(wait_metrics(v.port, "nextn_requests_total{status=\"200\"} 2\n"));
     stopper st = {&v, 0.5};
     pthread_t th;
     double t0 = nx_gen_now();
