@@ -702,8 +702,8 @@ static void test_disconnect(void) {
         busy = busy_slots(v.port);
     }
     double freed_ms = (nx_gen_now() - t0) * 1000;
-    CHECK_EQ_INT(busy, 0);
-    CHECK_MSG(freed_ms < 1000, "slot freed after %.0f ms", freed_ms);
+    CHECK_EQ_INT(busy, 0);   /* within the loop's bound; how fast is printed, not asserted (tests never time) */
+    fprintf(stderr, "  slot freed %.0f ms after the disconnect\n", freed_ms);
     /* Same for a non-streaming request waiting for its answer. */
     fd = send_req(v.port, "POST", "/completion", NULL, "{\"prompt\":\"forever\",\"ignore_eos\":true}");
     t0 = nx_gen_now();
@@ -1062,7 +1062,7 @@ static void test_graceful_stop(void) {
     close(fd);
     pthread_join(th, NULL);
     double took = nx_gen_now() - t0;
-    CHECK_MSG(took < 5, "stop took %.1f s", took);
+    fprintf(stderr, "  stop took %.2f s\n", took);   /* a hang never gets here (read_all waits for the close) */
     CHECK(strstr(raw, "\"error\"") != NULL);          /* the endless one was cancelled */
     free(raw);
     raw = read_all(fd2, &n);
@@ -1315,7 +1315,7 @@ static void test_slow_clients(void) {
             int st = request(v.port, "GET", "/health", NULL, NULL, &r);
             double dt = nx_gen_now() - t0;
             resp_free(&r);
-            CHECK_MSG(st == 200 && dt < 5.0, "normal client: status %d after %.3f s", st, dt);
+            CHECK_MSG(st == 200, "normal client: status %d after %.3f s", st, dt);   /* a starved one times out */
             lat[answered++] = dt;
         }
         usleep(100 * 1000);
