@@ -159,7 +159,7 @@ typedef struct quant_job {
     int bias;
     bool cs;
     const float *x;
-    int64_t ldx, n_in, nb, chunk, n_chunks;   /* chunk: blocks per task */
+    int64_t ldx, nb, chunk, n_chunks;   /* chunk: blocks per task */
     nx_mm_act *a;
 } quant_job;
 
@@ -224,7 +224,7 @@ static void quantize_rows(nx_threadpool *tp, act_kind kind, int bias, bool want_
     a->cs_stride = (int64_t)(p->cs_row / sizeof(int32_t));
     const int64_t nb = n_in / B;
     quant_job j = {.quant = pick_quant(), .kind = kind, .bias = bias, .cs = a->cs != NULL, .x = x, .ldx = ldx,
-                   .n_in = n_in, .nb = nb, .chunk = nb, .n_chunks = 1, .a = a};
+                   .nb = nb, .chunk = nb, .n_chunks = 1, .a = a};
     const int64_t total = n_rows * n_in;
     if (!tp || nx_threadpool_size(tp) < 2 || total < 2 * QUANT_TASK_VALUES) {
         for (int64_t r = 0; r < n_rows; r++) quant_chunk(&j, r, 0);
@@ -232,7 +232,6 @@ static void quantize_rows(nx_threadpool *tp, act_kind kind, int bias, bool want_
     }
     /* rows of at most QUANT_TASK_VALUES values split into chunks; a prefill's rows go whole */
     j.chunk = n_in > QUANT_TASK_VALUES ? QUANT_TASK_VALUES / B : nb;
-    if (j.chunk < 1) j.chunk = 1;
     j.n_chunks = (nb + j.chunk - 1) / j.chunk;
     const int64_t n_tasks = n_rows * j.n_chunks;
     if (n_tasks > INT_MAX) {
