@@ -52,12 +52,15 @@ static void exp_row_scalar(float *s, int n, float m) {
     for (int j = 0; j < n; j++) s[j] = nx_attn_exp(s[j] - m);
 }
 
-static void pv_scalar(const float *E, int ldE, int nq, const float *const *v, int nk, float *const *o, int Dv) {
-    for (int i = 0; i < nq; i++)
+static void pv_scalar(const float *E, int ldE, int nq, const float *const *v, int nk, float *const *o, const float *c,
+                      int Dv) {
+    for (int i = 0; i < nq; i++) {
+        for (int d = 0; d < Dv; d++) o[i][d] *= c[i];
         for (int p = 0; p < nk; p++) {
             const float e = E[(size_t)i * ldE + p];
             for (int d = 0; d < Dv; d++) o[i][d] = fmaf(e, v[p][d], o[i][d]);
         }
+    }
 }
 
 static bool row_f32_scalar(nx_type t, const void *row, float *dst, int n) {
@@ -82,7 +85,7 @@ static const nx_attn_tier *tier(void) {
 /* ===== driver ===== */
 
 size_t nx_attn_work_floats(int nq, int D, int Dv) {
-    return 2 * (size_t)nq + (size_t)nq * NX_ATTN_TILE + (size_t)NX_ATTN_TILE * ((size_t)D + (size_t)Dv);
+    return 4 * (size_t)nq + (size_t)nq * NX_ATTN_TILE + (size_t)NX_ATTN_TILE * ((size_t)D + (size_t)Dv);
 }
 
 /* Rows of positions [pa, pb) (inside one tile) as float pointers: into the cache for F32,
@@ -123,7 +126,7 @@ void nx_attn(const nx_attn_kv *kv, const nx_attn_q *q, int nq, int D, int Dv, fl
     enum { T = NX_ATTN_TILE };
     const nx_attn_tier *t = tier();
     if (nq > NX_ATTN_MAX_Q) nq = NX_ATTN_MAX_Q;
-    float *m = work, *l = m + nq, *S = l + nq, *kt = S + (size_t)nq * T, *vt = kt + (size_t)T * D;
+    float *m = work, *l = m + nq, *cw = l + nq, *lw = cw + nq, *S = lw + nq, *kt = S + (size_t)nq * T, *vt = kt + (size_t)T * D;
     const float *qp[NX_ATTN_MAX_Q];
     float *op[NX_ATTN_MAX_Q];
     int lo[NX_ATTN_MAX_Q], hi[NX_ATTN_MAX_Q];
@@ -138,7 +141,7 @@ void nx_attn(const nx_attn_kv *kv, const nx_attn_q *q, int nq, int D, int Dv, fl
     const size_t kbytes = nx_row_size(kv->tk, D), vbytes = nx_row_size(kv->tv, Dv);
     const bool pfk = kbytes >= 2 * (size_t)D, pfv = vbytes >= 2 * (size_t)Dv;
     const bool fk = few && kv->tk != NX_TYPE_F32 && t->scores_kv && t->scores_kv(qp, 0, kraw, kv->tk, 0, D, scale, S, T);
-    const bool fv = few && kv->tv != NX_TYPE_F32 && t->pv_kv && t->pv_kv(S, T, 0, vraw, kv->tv, 0, op, Dv);
+    const bool fv = few && kv->tv != NX_TYPE_F32 && t->pv_kv && t->pv_kv(S, T, 0, vraw, kv->tv, 0, op, cw, Dv);
     int glo = 0, ghi = -1;
     for (int i = 0; i < nq; i++) {
         qp[i] = q[i].q;
@@ -177,24 +180,27 @@ void nx_attn(const nx_attn_kv *kv, const nx_attn_q *q, int nq, int D, int Dv, fl
             const int nk = b - a, nr = j - i;
             if (fk) t->scores_kv(qp + i, nr, kraw + (a - pa), kv->tk, nk, D, scale, S, T);
             else t->scores(qp + i, nr, kr + (a - pa), nk, D, scale, S, T);
-            for (int r = 0; r < nr; r++) {
-                float *s = S + (size_t)r * T;
-                float mt = s[0];
-                for (int p = 1; p < nk; p++) mt = s[p] > mt ? s[p] : mt;
-                const float mo = m[i + r], mn = mo > mt ? mo : mt;
-                const float c = mo == -INFINITY ? 0.0f : nx_attn_exp(mo - mn);
-                t->exp_row(s, nk, mn);
-                float ls = 0.0f;
-                for (int p = 0; p < nk; p++) ls += s[p];
-                l[i + r] = l[i + r] * c + ls;
-                if (mo != -INFINITY && c != 1.0f) {
-                    float *o = op[i + r];
-                    for (int d = 0; d < Dv; d++) o[d] *= c;
+            /* Each row's running max and sum, the rows side by side: their dependency chains
+             * (one compare or add per key, in position order) then overlap. */
+            float *cr = cw + i, *ls = lw + i;
+            for (int r = 0; r < nr; r++) cr[r] = S[(size_t)r * T];
+            for (int p = 1; p < nk; p++)
+                for (int r = 0; r < nr; r++) {
+                    const float x = S[(size_t)r * T + p];
+                    cr[r] = x > cr[r] ? x : cr[r];
                 }
+            for (int r = 0; r < nr; r++) {
+                const float mt = cr[r], mo = m[i + r], mn = mo > mt ? mo : mt;
+                cr[r] = mo == -INFINITY ? 0.0f : nx_attn_exp(mo - mn);   /* o's rescale: pv applies it */
                 m[i + r] = mn;
+                t->exp_row(S + (size_t)r * T, nk, mn);
+                ls[r] = 0.0f;
             }
-            if (fv) t->pv_kv(S, T, nr, vraw + (a - pa), kv->tv, nk, op + i, Dv);
-            else t->pv(S, T, nr, vr + (a - pa), nk, op + i, Dv);
+            for (int p = 0; p < nk; p++)
+                for (int r = 0; r < nr; r++) ls[r] += S[(size_t)r * T + p];
+            for (int r = 0; r < nr; r++) l[i + r] = l[i + r] * cr[r] + ls[r];
+            if (fv) t->pv_kv(S, T, nr, vraw + (a - pa), kv->tv, nk, op + i, cr, Dv);
+            else t->pv(S, T, nr, vr + (a - pa), nk, op + i, cr, Dv);
             i = j;
         }
     }

@@ -150,16 +150,18 @@ static void exp_row(float *s, int n, float m) {
 }
 
 /* o += E v for rows of type t: four queries share each converted chunk of v. */
-NX_INLINE void pv_t(nx_type t, const float *E, int ldE, int nq, const void *const *v, int nk, float *const *o, int Dv) {
+NX_INLINE void pv_t(nx_type t, const float *E, int ldE, int nq, const void *const *v, int nk, float *const *o, const float *cf, int Dv) {
     int i = 0;
     for (; i + 4 <= nq; i += 4) {
         const float *e0 = E + (size_t)i * ldE, *e1 = e0 + ldE, *e2 = e1 + ldE, *e3 = e2 + ldE;
         float *o0 = o[i], *o1 = o[i + 1], *o2 = o[i + 2], *o3 = o[i + 3];
+        const __m256 c0 = _mm256_set1_ps(cf[i]), c1 = _mm256_set1_ps(cf[i + 1]);
+        const __m256 c2 = _mm256_set1_ps(cf[i + 2]), c3 = _mm256_set1_ps(cf[i + 3]);
         for (int d = 0; d < Dv; d += 16) {
-            __m256 a0l = _mm256_loadu_ps(o0 + d), a0h = _mm256_loadu_ps(o0 + d + 8);
-            __m256 a1l = _mm256_loadu_ps(o1 + d), a1h = _mm256_loadu_ps(o1 + d + 8);
-            __m256 a2l = _mm256_loadu_ps(o2 + d), a2h = _mm256_loadu_ps(o2 + d + 8);
-            __m256 a3l = _mm256_loadu_ps(o3 + d), a3h = _mm256_loadu_ps(o3 + d + 8);
+            __m256 a0l = _mm256_mul_ps(_mm256_loadu_ps(o0 + d), c0), a0h = _mm256_mul_ps(_mm256_loadu_ps(o0 + d + 8), c0);
+            __m256 a1l = _mm256_mul_ps(_mm256_loadu_ps(o1 + d), c1), a1h = _mm256_mul_ps(_mm256_loadu_ps(o1 + d + 8), c1);
+            __m256 a2l = _mm256_mul_ps(_mm256_loadu_ps(o2 + d), c2), a2h = _mm256_mul_ps(_mm256_loadu_ps(o2 + d + 8), c2);
+            __m256 a3l = _mm256_mul_ps(_mm256_loadu_ps(o3 + d), c3), a3h = _mm256_mul_ps(_mm256_loadu_ps(o3 + d + 8), c3);
             for (int p = 0; p < nk; p++) {
                 const __m256 xl = ld8(t, v[p], d), xh = ld8(t, v[p], d + 8);
                 __m256 w = _mm256_broadcast_ss(e0 + p);
@@ -182,7 +184,11 @@ NX_INLINE void pv_t(nx_type t, const float *E, int ldE, int nq, const void *cons
     const int nr = nq - i;
     for (int d = 0; d < Dv; d += 16) {
         __m256 lo[3], hi[3];
-        for (int r = 0; r < nr; r++) lo[r] = _mm256_loadu_ps(o[i + r] + d), hi[r] = _mm256_loadu_ps(o[i + r] + d + 8);
+        for (int r = 0; r < nr; r++) {
+            const __m256 cr = _mm256_set1_ps(cf[i + r]);
+            lo[r] = _mm256_mul_ps(_mm256_loadu_ps(o[i + r] + d), cr);
+            hi[r] = _mm256_mul_ps(_mm256_loadu_ps(o[i + r] + d + 8), cr);
+        }
         for (int p = 0; p < nk; p++) {
             const __m256 xl = ld8(t, v[p], d), xh = ld8(t, v[p], d + 8);
             for (int r = 0; r < nr; r++) {
@@ -195,22 +201,22 @@ NX_INLINE void pv_t(nx_type t, const float *E, int ldE, int nq, const void *cons
     }
 }
 
-static void pv(const float *E, int ldE, int nq, const float *const *v, int nk, float *const *o, int Dv) {
+static void pv(const float *E, int ldE, int nq, const float *const *v, int nk, float *const *o, const float *cf, int Dv) {
     if (Dv & 15) {
-        nx_attn_tier_scalar.pv(E, ldE, nq, v, nk, o, Dv);
+        nx_attn_tier_scalar.pv(E, ldE, nq, v, nk, o, cf, Dv);
         return;
     }
-    pv_t(NX_TYPE_F32, E, ldE, nq, (const void *const *)v, nk, o, Dv);
+    pv_t(NX_TYPE_F32, E, ldE, nq, (const void *const *)v, nk, o, cf, Dv);
 }
 
-static bool pv_kv(const float *E, int ldE, int nq, const void *const *v, nx_type tv, int nk, float *const *o, int Dv) {
+static bool pv_kv(const float *E, int ldE, int nq, const void *const *v, nx_type tv, int nk, float *const *o, const float *cf, int Dv) {
     if (Dv & 31) return false;
     switch (tv) {
-    case NX_TYPE_F16: pv_t(NX_TYPE_F16, E, ldE, nq, v, nk, o, Dv); return true;
-    case NX_TYPE_BF16: pv_t(NX_TYPE_BF16, E, ldE, nq, v, nk, o, Dv); return true;
-    case NX_TYPE_Q8_0: pv_t(NX_TYPE_Q8_0, E, ldE, nq, v, nk, o, Dv); return true;
-    case NX_TYPE_Q4_0: pv_t(NX_TYPE_Q4_0, E, ldE, nq, v, nk, o, Dv); return true;
-    case NX_TYPE_F32: pv_t(NX_TYPE_F32, E, ldE, nq, v, nk, o, Dv); return true;
+    case NX_TYPE_F16: pv_t(NX_TYPE_F16, E, ldE, nq, v, nk, o, cf, Dv); return true;
+    case NX_TYPE_BF16: pv_t(NX_TYPE_BF16, E, ldE, nq, v, nk, o, cf, Dv); return true;
+    case NX_TYPE_Q8_0: pv_t(NX_TYPE_Q8_0, E, ldE, nq, v, nk, o, cf, Dv); return true;
+    case NX_TYPE_Q4_0: pv_t(NX_TYPE_Q4_0, E, ldE, nq, v, nk, o, cf, Dv); return true;
+    case NX_TYPE_F32: pv_t(NX_TYPE_F32, E, ldE, nq, v, nk, o, cf, Dv); return true;
     default: return false;
     }
 }

@@ -11,8 +11,10 @@
 #include "kernels/attn_impl.h"
 #include "quant/blocks.h"
 
+#define NX_INLINE static inline __attribute__((always_inline))
+
 /* Reduce 16 accumulators a[m] in the contract's order; lane 4j + i of the result is a[4i + j]. */
-static inline __m512 reduce16(const __m512 *a) {
+NX_INLINE __m512 reduce16(const __m512 *a) {
     __m512 s1[8], s2[4], s3[2];
     for (int t = 0; t < 8; t++)
         s1[t] = _mm512_add_ps(_mm512_shuffle_f32x4(a[2 * t], a[2 * t + 1], 0x44),
@@ -27,14 +29,13 @@ static inline __m512 reduce16(const __m512 *a) {
     return _mm512_add_ps(_mm512_shuffle_ps(s3[0], s3[1], 0x88), _mm512_shuffle_ps(s3[0], s3[1], 0xDD));
 }
 
-static inline float reduce1(__m512 a) {
+NX_INLINE float reduce1(__m512 a) {
     const __m256 v8 = _mm256_add_ps(_mm512_castps512_ps256(a), _mm512_extractf32x8_ps(a, 1));
     const __m128 v4 = _mm_add_ps(_mm256_castps256_ps128(v8), _mm256_extractf128_ps(v8, 1));
     const __m128 v2 = _mm_add_ps(v4, _mm_movehl_ps(v4, v4));
     return _mm_cvtss_f32(_mm_add_ss(v2, _mm_shuffle_ps(v2, v2, 1)));
 }
 
-#define NX_INLINE static inline __attribute__((always_inline))
 
 /* Values d..d+15 (d a multiple of 16) of a cache row of type t as floats: exactly what
  * row_f32 writes, converted in registers (a decode reads each row once, so a tile buffer
@@ -70,7 +71,9 @@ NX_INLINE void scores_t(nx_type t, const float *const *q, int nq, const void *co
             const int kb = nk - j < 4 ? nk - j : 4;
             const void *k0 = k[j], *k1 = k[j + (kb > 1)], *k2 = k[j + (kb > 2 ? 2 : 0)], *k3 = k[j + (kb > 3 ? 3 : 0)];
             __m512 a[16];
-            for (int m = 0; m < 16; m++) a[m] = _mm512_setzero_ps();
+            /* straight-line zeros: a loop becomes a memset, which keeps a[] in memory */
+            a[0] = a[1] = a[2] = a[3] = a[4] = a[5] = a[6] = a[7] = _mm512_setzero_ps();
+            a[8] = a[9] = a[10] = a[11] = a[12] = a[13] = a[14] = a[15] = _mm512_setzero_ps();
             for (int d = 0; d < D; d += 16) {
                 const __m512 x0 = ld16(t, k0, d), x1 = ld16(t, k1, d);
                 const __m512 x2 = ld16(t, k2, d), x3 = ld16(t, k3, d);
@@ -164,7 +167,7 @@ static void exp_row(float *s, int n, float m) {
 }
 
 /* o += E v for rows of type t: four queries share each converted chunk of v. */
-NX_INLINE void pv_t(nx_type t, const float *E, int ldE, int nq, const void *const *v, int nk, float *const *o, int Dv) {
+NX_INLINE void pv_t(nx_type t, const float *E, int ldE, int nq, const void *const *v, int nk, float *const *o, const float *cf, int Dv) {
     int i = 0;
     for (; i + 4 <= nq; i += 4) {
         const float *e0 = E + (size_t)i * ldE, *e1 = e0 + ldE, *e2 = e1 + ldE, *e3 = e2 + ldE;
@@ -172,7 +175,7 @@ NX_INLINE void pv_t(nx_type t, const float *E, int ldE, int nq, const void *cons
         for (; d + 64 <= Dv; d += 64) {
             __m512 a[4][4];
             for (int r = 0; r < 4; r++)
-                for (int c = 0; c < 4; c++) a[r][c] = _mm512_loadu_ps(o[i + r] + d + 16 * c);
+                for (int c = 0; c < 4; c++) a[r][c] = _mm512_mul_ps(_mm512_loadu_ps(o[i + r] + d + 16 * c), _mm512_set1_ps(cf[i + r]));
             for (int p = 0; p < nk; p++) {
                 const void *vp = v[p];
                 const __m512 x0 = ld16(t, vp, d), x1 = ld16(t, vp, d + 16);
@@ -192,8 +195,10 @@ NX_INLINE void pv_t(nx_type t, const float *E, int ldE, int nq, const void *cons
                 for (int c = 0; c < 4; c++) _mm512_storeu_ps(o[i + r] + d + 16 * c, a[r][c]);
         }
         for (; d < Dv; d += 16) {
-            __m512 a0 = _mm512_loadu_ps(o[i] + d), a1 = _mm512_loadu_ps(o[i + 1] + d);
-            __m512 a2 = _mm512_loadu_ps(o[i + 2] + d), a3 = _mm512_loadu_ps(o[i + 3] + d);
+            __m512 a0 = _mm512_mul_ps(_mm512_loadu_ps(o[i] + d), _mm512_set1_ps(cf[i]));
+            __m512 a1 = _mm512_mul_ps(_mm512_loadu_ps(o[i + 1] + d), _mm512_set1_ps(cf[i + 1]));
+            __m512 a2 = _mm512_mul_ps(_mm512_loadu_ps(o[i + 2] + d), _mm512_set1_ps(cf[i + 2]));
+            __m512 a3 = _mm512_mul_ps(_mm512_loadu_ps(o[i + 3] + d), _mm512_set1_ps(cf[i + 3]));
             for (int p = 0; p < nk; p++) {
                 const __m512 x = ld16(t, v[p], d);
                 a0 = _mm512_fmadd_ps(_mm512_set1_ps(e0[p]), x, a0);
@@ -210,7 +215,7 @@ NX_INLINE void pv_t(nx_type t, const float *E, int ldE, int nq, const void *cons
     const int nr = nq - i;
     for (int d = 0; d < Dv; d += 16) {
         __m512 a[3];
-        for (int r = 0; r < nr; r++) a[r] = _mm512_loadu_ps(o[i + r] + d);
+        for (int r = 0; r < nr; r++) a[r] = _mm512_mul_ps(_mm512_loadu_ps(o[i + r] + d), _mm512_set1_ps(cf[i + r]));
         for (int p = 0; p < nk; p++) {
             const __m512 x = ld16(t, v[p], d);
             for (int r = 0; r < nr; r++) a[r] = _mm512_fmadd_ps(_mm512_set1_ps(E[(size_t)(i + r) * ldE + p]), x, a[r]);
@@ -219,22 +224,22 @@ NX_INLINE void pv_t(nx_type t, const float *E, int ldE, int nq, const void *cons
     }
 }
 
-static void pv(const float *E, int ldE, int nq, const float *const *v, int nk, float *const *o, int Dv) {
+static void pv(const float *E, int ldE, int nq, const float *const *v, int nk, float *const *o, const float *cf, int Dv) {
     if (Dv & 15) {
-        nx_attn_tier_scalar.pv(E, ldE, nq, v, nk, o, Dv);
+        nx_attn_tier_scalar.pv(E, ldE, nq, v, nk, o, cf, Dv);
         return;
     }
-    pv_t(NX_TYPE_F32, E, ldE, nq, (const void *const *)v, nk, o, Dv);
+    pv_t(NX_TYPE_F32, E, ldE, nq, (const void *const *)v, nk, o, cf, Dv);
 }
 
-static bool pv_kv(const float *E, int ldE, int nq, const void *const *v, nx_type tv, int nk, float *const *o, int Dv) {
+static bool pv_kv(const float *E, int ldE, int nq, const void *const *v, nx_type tv, int nk, float *const *o, const float *cf, int Dv) {
     if (Dv & 31) return false;
     switch (tv) {
-    case NX_TYPE_F16: pv_t(NX_TYPE_F16, E, ldE, nq, v, nk, o, Dv); return true;
-    case NX_TYPE_BF16: pv_t(NX_TYPE_BF16, E, ldE, nq, v, nk, o, Dv); return true;
-    case NX_TYPE_Q8_0: pv_t(NX_TYPE_Q8_0, E, ldE, nq, v, nk, o, Dv); return true;
-    case NX_TYPE_Q4_0: pv_t(NX_TYPE_Q4_0, E, ldE, nq, v, nk, o, Dv); return true;
-    case NX_TYPE_F32: pv_t(NX_TYPE_F32, E, ldE, nq, v, nk, o, Dv); return true;
+    case NX_TYPE_F16: pv_t(NX_TYPE_F16, E, ldE, nq, v, nk, o, cf, Dv); return true;
+    case NX_TYPE_BF16: pv_t(NX_TYPE_BF16, E, ldE, nq, v, nk, o, cf, Dv); return true;
+    case NX_TYPE_Q8_0: pv_t(NX_TYPE_Q8_0, E, ldE, nq, v, nk, o, cf, Dv); return true;
+    case NX_TYPE_Q4_0: pv_t(NX_TYPE_Q4_0, E, ldE, nq, v, nk, o, cf, Dv); return true;
+    case NX_TYPE_F32: pv_t(NX_TYPE_F32, E, ldE, nq, v, nk, o, cf, Dv); return true;
     default: return false;
     }
 }

@@ -14,8 +14,11 @@ typedef struct nx_attn_tier {
                    int ldS);
     /* s[j] = nx_attn_exp(s[j] - m), j < n */
     void (*exp_row)(float *s, int n, float m);
-    /* o[i][d] = fmaf(E[i*ldE + p], v[p][d], o[i][d]) for p = 0..nk-1 in order, i < nq, d < Dv */
-    void (*pv)(const float *E, int ldE, int nq, const float *const *v, int nk, float *const *o, int Dv);
+    /* o[i][d] = o[i][d] * c[i] (the running max's rescale, fused here: o is in registers
+     * anyway; c[i] = 1 leaves o as it is), then o[i][d] = fmaf(E[i*ldE + p], v[p][d], o[i][d])
+     * for p = 0..nk-1 in order, i < nq, d < Dv */
+    void (*pv)(const float *E, int ldE, int nq, const float *const *v, int nk, float *const *o, const float *c,
+               int Dv);
     /* n values of a cache row of type t (F16 / Q8_0 / Q4_0 / BF16) as floats; false: type unknown */
     bool (*row_f32)(nx_type t, const void *row, float *dst, int n);
     /* scores / pv reading the rows in the cache's type t, each value converted exactly as
@@ -23,7 +26,8 @@ typedef struct nx_attn_tier {
      * type or size (the driver converts into its tile buffer instead). NULL: never. */
     bool (*scores_kv)(const float *const *q, int nq, const void *const *k, nx_type t, int nk, int D, float scale,
                       float *S, int ldS);
-    bool (*pv_kv)(const float *E, int ldE, int nq, const void *const *v, nx_type t, int nk, float *const *o, int Dv);
+    bool (*pv_kv)(const float *E, int ldE, int nq, const void *const *v, nx_type t, int nk, float *const *o,
+                  const float *c, int Dv);
 } nx_attn_tier;
 
 extern const nx_attn_tier nx_attn_tier_scalar;

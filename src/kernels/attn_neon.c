@@ -171,13 +171,13 @@ static void exp_row(float *s, int n, float m) {
 }
 
 /* o += E v for value rows of type t: four queries share each converted chunk of v. */
-NX_INLINE void pv_t(nx_type t, const float *E, int ldE, int nq, const void *const *v, int nk, float *const *o, int Dv) {
+NX_INLINE void pv_t(nx_type t, const float *E, int ldE, int nq, const void *const *v, int nk, float *const *o, const float *cf, int Dv) {
     for (int i = 0; i < nq; i += 4) {
         const int nr = nq - i < 4 ? nq - i : 4;
         for (int d = 0; d < Dv; d += 16) {
             float32x4_t a[4][4];
             for (int r = 0; r < nr; r++)
-                for (int c = 0; c < 4; c++) a[r][c] = vld1q_f32(o[i + r] + d + 4 * c);
+                for (int c = 0; c < 4; c++) a[r][c] = vmulq_n_f32(vld1q_f32(o[i + r] + d + 4 * c), cf[i + r]);
             for (int p = 0; p < nk; p++) {
                 float32x4_t x[4];
                 ld16(t, v[p], d, x);
@@ -192,22 +192,22 @@ NX_INLINE void pv_t(nx_type t, const float *E, int ldE, int nq, const void *cons
     }
 }
 
-static void pv(const float *E, int ldE, int nq, const float *const *v, int nk, float *const *o, int Dv) {
+static void pv(const float *E, int ldE, int nq, const float *const *v, int nk, float *const *o, const float *cf, int Dv) {
     if (Dv & 15) {
-        nx_attn_tier_scalar.pv(E, ldE, nq, v, nk, o, Dv);
+        nx_attn_tier_scalar.pv(E, ldE, nq, v, nk, o, cf, Dv);
         return;
     }
-    pv_t(NX_TYPE_F32, E, ldE, nq, (const void *const *)v, nk, o, Dv);
+    pv_t(NX_TYPE_F32, E, ldE, nq, (const void *const *)v, nk, o, cf, Dv);
 }
 
-static bool pv_kv(const float *E, int ldE, int nq, const void *const *v, nx_type tv, int nk, float *const *o, int Dv) {
+static bool pv_kv(const float *E, int ldE, int nq, const void *const *v, nx_type tv, int nk, float *const *o, const float *cf, int Dv) {
     if (Dv & 31) return false;
     switch (tv) {
-    case NX_TYPE_F16: pv_t(NX_TYPE_F16, E, ldE, nq, v, nk, o, Dv); return true;
-    case NX_TYPE_BF16: pv_t(NX_TYPE_BF16, E, ldE, nq, v, nk, o, Dv); return true;
-    case NX_TYPE_Q8_0: pv_t(NX_TYPE_Q8_0, E, ldE, nq, v, nk, o, Dv); return true;
-    case NX_TYPE_Q4_0: pv_t(NX_TYPE_Q4_0, E, ldE, nq, v, nk, o, Dv); return true;
-    case NX_TYPE_F32: pv_t(NX_TYPE_F32, E, ldE, nq, v, nk, o, Dv); return true;
+    case NX_TYPE_F16: pv_t(NX_TYPE_F16, E, ldE, nq, v, nk, o, cf, Dv); return true;
+    case NX_TYPE_BF16: pv_t(NX_TYPE_BF16, E, ldE, nq, v, nk, o, cf, Dv); return true;
+    case NX_TYPE_Q8_0: pv_t(NX_TYPE_Q8_0, E, ldE, nq, v, nk, o, cf, Dv); return true;
+    case NX_TYPE_Q4_0: pv_t(NX_TYPE_Q4_0, E, ldE, nq, v, nk, o, cf, Dv); return true;
+    case NX_TYPE_F32: pv_t(NX_TYPE_F32, E, ldE, nq, v, nk, o, cf, Dv); return true;
     default: return false;
     }
 }
