@@ -45,9 +45,19 @@ static void cache_make(cache *c, nx_type t, int n, int cells, float amp) {
 }
 static void cache_free(cache *c) { free(c->data); free(c->ref); }
 
-/* Exact attention in double over the dequantized rows. */
-static void attn_double(const cache *k, const cache *v, const float *q, int lo, int hi, float scale, float *out) {
+/* Exact attention in double over the dequantized rows; with Q8_0 / Q4_0 keys the query is
+ * first quantized to Q8_0 (attn.h's integer Q.K contract) unless `raw`. */
+static void attn_double_q(const cache *k, const cache *v, const float *q_in, int lo, int hi, float scale, float *out,
+                          bool raw) {
     const int D = k->n, Dv = v->n;
+    float qbuf[512];
+    const float *q = q_in;
+    if (!raw && (k->t == NX_TYPE_Q8_0 || k->t == NX_TYPE_Q4_0) && D % 32 == 0 && D <= 512) {
+        uint8_t blk[512 / 32 * 34];
+        nx_quantize_row(NX_TYPE_Q8_0, q_in, blk, D);
+        nx_dequantize_row(NX_TYPE_Q8_0, blk, qbuf, D);
+        q = qbuf;
+    }
     if (lo < 0) lo = 0;
     for (int d = 0; d < Dv; d++) out[d] = 0;
     if (hi < lo) return;
@@ -66,6 +76,9 @@ static void attn_double(const cache *k, const cache *v, const float *q, int lo, 
         out[d] = (float)(a / sum);
     }
     free(s);
+}
+static void attn_double(const cache *k, const cache *v, const float *q, int lo, int hi, float scale, float *out) {
+    attn_double_q(k, v, q, lo, hi, scale, out, false);
 }
 
 static void run(const cache *k, const cache *v, const float *q, const int *lo, const int *hi, int nq, float scale,
@@ -116,6 +129,21 @@ static void check_case(nx_type tk, nx_type tv, int D, int Dv, int grp, int rows,
         }
     }
     CHECK_MSG(maxerr < 2e-5, "D %d Dv %d types %d/%d: |attn - exact| %.3g", D, Dv, tk, tv, maxerr);
+    if (tk == NX_TYPE_Q8_0 || tk == NX_TYPE_Q4_0) {
+        /* what quantizing the query costs against the float query: |q| <= 2 in 32-blocks of
+         * step max/127 (<= 0.0079 rounding <= 0.004 per value), random K of |k| <= 1, scale
+         * 1/sqrt(D): each score moves by <= ~0.004 * sqrt(D/3) * 1/sqrt(D) ~ 0.0023 (rms far
+         * less), and outputs (averages of |v| <= 1) by about as much. */
+        double qerr = 0;
+        for (int i = 0; i < nq; i++) {
+            attn_double_q(&k, &v, q + (size_t)i * D, lo[i], hi[i], scale, dbl, true);
+            for (int d = 0; d < Dv; d++) {
+                const double e = fabs((double)ref[(size_t)i * Dv + d] - dbl[d]);
+                if (e > qerr) qerr = e;
+            }
+        }
+        CHECK_MSG(qerr < 1e-2, "D %d types %d/%d: |attn - float-query attn| %.3g", D, tk, tv, qerr);
+    }
     for (int l = 0; l < nl; l++) {
         nx_cpu_set_level(lv[l]);
         run(&k, &v, q, lo, hi, nq, scale, got);

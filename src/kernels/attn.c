@@ -67,7 +67,40 @@ static bool row_f32_scalar(nx_type t, const void *row, float *dst, int n) {
     return nx_dequantize_row(t, row, dst, n);
 }
 
-const nx_attn_tier nx_attn_tier_scalar = {scores_scalar, exp_row_scalar, pv_scalar, row_f32_scalar, NULL, NULL};
+/* The integer Q.K contract: isum_b exact, acc = fmaf((float)isum_b, dq_b * dk_b, acc) in block
+ * order from 0, times scale. */
+static float dot_qk(const nx_block_q8_0 *qb, const float *qd, nx_type t, const void *krow, int nb) {
+    float acc = 0.0f;
+    for (int b = 0; b < nb; b++) {
+        int32_t is = 0;
+        float dk;
+        if (t == NX_TYPE_Q8_0) {
+            const nx_block_q8_0 *kb = (const nx_block_q8_0 *)krow + b;
+            dk = nx_half_to_f32(kb->d);
+            for (int i = 0; i < 32; i++) is += (int32_t)qb[b].qs[i] * kb->qs[i];
+        } else {   /* Q4_0: value i in the low nibble of qs[i], value i + 16 in its high nibble */
+            const nx_block_q4_0 *kb = (const nx_block_q4_0 *)krow + b;
+            dk = nx_half_to_f32(kb->d);
+            for (int i = 0; i < 16; i++)
+                is += (int32_t)qb[b].qs[i] * ((kb->qs[i] & 15) - 8) + (int32_t)qb[b].qs[i + 16] * ((kb->qs[i] >> 4) - 8);
+        }
+        acc = fmaf((float)is, qd[b] * dk, acc);
+    }
+    return acc;
+}
+
+static void scores_qk_scalar(const nx_attn_qq *qq, int q0, int nq, const void *const *k, const void *prep, int j0,
+                             int nk, nx_type t, int D, float scale, float *S, int ldS) {
+    (void)prep; (void)D;
+    for (int r = 0; r < nq; r++) {
+        const int i = q0 + r;
+        for (int j = 0; j < nk; j++)
+            S[(size_t)r * ldS + j] = dot_qk(qq->blk + (size_t)i * qq->nb, qq->d + (size_t)i * qq->nb, t, k[j0 + j], qq->nb) * scale;
+    }
+}
+
+const nx_attn_tier nx_attn_tier_scalar = {scores_scalar, exp_row_scalar, pv_scalar, row_f32_scalar, NULL, NULL,
+                                          NULL, scores_qk_scalar};
 
 static const nx_attn_tier *tier(void) {
 #if defined(__x86_64__)
@@ -84,8 +117,18 @@ static const nx_attn_tier *tier(void) {
 
 /* ===== driver ===== */
 
+/* The quantized queries of the integer Q.K path: nb floats of scales, nb int32 sums and nb
+ * blocks per query (rounded up to whole floats). */
+static size_t qq_floats(int nq, int D) {
+    const size_t nb = (size_t)(D / 32), n = (size_t)nq * nb;
+    return 2 * n + (n * sizeof(nx_block_q8_0) + sizeof(float) - 1) / sizeof(float);
+}
+
 size_t nx_attn_work_floats(int nq, int D, int Dv) {
-    return 4 * (size_t)nq + (size_t)nq * NX_ATTN_TILE + (size_t)NX_ATTN_TILE * ((size_t)D + (size_t)Dv);
+    size_t kt = (size_t)NX_ATTN_TILE * (size_t)D;   /* f32 key tile, or the tier's prepared tile */
+    const size_t prep = (NX_ATTN_PREP_BYTES(D) + sizeof(float) - 1) / sizeof(float);
+    if (prep > kt) kt = prep;
+    return 4 * (size_t)nq + (size_t)nq * NX_ATTN_TILE + kt + (size_t)NX_ATTN_TILE * (size_t)Dv + qq_floats(nq, D) + 16;
 }
 
 /* Rows of positions [pa, pb) (inside one tile) as float pointers: into the cache for F32,
@@ -126,7 +169,10 @@ void nx_attn(const nx_attn_kv *kv, const nx_attn_q *q, int nq, int D, int Dv, fl
     enum { T = NX_ATTN_TILE };
     const nx_attn_tier *t = tier();
     if (nq > NX_ATTN_MAX_Q) nq = NX_ATTN_MAX_Q;
-    float *m = work, *l = m + nq, *cw = l + nq, *lw = cw + nq, *S = lw + nq, *kt = S + (size_t)nq * T, *vt = kt + (size_t)T * D;
+    size_t ktn = (size_t)T * D;
+    const size_t prepn = (NX_ATTN_PREP_BYTES(D) + sizeof(float) - 1) / sizeof(float);
+    if (prepn > ktn) ktn = prepn;
+    float *m = work, *l = m + nq, *cw = l + nq, *lw = cw + nq, *S = lw + nq, *kt = S + (size_t)nq * T, *vt = kt + ktn;
     const float *qp[NX_ATTN_MAX_Q];
     float *op[NX_ATTN_MAX_Q];
     int lo[NX_ATTN_MAX_Q], hi[NX_ATTN_MAX_Q];
@@ -140,7 +186,11 @@ void nx_attn(const nx_attn_kv *kv, const nx_attn_q *q, int nq, int D, int Dv, fl
      * hardware prefetchers keep up with them, and the prefetches only add work (measured). */
     const size_t kbytes = nx_row_size(kv->tk, D), vbytes = nx_row_size(kv->tv, Dv);
     const bool pfk = kbytes >= 2 * (size_t)D, pfv = vbytes >= 2 * (size_t)Dv;
-    const bool fk = few && kv->tk != NX_TYPE_F32 && t->scores_kv && t->scores_kv(qp, 0, kraw, kv->tk, 0, D, scale, S, T);
+    /* Q8_0 / Q4_0 keys: the integer Q.K contract (attn.h), the queries quantized once here. */
+    const bool qk = (kv->tk == NX_TYPE_Q8_0 || kv->tk == NX_TYPE_Q4_0) && D % 32 == 0;
+    const nx_attn_tier *tq = t->scores_qk ? t : &nx_attn_tier_scalar;
+    nx_attn_qq qq = {0};
+    const bool fk = !qk && few && kv->tk != NX_TYPE_F32 && t->scores_kv && t->scores_kv(qp, 0, kraw, kv->tk, 0, D, scale, S, T);
     const bool fv = few && kv->tv != NX_TYPE_F32 && t->pv_kv && t->pv_kv(S, T, 0, vraw, kv->tv, 0, op, cw, Dv);
     int glo = 0, ghi = -1;
     for (int i = 0; i < nq; i++) {
@@ -155,6 +205,24 @@ void nx_attn(const nx_attn_kv *kv, const nx_attn_q *q, int nq, int D, int Dv, fl
         if (ghi < glo || lo[i] < glo) glo = lo[i];
         if (hi[i] > ghi) ghi = hi[i];
     }
+    if (qk) {
+        const int nb = D / 32;
+        float *qd = vt + (size_t)T * Dv;
+        int32_t *qs = (int32_t *)(qd + (size_t)nq * nb);
+        nx_block_q8_0 *qb = (nx_block_q8_0 *)(qs + (size_t)nq * nb);
+        for (int i = 0; i < nq; i++) {
+            if (hi[i] < lo[i]) continue;
+            nx_block_q8_0 *b = qb + (size_t)i * nb;
+            nx_quantize_row(NX_TYPE_Q8_0, qp[i], b, D);
+            for (int j = 0; j < nb; j++) {
+                int32_t sum = 0;
+                for (int v = 0; v < 32; v++) sum += b[j].qs[v];
+                qd[(size_t)i * nb + j] = nx_half_to_f32(b[j].d);
+                qs[(size_t)i * nb + j] = sum;
+            }
+        }
+        qq = (nx_attn_qq){qb, qd, qs, nb};
+    }
     for (int t0 = glo - glo % T; t0 <= ghi; t0 += T) {
         const int t1 = t0 + T;
         /* the part of the tile any query sees */
@@ -168,8 +236,14 @@ void nx_attn(const nx_attn_kv *kv, const nx_attn_q *q, int nq, int D, int Dv, fl
         if (pa >= pb) continue;
         if (pfk) prefetch_rows(kv->k, kv->k_stride, kbytes, kv->cells, t1, t1 + T < ghi + 1 ? t1 + T : ghi + 1);
         if (pfv) prefetch_rows(kv->v, kv->v_stride, vbytes, kv->cells, t1, t1 + T < ghi + 1 ? t1 + T : ghi + 1);
-        if (fk) tile_raw(kv->k, kv->k_stride, kv->cells, pa, pb, kraw);
-        else tile_rows(t, kv->k, kv->k_stride, kv->tk, kv->cells, pa, pb, D, kt, kr);
+        if (qk) {
+            tile_raw(kv->k, kv->k_stride, kv->cells, pa, pb, kraw);
+            if (tq->k_prep) tq->k_prep(kraw, kv->tk, pb - pa, D, kt);
+        } else if (fk) {
+            tile_raw(kv->k, kv->k_stride, kv->cells, pa, pb, kraw);
+        } else {
+            tile_rows(t, kv->k, kv->k_stride, kv->tk, kv->cells, pa, pb, D, kt, kr);
+        }
         if (fv) tile_raw(kv->v, kv->v_stride, kv->cells, pa, pb, vraw);
         else tile_rows(t, kv->v, kv->v_stride, kv->tv, kv->cells, pa, pb, Dv, vt, vr);
         for (int i = 0; i < nq;) {
@@ -178,7 +252,8 @@ void nx_attn(const nx_attn_kv *kv, const nx_attn_q *q, int nq, int D, int Dv, fl
             int j = i + 1;
             while (j < nq && (lo[j] > t0 ? lo[j] : t0) == a && (hi[j] + 1 < t1 ? hi[j] + 1 : t1) == b) j++;
             const int nk = b - a, nr = j - i;
-            if (fk) t->scores_kv(qp + i, nr, kraw + (a - pa), kv->tk, nk, D, scale, S, T);
+            if (qk) tq->scores_qk(&qq, i, nr, kraw, tq->k_prep ? kt : NULL, a - pa, nk, kv->tk, D, scale, S, T);
+            else if (fk) t->scores_kv(qp + i, nr, kraw + (a - pa), kv->tk, nk, D, scale, S, T);
             else t->scores(qp + i, nr, kr + (a - pa), nk, D, scale, S, T);
             /* Each row's running max and sum, the rows side by side: their dependency chains
              * (one compare or add per key, in position order) then overlap. */

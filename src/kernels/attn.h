@@ -16,6 +16,13 @@
  *     o = o*c, then o = fmaf(e_p, v_p, o) for p in order; out = o / l at the end;
  *   e(x) is the kernel's own exp (nx_attn_exp): Cody-Waite reduction, a degree-7 polynomial
  *     with fmaf, 0 below -87 (relative error vs exp <= 2e-7).
+ * Q8_0 / Q4_0 keys (D a multiple of 32) take the integer Q.K contract instead of dot16, as
+ * llama.cpp does for quantized K: the query is quantized once per call to Q8_0 blocks
+ * (nx_quantize_row: scale dq_b, codes qq_b), and with the key's blocks (dk_b, codes kk_b, Q4_0's
+ * being nibble - 8), isum_b = sum of qq_b[i] * kk_b[i] (exact int32) and
+ *   score = acc * scale, acc = fmaf((float)isum_b, dq_b * dk_b, acc) for b in order from 0.0f.
+ * Integer products where the CPU has them (VNNI, dotprod) instead of converting every key value
+ * to float; the query's rounding (<= 1/254 of its block's max) is that of llama.cpp's.
  * So a query's result depends only on its own q, its visible rows and their positions — not on
  * the other queries of the call, the batch, the chunking or the thread: decode, prefill and
  * verify give identical bits, at every SIMD level.

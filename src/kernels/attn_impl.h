@@ -7,6 +7,19 @@
 
 #include <stdint.h>
 #include "tensor.h"
+#include "quant/blocks.h"
+
+/* A call's queries quantized for the integer Q.K contract (attn.h): query i's nb Q8_0 blocks
+ * at blk + i*nb, their scales as floats at d + i*nb and their code sums at sum + i*nb. */
+typedef struct nx_attn_qq {
+    const nx_block_q8_0 *blk;
+    const float *d;
+    const int32_t *sum;
+    int nb;
+} nx_attn_qq;
+
+/* Bytes of the tile buffer a tier's k_prep may use (at most NX_ATTN_TILE rows of D values). */
+#define NX_ATTN_PREP_BYTES(D) ((size_t)NX_ATTN_TILE * (size_t)(D) + (size_t)NX_ATTN_TILE * (size_t)((D) / 32) * 4)
 
 typedef struct nx_attn_tier {
     /* S[i*ldS + j] = dot16(q[i], k[j]) * scale, i < nq, j < nk */
@@ -28,6 +41,14 @@ typedef struct nx_attn_tier {
                       float *S, int ldS);
     bool (*pv_kv)(const float *E, int ldE, int nq, const void *const *v, nx_type t, int nk, float *const *o,
                   const float *c, int Dv);
+    /* The integer Q.K contract (attn.h) for Q8_0 / Q4_0 keys (D a multiple of 32):
+     * k_prep lays the tile's nk raw rows k[0..nk-1] out in buf (NX_ATTN_PREP_BYTES(D) bytes,
+     * the tier's own layout), once per tile; NULL: scores_qk reads the rows themselves.
+     * scores_qk: S[r*ldS + j] = score of query q0 + r (r < nq) against tile key j0 + j (j < nk),
+     * from the prepared tile (prep) or the rows k[j0 + j]. NULL: the scalar tier's serves. */
+    void (*k_prep)(const void *const *k, nx_type t, int nk, int D, void *buf);
+    void (*scores_qk)(const nx_attn_qq *qq, int q0, int nq, const void *const *k, const void *prep, int j0, int nk,
+                      nx_type t, int D, float scale, float *S, int ldS);
 } nx_attn_tier;
 
 extern const nx_attn_tier nx_attn_tier_scalar;
