@@ -181,6 +181,11 @@ static void test_levels_exact(void) {
     check_case(NX_TYPE_F32, NX_TYPE_F32, 16, 48, 5, 3, 17, 0, 0);
     /* odd group sizes and tile edges */
     for (int p0 = 28; p0 <= 36; p0++) check_case(NX_TYPE_F16, NX_TYPE_F16, 64, 64, 3, 5, p0, 0, 0);
+    /* the integer Q.K path at tile edges, key runs not starting on a vector, many queries */
+    for (int p0 = 12; p0 <= 36; p0 += 3) {
+        check_case(NX_TYPE_Q8_0, NX_TYPE_F16, 64, 64, 3, 19, p0, 0, 0);
+        check_case(NX_TYPE_Q4_0, NX_TYPE_Q8_0, 96, 96, 5, 7, p0, 0, 0);
+    }
 }
 
 static void test_window_ring(void) {

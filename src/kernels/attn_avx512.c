@@ -278,4 +278,115 @@ static bool row_f32(nx_type t, const void *row, float *dst, int n) {
     return nx_attn_tier_scalar.row_f32(t, row, dst, n);
 }
 
-const nx_attn_tier nx_attn_tier_avx512 = {scores, exp_row, pv, row_f32, scores_kv, pv_kv};
+/* ===== integer Q.K (attn.h) for Q8_0 / Q4_0 keys: keys in lanes =====
+ * k_prep transposes the tile once: for block b and 4-byte group g, the keys' 4 codes as
+ * unsigned bytes (Q8_0: k ^ 0x80 = k + 128; Q4_0: the nibble, k + 8) side by side, dword
+ * (b*8 + g)*32 + j of buf for key j; then the keys' block scales as floats (float b*32 + j after
+ * the codes). scores_qk then meets 16 keys at once with one broadcast 4-byte group of the query
+ * per vpdpbusd, no horizontal sums, and each lane does the contract's float ops for its key:
+ * the integer sum starts at -c * (sum of the query's codes), which cancels the offset c. */
+
+/* 16 keys' 8 dwords of one block (Z[m] = keys 2m, 2m+1) -> O[g] = the 16 keys' dword g. */
+NX_INLINE void transpose16x8(__m512i *z) {
+    static const int32_t ix[3][2][16] = {
+        {{0, 8, 16, 24, 2, 10, 18, 26, 4, 12, 20, 28, 6, 14, 22, 30}, {1, 9, 17, 25, 3, 11, 19, 27, 5, 13, 21, 29, 7, 15, 23, 31}},
+        {{0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27}, {4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31}},
+        {{0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23}, {8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31}}};
+#pragma GCC unroll 3
+    for (int s = 0; s < 3; s++) {
+        const __m512i x = _mm512_loadu_si512(ix[s][0]), y = _mm512_loadu_si512(ix[s][1]);
+#pragma GCC unroll 8
+        for (int r = 0; r < 8; r++) {
+            if (r & (1 << s)) continue;
+            const __m512i a = z[r], b = z[r | (1 << s)];
+            z[r] = _mm512_permutex2var_epi32(a, x, b);
+            z[r | (1 << s)] = _mm512_permutex2var_epi32(a, y, b);
+        }
+    }
+}
+
+/* A key block's 32 codes as 8 unsigned dwords (groups 0..7). */
+NX_INLINE __m256i codes8(nx_type t, const void *row, int b) {
+    if (t == NX_TYPE_Q8_0)
+        return _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)((const nx_block_q8_0 *)row + b)->qs),
+                                _mm256_set1_epi8((char)0x80));
+    const __m128i x = _mm_loadu_si128((const __m128i *)((const nx_block_q4_0 *)row + b)->qs), m4 = _mm_set1_epi8(0x0F);
+    return _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_and_si128(x, m4)), _mm_and_si128(_mm_srli_epi16(x, 4), m4), 1);
+}
+
+static void k_prep(const void *const *k, nx_type t, int nk, int D, void *buf) {
+    const int nb = D / 32;
+    uint32_t *kt = buf;
+    float *dk = (float *)(kt + (size_t)nb * 8 * NX_ATTN_TILE);
+    for (int h = 0; h * 16 < nk; h++) {
+        const void *rows[16];
+        for (int j = 0; j < 16; j++) rows[j] = k[16 * h + j < nk ? 16 * h + j : nk - 1];   /* past nk: a valid row, unused */
+        for (int b = 0; b < nb; b++) {
+            __m512i z[8];
+#pragma GCC unroll 8
+            for (int m = 0; m < 8; m++)
+                z[m] = _mm512_inserti64x4(_mm512_castsi256_si512(codes8(t, rows[2 * m], b)), codes8(t, rows[2 * m + 1], b), 1);
+            transpose16x8(z);
+#pragma GCC unroll 8
+            for (int g = 0; g < 8; g++) _mm512_storeu_si512(kt + (size_t)(b * 8 + g) * NX_ATTN_TILE + 16 * h, z[g]);
+            uint16_t hd[16];
+#pragma GCC unroll 16
+            for (int j = 0; j < 16; j++)
+                hd[j] = t == NX_TYPE_Q8_0 ? ((const nx_block_q8_0 *)rows[j] + b)->d : ((const nx_block_q4_0 *)rows[j] + b)->d;
+            _mm512_storeu_ps(dk + (size_t)b * NX_ATTN_TILE + 16 * h, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)hd)));
+        }
+    }
+}
+
+/* Scores of NR queries (q0..) against the 16 (masked: mk) prepared keys from j. */
+NX_INLINE void qk_block(const int NR, const nx_attn_qq *qq, int q0, const uint32_t *kt, const float *dk, int j,
+                        int nb, int c, float scale, __mmask16 mk, float *S, int ldS) {
+    __m512 acc[4];
+    for (int r = 0; r < NR; r++) acc[r] = _mm512_setzero_ps();
+    for (int b = 0; b < nb; b++) {
+        __m512i e[4], o[4];   /* two chains per query: even and odd groups */
+        for (int r = 0; r < NR; r++) {
+            e[r] = _mm512_set1_epi32(-c * qq->sum[(size_t)(q0 + r) * nb + b]);
+            o[r] = _mm512_setzero_si512();
+        }
+        for (int g = 0; g < 8; g += 2) {
+            const __m512i k0 = _mm512_maskz_loadu_epi32(mk, kt + (size_t)(b * 8 + g) * NX_ATTN_TILE + j);
+            const __m512i k1 = _mm512_maskz_loadu_epi32(mk, kt + (size_t)(b * 8 + g + 1) * NX_ATTN_TILE + j);
+            for (int r = 0; r < NR; r++) {
+                const int8_t *qs = qq->blk[(size_t)(q0 + r) * nb + b].qs;
+                int32_t w0, w1;
+                memcpy(&w0, qs + 4 * g, 4);
+                memcpy(&w1, qs + 4 * g + 4, 4);
+                e[r] = _mm512_dpbusd_epi32(e[r], k0, _mm512_set1_epi32(w0));
+                o[r] = _mm512_dpbusd_epi32(o[r], k1, _mm512_set1_epi32(w1));
+            }
+        }
+        const __m512 dkv = _mm512_maskz_loadu_ps(mk, dk + (size_t)b * NX_ATTN_TILE + j);
+        for (int r = 0; r < NR; r++) {
+            const __m512 w = _mm512_mul_ps(_mm512_set1_ps(qq->d[(size_t)(q0 + r) * nb + b]), dkv);
+            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(e[r], o[r])), w, acc[r]);
+        }
+    }
+    for (int r = 0; r < NR; r++) _mm512_mask_storeu_ps(S + (size_t)r * ldS, mk, _mm512_mul_ps(acc[r], _mm512_set1_ps(scale)));
+}
+
+static void scores_qk(const nx_attn_qq *qq, int q0, int nq, const void *const *k, const void *prep, int j0, int nk,
+                      nx_type t, int D, float scale, float *S, int ldS) {
+    (void)k;
+    const int nb = D / 32, c = t == NX_TYPE_Q8_0 ? 128 : 8;
+    const uint32_t *kt = prep;
+    const float *dk = (const float *)(kt + (size_t)nb * 8 * NX_ATTN_TILE);
+    for (int j = 0; j < nk; j += 16) {
+        const __mmask16 mk = nk - j >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (nk - j)) - 1);
+        int r = 0;
+        for (; r + 4 <= nq; r += 4) qk_block(4, qq, q0 + r, kt, dk, j0 + j, nb, c, scale, mk, S + (size_t)r * ldS + j, ldS);
+        switch (nq - r) {
+        case 3: qk_block(3, qq, q0 + r, kt, dk, j0 + j, nb, c, scale, mk, S + (size_t)r * ldS + j, ldS); break;
+        case 2: qk_block(2, qq, q0 + r, kt, dk, j0 + j, nb, c, scale, mk, S + (size_t)r * ldS + j, ldS); break;
+        case 1: qk_block(1, qq, q0 + r, kt, dk, j0 + j, nb, c, scale, mk, S + (size_t)r * ldS + j, ldS); break;
+        default: break;
+        }
+    }
+}
+
+const nx_attn_tier nx_attn_tier_avx512 = {scores, exp_row, pv, row_f32, scores_kv, pv_kv, k_prep, scores_qk};
