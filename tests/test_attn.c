@@ -175,6 +175,12 @@ static void test_levels_exact(void) {
     }
     check_case(NX_TYPE_F16, NX_TYPE_Q8_0, 256, 256, 8, 2, 33, 0, 0);
     check_case(NX_TYPE_Q4_0, NX_TYPE_F16, 32, 32, 1, 40, 5, 0, 0);
+    /* the largest head the integer Q.K path takes (16 blocks per key) */
+    check_case(NX_TYPE_Q8_0, NX_TYPE_F16, 512, 512, 2, 3, 40, 0, 0);
+    check_case(NX_TYPE_Q4_0, NX_TYPE_F16, 512, 512, 2, 3, 40, 0, 0);
+    /* runs of three queries, an odd block count */
+    check_case(NX_TYPE_Q8_0, NX_TYPE_F16, 96, 64, 3, 5, 29, 0, 0);
+    check_case(NX_TYPE_Q4_0, NX_TYPE_Q8_0, 96, 64, 3, 5, 29, 0, 0);
     /* sizes not multiples of 16: the scalar path at every level */
     check_case(NX_TYPE_F32, NX_TYPE_F32, 8, 8, 2, 7, 3, 0, 0);
     check_case(NX_TYPE_F16, NX_TYPE_F16, 24, 40, 3, 6, 50, 0, 0);

@@ -110,7 +110,11 @@ static const nx_attn_tier *tier(void) {
     default: break;
     }
 #elif defined(__aarch64__)
-    if (nx_cpu_level_get() != NX_CPU_SCALAR) return &nx_attn_tier_neon;
+    switch (nx_cpu_level_get()) {
+    case NX_CPU_NEON_I8MM: case NX_CPU_NEON_DOT: return &nx_attn_tier_neon_dot;
+    case NX_CPU_NEON: return &nx_attn_tier_neon;
+    default: break;
+    }
 #endif
     return &nx_attn_tier_scalar;
 }

@@ -57,7 +57,13 @@ extern const nx_attn_tier nx_attn_tier_avx2;
 extern const nx_attn_tier nx_attn_tier_avx512;
 #endif
 #if defined(__aarch64__)
-extern const nx_attn_tier nx_attn_tier_neon;   /* every NEON level (no integer products here) */
+extern const nx_attn_tier nx_attn_tier_neon;       /* NX_CPU_NEON: plain NEON throughout */
+extern const nx_attn_tier nx_attn_tier_neon_dot;   /* the dot product levels: scores_qk with SDOT */
+/* scores_qk of the two (attn_neon_qk.h, compiled by attn_neon.c and attn_neon_dot.c) */
+void nx_attn_scores_qk_neon(const nx_attn_qq *qq, int q0, int nq, const void *const *k, const void *prep, int j0,
+                            int nk, nx_type t, int D, float scale, float *S, int ldS);
+void nx_attn_scores_qk_neon_dot(const nx_attn_qq *qq, int q0, int nq, const void *const *k, const void *prep,
+                                int j0, int nk, nx_type t, int D, float scale, float *S, int ldS);
 #endif
 
 /* The contract's constants, shared by every tier. */

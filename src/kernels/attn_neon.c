@@ -7,6 +7,9 @@
  * Heads whose sizes are not multiples of 16 take the scalar path. A decode's few queries read
  * K / V in the cache's type inside the dot loops (scores_kv / pv_kv, heads of multiples of
  * 32), with row_f32's exact conversions: the same bits as through the tile buffer.
+ * Q8_0 / Q4_0 keys take the integer Q.K contract: k_prep unpacks a tile's codes to int8 once,
+ * scores_qk (attn_neon_qk.h, here without the dot product; attn_neon_dot.c with it) multiplies
+ * them with the quantized queries in exact int32.
  */
 #include <arm_neon.h>
 #include <string.h>
@@ -14,6 +17,10 @@
 #include "kernels/attn.h"
 #include "kernels/attn_impl.h"
 #include "quant/blocks.h"
+
+#define NX_NEON_DOT 0
+#define NX_QK_FN nx_attn_scores_qk_neon
+#include "kernels/attn_neon_qk.h"
 
 /* lanes i + i+8, then i + i+4 of a 16-lane sum held as four vectors */
 static inline float32x4_t reduce_to4(float32x4_t a0, float32x4_t a1, float32x4_t a2, float32x4_t a3) {
@@ -265,4 +272,32 @@ static bool row_f32(nx_type t, const void *row, float *dst, int n) {
     return nx_attn_tier_scalar.row_f32(t, row, dst, n);
 }
 
-const nx_attn_tier nx_attn_tier_neon = {scores, exp_row, pv, row_f32, scores_kv, pv_kv};
+/* The tile's keys in attn_neon_qk.h's layout: codes as int8 (Q4_0's low nibbles are values
+ * 0..15, the high ones 16..31, each minus 8) and scales as floats, so the queries of every run
+ * of the tile read them without converting again. */
+static void k_prep(const void *const *k, nx_type t, int nk, int D, void *buf) {
+    const int nb = D / 32;
+    float *dk = NX_QK_DK(buf, D);
+    for (int j = 0; j < nk; j++)
+        for (int b = 0; b < nb; b++) {
+            int8_t *c = (int8_t *)NX_QK_CODE(buf, b, j);
+            if (t == NX_TYPE_Q8_0) {
+                const nx_block_q8_0 *kb = (const nx_block_q8_0 *)k[j] + b;
+                vst1q_s8(c, vld1q_s8(kb->qs));
+                vst1q_s8(c + 16, vld1q_s8(kb->qs + 16));
+                dk[(size_t)b * NX_ATTN_TILE + j] = nx_half_to_f32(kb->d);
+            } else {
+                const nx_block_q4_0 *kb = (const nx_block_q4_0 *)k[j] + b;
+                const uint8x16_t v = vld1q_u8(kb->qs);
+                vst1q_s8(c, vsubq_s8(vreinterpretq_s8_u8(vandq_u8(v, vdupq_n_u8(0x0F))), vdupq_n_s8(8)));
+                vst1q_s8(c + 16, vsubq_s8(vreinterpretq_s8_u8(vshrq_n_u8(v, 4)), vdupq_n_s8(8)));
+                dk[(size_t)b * NX_ATTN_TILE + j] = nx_half_to_f32(kb->d);
+            }
+        }
+}
+
+const nx_attn_tier nx_attn_tier_neon = {scores, exp_row, pv, row_f32, scores_kv, pv_kv, k_prep,
+                                        nx_attn_scores_qk_neon};
+/* the dot product levels: the same pieces, scores_qk with SDOT (attn_neon_dot.c) */
+const nx_attn_tier nx_attn_tier_neon_dot = {scores, exp_row, pv, row_f32, scores_kv, pv_kv, k_prep,
+                                            nx_attn_scores_qk_neon_dot};
