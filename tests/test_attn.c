@@ -192,6 +192,14 @@ static void test_levels_exact(void) {
         check_case(NX_TYPE_Q8_0, NX_TYPE_F16, 64, 64, 3, 19, p0, 0, 0);
         check_case(NX_TYPE_Q4_0, NX_TYPE_Q8_0, 96, 96, 5, 7, p0, 0, 0);
     }
+    /* and many queries (runs of 4 and their 1-3 rest, key runs starting and ending anywhere
+     * in a tile) */
+    for (int p0 = 28; p0 <= 36; p0++) {
+        check_case(NX_TYPE_Q8_0, NX_TYPE_F16, 64, 64, 8, 9, p0, 0, 0);
+        check_case(NX_TYPE_Q4_0, NX_TYPE_F16, 64, 64, 8, 9, p0, 0, 0);
+    }
+    check_case(NX_TYPE_Q8_0, NX_TYPE_F16, 96, 96, 5, 7, 61, 0, 0);
+    check_case(NX_TYPE_Q4_0, NX_TYPE_F16, 96, 96, 7, 5, 61, 0, 0);
 }
 
 static void test_window_ring(void) {
@@ -199,6 +207,7 @@ static void test_window_ring(void) {
     check_case(NX_TYPE_F16, NX_TYPE_F16, 64, 64, 2, 4, 90, 20, 24);
     check_case(NX_TYPE_F32, NX_TYPE_F32, 256, 256, 4, 8, 200, 37, 45);
     check_case(NX_TYPE_Q8_0, NX_TYPE_Q8_0, 128, 128, 2, 3, 70, 64, 67);
+    check_case(NX_TYPE_Q4_0, NX_TYPE_Q4_0, 128, 128, 3, 6, 70, 45, 50);
 }
 
 static void test_empty_range(void) {

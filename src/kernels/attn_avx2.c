@@ -1,8 +1,9 @@
 /*
  * attn_avx2.c — nx_attn's tier pieces with AVX2 + FMA + F16C: the 16 lanes of dot16 are two
  * ymm halves (lanes 0-7, 8-15), so the contract's first reduction step is their sum; four
- * queries share each key load. Bit-identical to the scalar reference in attn.c; heads whose
- * sizes are not multiples of 16 take the scalar path.
+ * queries share each key load. Q8_0 / Q4_0 keys (the integer Q.K contract) go 8 keys per ymm
+ * through maddubs from a transposed tile (k_prep). Bit-identical to the scalar reference in
+ * attn.c; heads whose sizes are not multiples of 16 take the scalar path.
  */
 #include <immintrin.h>
 #include <string.h>
@@ -256,4 +257,178 @@ static bool row_f32(nx_type t, const void *row, float *dst, int n) {
     return nx_attn_tier_scalar.row_f32(t, row, dst, n);
 }
 
-const nx_attn_tier nx_attn_tier_avx2 = {scores, exp_row, pv, row_f32, scores_kv, pv_kv};
+/* ===== the integer Q.K contract (Q8_0 / Q4_0 keys), keys in lanes =====
+ * The prepared tile holds, per block b and 4-byte group g (values 4g..4g+3 of the block), the
+ * tile's keys' groups side by side: row (b, g) is NX_ATTN_TILE dwords, slot j = key j; then per
+ * block a row of the keys' scales as floats. A query's group, broadcast, then meets 8 keys per
+ * ymm. Q8_0 codes are stored signed (AVX2 has no s8 x s8 dot: maddubs takes |k| and the query
+ * with k's signs); Q4_0 as nibbles 0..15, whose query products maddubs takes directly. */
+
+#define QK_ROW(b, g) ((size_t)((b) * 8 + (g)) * NX_ATTN_TILE * 4)   /* bytes to row (b, g) */
+
+/* 4x4 dword transposes in each 128-bit lane: x[i] dword d -> out[d] dword i; x[0..3] then
+ * hold keys 0-3 (low lane) and 4-7 (high lane), so out[d] is group d of the 8 keys. */
+static inline void transpose4(const __m256i x[4], __m256i out[4]) {
+    const __m256i t0 = _mm256_unpacklo_epi32(x[0], x[1]), t1 = _mm256_unpackhi_epi32(x[0], x[1]);
+    const __m256i t2 = _mm256_unpacklo_epi32(x[2], x[3]), t3 = _mm256_unpackhi_epi32(x[2], x[3]);
+    out[0] = _mm256_unpacklo_epi64(t0, t2);
+    out[1] = _mm256_unpackhi_epi64(t0, t2);
+    out[2] = _mm256_unpacklo_epi64(t1, t3);
+    out[3] = _mm256_unpackhi_epi64(t1, t3);
+}
+
+/* 16 bytes of key i and 16 of key i + 4 in one ymm (the insert from memory needs no shuffle port) */
+static inline __m256i ld2x16(const uint8_t *lo, const uint8_t *hi) {
+    return _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)lo)),
+                                   _mm_loadu_si128((const __m128i *)hi), 1);
+}
+
+static void k_prep(const void *const *k, nx_type t, int nk, int D, void *buf) {
+    const int nb = D / 32;
+    uint8_t *codes = buf;
+    float *ds = (float *)(codes + (size_t)NX_ATTN_TILE * D);
+    const size_t bs = t == NX_TYPE_Q8_0 ? sizeof(nx_block_q8_0) : sizeof(nx_block_q4_0);
+    const __m256i lo4 = _mm256_set1_epi8(0x0F);
+    for (int j8 = 0; j8 < nk; j8 += 8) {
+        /* past the tile's last key its row again: the slots are never scored, and no row
+         * outside the tile is read */
+        const uint8_t *r[8];
+        for (int i = 0; i < 8; i++) r[i] = k[j8 + i < nk ? j8 + i : nk - 1];
+        for (int b = 0; b < nb; b++) {
+            const size_t o = (size_t)b * bs;
+            __m256i x[4], y[4], gx[4], gy[4];
+            if (t == NX_TYPE_Q8_0) {
+                for (int i = 0; i < 4; i++) {
+                    const uint8_t *a = r[i] + o + 2, *c = r[i + 4] + o + 2;   /* qs follow the half d */
+                    x[i] = ld2x16(a, c);              /* groups 0-3 */
+                    y[i] = ld2x16(a + 16, c + 16);    /* groups 4-7 */
+                }
+            } else {   /* values 0-15 are the low nibbles, 16-31 the high ones */
+                for (int i = 0; i < 4; i++) {
+                    const __m256i v = ld2x16(r[i] + o + 2, r[i + 4] + o + 2);
+                    x[i] = _mm256_and_si256(v, lo4);
+                    y[i] = _mm256_and_si256(_mm256_srli_epi16(v, 4), lo4);
+                }
+            }
+            transpose4(x, gx);
+            transpose4(y, gy);
+            for (int g = 0; g < 4; g++) {
+                _mm256_storeu_si256((__m256i *)(codes + QK_ROW(b, g) + (size_t)j8 * 4), gx[g]);
+                _mm256_storeu_si256((__m256i *)(codes + QK_ROW(b, g + 4) + (size_t)j8 * 4), gy[g]);
+            }
+            for (int i = 0; i < 8; i++) {
+                nx_half h;
+                memcpy(&h, r[i] + o, sizeof h);
+                ds[(size_t)b * NX_ATTN_TILE + j8 + i] = _cvtsh_ss(h);
+            }
+        }
+    }
+}
+
+/* Scores of R queries against the 8 keys at slots s..s+7 of the prepared tile; with `tail`
+ * only the first n (< 8) are read and written (masked: the slots past the tile's keys, and past
+ * the prepared region, stay untouched). R, t and tail are constants at every call site, and
+ * the loops over queries and groups unrolled keep the sums in registers. */
+NX_INLINE void qk_vec(int R, nx_type t, bool tail, const nx_attn_qq *qq, int q0, const uint8_t *codes, const float *ds,
+                      int s, int n, __m256 vs, float *S, int ldS) {
+    const int nb = qq->nb;
+    const __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    const __m256i ones = _mm256_set1_epi16(1);
+    const nx_block_q8_0 *qb[4];
+    const float *qd[4];
+    const int32_t *qs[4];
+    __m256 acc[4];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++) {
+        const size_t i = (size_t)(q0 + r) * nb;
+        qb[r] = qq->blk + i;
+        qd[r] = qq->d + i;
+        qs[r] = qq->sum + i;
+        acc[r] = _mm256_setzero_ps();
+    }
+    for (int b = 0; b < nb; b++) {
+        const float *db = ds + (size_t)b * NX_ATTN_TILE + s;
+        const __m256 dk = tail ? _mm256_maskload_ps(db, m) : _mm256_loadu_ps(db);
+        __m256i is[4];
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++) is[r] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+        for (int g = 0; g < 8; g++) {
+            const int *kp = (const int *)(codes + QK_ROW(b, g)) + s;
+            const __m256i kv = tail ? _mm256_maskload_epi32(kp, m) : _mm256_loadu_si256((const __m256i *)kp);
+            if (t == NX_TYPE_Q8_0) {
+                /* |k| * (q with k's sign): each pair sum <= 2 * 128 * 127 fits int16, two do not */
+                const __m256i ak = _mm256_abs_epi8(kv);
+#pragma GCC unroll 8
+                for (int r = 0; r < R; r++) {
+                    int32_t w;
+                    memcpy(&w, qb[r][b].qs + 4 * g, sizeof w);
+                    const __m256i p = _mm256_maddubs_epi16(ak, _mm256_sign_epi8(_mm256_set1_epi32(w), kv));
+                    is[r] = _mm256_add_epi32(is[r], _mm256_madd_epi16(p, ones));
+                }
+            } else {
+                /* nibble * q: 8 groups of pair sums <= 8 * 2 * 15 * 127 add exactly in int16 */
+#pragma GCC unroll 8
+                for (int r = 0; r < R; r++) {
+                    int32_t w;
+                    memcpy(&w, qb[r][b].qs + 4 * g, sizeof w);
+                    is[r] = _mm256_add_epi16(is[r], _mm256_maddubs_epi16(kv, _mm256_set1_epi32(w)));
+                }
+            }
+        }
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++) {
+            __m256i x = is[r];
+            if (t == NX_TYPE_Q4_0)   /* sum (n - 8) q = sum n q - 8 sum q */
+                x = _mm256_sub_epi32(_mm256_madd_epi16(x, ones), _mm256_slli_epi32(_mm256_set1_epi32(qs[r][b]), 3));
+            const __m256 w = _mm256_mul_ps(_mm256_set1_ps(qd[r][b]), dk);
+            acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(x), w, acc[r]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++) {
+        float *o = S + (size_t)r * ldS;
+        const __m256 y = _mm256_mul_ps(acc[r], vs);
+        if (tail) _mm256_maskstore_ps(o, m, y);
+        else _mm256_storeu_ps(o, y);
+    }
+}
+
+NX_INLINE void scores_qk_t(nx_type t, const nx_attn_qq *qq, int q0, int nq, const uint8_t *codes, const float *ds,
+                           int j0, int nk, __m256 vs, float *S, int ldS) {
+    int r = 0;
+    for (; r + 4 <= nq; r += 4) {
+        float *Sr = S + (size_t)r * ldS;
+        int v = 0;
+        for (; v + 8 <= nk; v += 8) qk_vec(4, t, false, qq, q0 + r, codes, ds, j0 + v, 8, vs, Sr + v, ldS);
+        if (v < nk) qk_vec(4, t, true, qq, q0 + r, codes, ds, j0 + v, nk - v, vs, Sr + v, ldS);
+    }
+    if (r == nq) return;
+    float *Sr = S + (size_t)r * ldS;
+    for (int v = 0; v < nk; v += 8) {
+        const bool tail = nk - v < 8;
+        switch ((nq - r) * 2 + tail) {
+        case 2: qk_vec(1, t, false, qq, q0 + r, codes, ds, j0 + v, 8, vs, Sr + v, ldS); break;
+        case 3: qk_vec(1, t, true, qq, q0 + r, codes, ds, j0 + v, nk - v, vs, Sr + v, ldS); break;
+        case 4: qk_vec(2, t, false, qq, q0 + r, codes, ds, j0 + v, 8, vs, Sr + v, ldS); break;
+        case 5: qk_vec(2, t, true, qq, q0 + r, codes, ds, j0 + v, nk - v, vs, Sr + v, ldS); break;
+        case 6: qk_vec(3, t, false, qq, q0 + r, codes, ds, j0 + v, 8, vs, Sr + v, ldS); break;
+        default: qk_vec(3, t, true, qq, q0 + r, codes, ds, j0 + v, nk - v, vs, Sr + v, ldS); break;
+        }
+    }
+}
+
+static void scores_qk(const nx_attn_qq *qq, int q0, int nq, const void *const *k, const void *prep, int j0, int nk,
+                      nx_type t, int D, float scale, float *S, int ldS) {
+    if (!prep) {
+        nx_attn_tier_scalar.scores_qk(qq, q0, nq, k, prep, j0, nk, t, D, scale, S, ldS);
+        return;
+    }
+    const uint8_t *codes = prep;
+    const float *ds = (const float *)(codes + (size_t)NX_ATTN_TILE * D);
+    const __m256 vs = _mm256_set1_ps(scale);
+    if (t == NX_TYPE_Q8_0) scores_qk_t(NX_TYPE_Q8_0, qq, q0, nq, codes, ds, j0, nk, vs, S, ldS);
+    else scores_qk_t(NX_TYPE_Q4_0, qq, q0, nq, codes, ds, j0, nk, vs, S, ldS);
+}
+
+const nx_attn_tier nx_attn_tier_avx2 = {scores, exp_row, pv, row_f32, scores_kv, pv_kv, k_prep, scores_qk};
