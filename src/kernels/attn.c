@@ -106,7 +106,8 @@ static const nx_attn_tier *tier(void) {
 #if defined(__x86_64__)
     switch (nx_cpu_level_get()) {
     case NX_CPU_AVX512: return &nx_attn_tier_avx512;
-    case NX_CPU_AVX2_VNNI: case NX_CPU_AVX2: return &nx_attn_tier_avx2;
+    case NX_CPU_AVX2_VNNI: return &nx_attn_tier_avx2vnni;
+    case NX_CPU_AVX2: return &nx_attn_tier_avx2;
     default: break;
     }
 #elif defined(__aarch64__)

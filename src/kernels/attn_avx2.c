@@ -334,6 +334,7 @@ NX_INLINE void qk_vec(int R, nx_type t, bool tail, const nx_attn_qq *qq, int q0,
     const int nb = qq->nb;
     const __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
     const __m256i ones = _mm256_set1_epi16(1);
+    (void)ones;   /* unused with VNNI */
     const nx_block_q8_0 *qb[4];
     const float *qd[4];
     const int32_t *qs[4];
@@ -356,6 +357,17 @@ NX_INLINE void qk_vec(int R, nx_type t, bool tail, const nx_attn_qq *qq, int q0,
         for (int g = 0; g < 8; g++) {
             const int *kp = (const int *)(codes + QK_ROW(b, g)) + s;
             const __m256i kv = tail ? _mm256_maskload_epi32(kp, m) : _mm256_loadu_si256((const __m256i *)kp);
+#ifdef NX_ATTN_VNNI
+            /* VNNI: u8 x s8 into int32 lanes in one instruction; Q8_0 codes flipped to
+             * unsigned (k ^ 0x80 = k + 128), the offset taken off after the block */
+            const __m256i ku = t == NX_TYPE_Q8_0 ? _mm256_xor_si256(kv, _mm256_set1_epi8((char)0x80)) : kv;
+#pragma GCC unroll 8
+            for (int r = 0; r < R; r++) {
+                int32_t w;
+                memcpy(&w, qb[r][b].qs + 4 * g, sizeof w);
+                is[r] = _mm256_dpbusd_avx_epi32(is[r], ku, _mm256_set1_epi32(w));
+            }
+#else
             if (t == NX_TYPE_Q8_0) {
                 /* |k| * (q with k's sign): each pair sum <= 2 * 128 * 127 fits int16, two do not */
                 const __m256i ak = _mm256_abs_epi8(kv);
@@ -375,12 +387,17 @@ NX_INLINE void qk_vec(int R, nx_type t, bool tail, const nx_attn_qq *qq, int q0,
                     is[r] = _mm256_add_epi16(is[r], _mm256_maddubs_epi16(kv, _mm256_set1_epi32(w)));
                 }
             }
+#endif
         }
 #pragma GCC unroll 8
         for (int r = 0; r < R; r++) {
             __m256i x = is[r];
+#ifdef NX_ATTN_VNNI   /* sum (k + c) q = sum k q + c sum q, c = 128 (Q8_0) or 8 (Q4_0) */
+            x = _mm256_sub_epi32(x, _mm256_slli_epi32(_mm256_set1_epi32(qs[r][b]), t == NX_TYPE_Q8_0 ? 7 : 3));
+#else
             if (t == NX_TYPE_Q4_0)   /* sum (n - 8) q = sum n q - 8 sum q */
                 x = _mm256_sub_epi32(_mm256_madd_epi16(x, ones), _mm256_slli_epi32(_mm256_set1_epi32(qs[r][b]), 3));
+#endif
             const __m256 w = _mm256_mul_ps(_mm256_set1_ps(qd[r][b]), dk);
             acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(x), w, acc[r]);
         }
@@ -431,4 +448,8 @@ static void scores_qk(const nx_attn_qq *qq, int q0, int nq, const void *const *k
     else scores_qk_t(NX_TYPE_Q4_0, qq, q0, nq, codes, ds, j0, nk, vs, S, ldS);
 }
 
+#ifdef NX_ATTN_VNNI
+const nx_attn_tier nx_attn_tier_avx2vnni = {scores, exp_row, pv, row_f32, scores_kv, pv_kv, k_prep, scores_qk};
+#else
 const nx_attn_tier nx_attn_tier_avx2 = {scores, exp_row, pv, row_f32, scores_kv, pv_kv, k_prep, scores_qk};
+#endif

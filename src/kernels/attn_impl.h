@@ -54,6 +54,7 @@ typedef struct nx_attn_tier {
 extern const nx_attn_tier nx_attn_tier_scalar;
 #if defined(__x86_64__)
 extern const nx_attn_tier nx_attn_tier_avx2;
+extern const nx_attn_tier nx_attn_tier_avx2vnni;   /* attn_avx2.c with AVX-VNNI for the integer Q.K */
 extern const nx_attn_tier nx_attn_tier_avx512;
 #endif
 #if defined(__aarch64__)
