@@ -129,11 +129,14 @@ static size_t qq_floats(int nq, int D) {
     return 2 * n + (n * sizeof(nx_block_q8_0) + sizeof(float) - 1) / sizeof(float);
 }
 
+/* The key tile: f32 rows, or the tier's prepared tile (integer Q.K). */
+static size_t kt_floats(int D) {
+    const size_t f32 = (size_t)NX_ATTN_TILE * (size_t)D, prep = (NX_ATTN_PREP_BYTES(D) + sizeof(float) - 1) / sizeof(float);
+    return f32 > prep ? f32 : prep;
+}
+
 size_t nx_attn_work_floats(int nq, int D, int Dv) {
-    size_t kt = (size_t)NX_ATTN_TILE * (size_t)D;   /* f32 key tile, or the tier's prepared tile */
-    const size_t prep = (NX_ATTN_PREP_BYTES(D) + sizeof(float) - 1) / sizeof(float);
-    if (prep > kt) kt = prep;
-    return 4 * (size_t)nq + (size_t)nq * NX_ATTN_TILE + kt + (size_t)NX_ATTN_TILE * (size_t)Dv + qq_floats(nq, D) + 16;
+    return 4 * (size_t)nq + (size_t)nq * NX_ATTN_TILE + kt_floats(D) + (size_t)NX_ATTN_TILE * (size_t)Dv + qq_floats(nq, D);
 }
 
 /* Rows of positions [pa, pb) (inside one tile) as float pointers: into the cache for F32,
@@ -174,10 +177,8 @@ void nx_attn(const nx_attn_kv *kv, const nx_attn_q *q, int nq, int D, int Dv, fl
     enum { T = NX_ATTN_TILE };
     const nx_attn_tier *t = tier();
     if (nq > NX_ATTN_MAX_Q) nq = NX_ATTN_MAX_Q;
-    size_t ktn = (size_t)T * D;
-    const size_t prepn = (NX_ATTN_PREP_BYTES(D) + sizeof(float) - 1) / sizeof(float);
-    if (prepn > ktn) ktn = prepn;
-    float *m = work, *l = m + nq, *cw = l + nq, *lw = cw + nq, *S = lw + nq, *kt = S + (size_t)nq * T, *vt = kt + ktn;
+    float *m = work, *l = m + nq, *cw = l + nq, *lw = cw + nq, *S = lw + nq, *kt = S + (size_t)nq * T;
+    float *vt = kt + kt_floats(D);
     const float *qp[NX_ATTN_MAX_Q];
     float *op[NX_ATTN_MAX_Q];
     int lo[NX_ATTN_MAX_Q], hi[NX_ATTN_MAX_Q];
@@ -241,14 +242,9 @@ void nx_attn(const nx_attn_kv *kv, const nx_attn_q *q, int nq, int D, int Dv, fl
         if (pa >= pb) continue;
         if (pfk) prefetch_rows(kv->k, kv->k_stride, kbytes, kv->cells, t1, t1 + T < ghi + 1 ? t1 + T : ghi + 1);
         if (pfv) prefetch_rows(kv->v, kv->v_stride, vbytes, kv->cells, t1, t1 + T < ghi + 1 ? t1 + T : ghi + 1);
-        if (qk) {
-            tile_raw(kv->k, kv->k_stride, kv->cells, pa, pb, kraw);
-            if (tq->k_prep) tq->k_prep(kraw, kv->tk, pb - pa, D, kt);
-        } else if (fk) {
-            tile_raw(kv->k, kv->k_stride, kv->cells, pa, pb, kraw);
-        } else {
-            tile_rows(t, kv->k, kv->k_stride, kv->tk, kv->cells, pa, pb, D, kt, kr);
-        }
+        if (qk || fk) tile_raw(kv->k, kv->k_stride, kv->cells, pa, pb, kraw);
+        else tile_rows(t, kv->k, kv->k_stride, kv->tk, kv->cells, pa, pb, D, kt, kr);
+        if (qk && tq->k_prep) tq->k_prep(kraw, kv->tk, pb - pa, D, kt);
         if (fv) tile_raw(kv->v, kv->v_stride, kv->cells, pa, pb, vraw);
         else tile_rows(t, kv->v, kv->v_stride, kv->tv, kv->cells, pa, pb, Dv, vt, vr);
         for (int i = 0; i < nq;) {
