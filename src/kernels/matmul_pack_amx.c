@@ -47,6 +47,9 @@ static void amx_config(void) {
     for (int t = TA0; t <= TA1; t++) { c.rows[t] = 16; c.colsb[t] = 32; }   /* 16 rows x 32 codes */
     for (int t = TB0; t <= TB1; t++) { c.rows[t] = 8; c.colsb[t] = 64; }    /* K/4 x 16 rows x 4 */
     for (int t = TC0; t <= TC3; t++) { c.rows[t] = 16; c.colsb[t] = 64; }   /* 16 x 16 int32 */
+    /* GCC does not always see LDTILECFG read the struct: a variant of this function built with
+     * GCC 12 lost the stores above (the tiles were then unconfigured: SIGILL). */
+    __asm__ volatile("" : : "m"(c));
     _tile_loadconfig(&c);
 }
 
