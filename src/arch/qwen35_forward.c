@@ -73,7 +73,7 @@ nx_status qw_scratch_create(const qw_model *qm, int n, int n_ctx, int n_threads,
     /* per thread: attention scores, a head's gate / norm rows, a conv block's taps + output, a
      * row's RoPE cache */
     s->thr_stride = (maxz(maxz(nx_attend_work_floats(hp->n_head, hp->n_head_kv, (int)D), 3 * maxz(D, (size_t)hp->dv)),
-                          maxz(K * maxz((size_t)hp->dk, (size_t)hp->dv), (size_t)hp->n_rot)) + 15) & ~(size_t)15;
+                          maxz((K + 1) * maxz((size_t)hp->dk, (size_t)hp->dv), (size_t)hp->n_rot)) + 15) & ~(size_t)15;
     s->thr = malloc((size_t)n_threads * s->thr_stride * sizeof(float));
     s->dn_toks_stride = (size_t)NX_SNAPSHOT_MAX + N;
     s->dn_toks = malloc((size_t)n_threads * s->dn_toks_stride * sizeof *s->dn_toks);
@@ -334,7 +334,8 @@ static void dn_conv_block(const conv_job *j, int c0, int bw, bool qk, float *win
     const nx_ubatch *ub = j->ub;
     const int K = hp->d_conv, C = hp->conv_dim, rl = j->L->rec_layer;
     const size_t rb = (size_t)bw * sizeof(float);
-    float *y = win + (size_t)(K - 1) * bw;   /* win: [K-1][bw] taps, then y: [bw] */
+    float *y = win + (size_t)(K - 1) * bw, *p = y + bw;   /* win: [K-1][bw] taps, then y, p: [bw] */
+    const nx_ops_impl *ops = nx_ops_get();
     const float *w = j->L->conv_t + c0;
     const bool log = nx_kv_deferred(j->kv);
     for (int g = 0; g < ub->n_groups; g++) {
@@ -344,15 +345,18 @@ static void dn_conv_block(const conv_job *j, int c0, int bw, bool qk, float *win
         for (int t = t0; t < t1; t++) {
             const int r = ub->order[t];
             float *mr = j->m + (size_t)r * C + c0;
-            if (K > 1) {
-                for (int c = 0; c < bw; c++) y[c] = win[c] * w[c];
-                for (int jj = 1; jj < K - 1; jj++)
-                    for (int c = 0; c < bw; c++) y[c] += win[(size_t)jj * bw + c] * w[(size_t)jj * C + c];
-                for (int c = 0; c < bw; c++) y[c] += mr[c] * w[(size_t)(K - 1) * C + c];
+            if (K > 1) {   /* per channel: y = x0*w0, then y += xj*wj in tap order (a product, then a sum) */
+                ops->mul(y, win, w, bw);
+                for (int jj = 1; jj < K - 1; jj++) {
+                    ops->mul(p, win + (size_t)jj * bw, w + (size_t)jj * C, bw);
+                    ops->add(y, y, p, bw);
+                }
+                ops->mul(p, mr, w + (size_t)(K - 1) * C, bw);
+                ops->add(y, y, p, bw);
                 memmove(win, win + bw, (size_t)(K - 2) * rb);
                 memcpy(win + (size_t)(K - 2) * bw, mr, rb);
             } else {
-                for (int c = 0; c < bw; c++) y[c] = mr[c] * w[c];
+                ops->mul(y, mr, w, bw);
             }
             const int dst = ub->rec_dst[r];
             if (K > 1 && (dst >= 0 || t == t1 - 1)) {
