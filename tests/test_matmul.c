@@ -903,6 +903,62 @@ static void check_packed(nx_type type, int64_t n_in, int64_t n_out, bool extreme
     wmat_free(&m);
 }
 
+/* Packed K-quants of different types in one nx_matmul_multi (a Q4_K_M layer's projections: one
+ * quantization of x, one pass of the pool, threads split by weight bytes): every output bit for
+ * bit the one-call-each result, at decode, verify and prefill row counts, 1 to 3 threads, on every
+ * level (a level without packed kernels runs them one call each). */
+static void test_multi_kquants(void) {
+    nx_error err = {0};
+    nx_threadpool *tp[3] = {NULL, nx_threadpool_create(2, &err), nx_threadpool_create(3, &err)};
+    CHECK(tp[1] && tp[2]);
+    enum { NW = 4 };
+    const nx_type ts[NW] = {NX_TYPE_Q5_K, NX_TYPE_Q4_K, NX_TYPE_Q6_K, NX_TYPE_Q4_K};
+    const int64_t n_in = 512, outs[NW] = {48, 16, 32, 80};
+    wmat m[NW];
+    void *pk[NW];
+    for (int k = 0; k < NW; k++) {
+        wmat_make(&m[k], ts[k], n_in, outs[k]);
+        size_t bb;
+        CHECK(nx_mm_pack_format(ts[k], NULL, &bb));
+        const size_t want = (size_t)(outs[k] / 16) * (size_t)(n_in / 256) * bb;
+        pk[k] = aligned_alloc(64, (want + 63) / 64 * 64);
+        nx_matmul_pack(&m[k].w, pk[k]);
+        m[k].w.packed = pk[k];
+    }
+    static const int rows[] = {1, 4, 17, 40};
+    float *x = make_x(40, n_in + 3);
+    for (size_t l = 0; l < PK_PASSES; l++) {
+        const char *lname;
+        if (!pk_pass(l, &lname)) continue;
+        for (size_t ri = 0; ri < sizeof rows / sizeof rows[0]; ri++) {
+            const int nr = rows[ri];
+            float *ref[NW], *got[NW];
+            for (int k = 0; k < NW; k++) {
+                ref[k] = malloc(sizeof(float) * (size_t)(nr * outs[k]));
+                got[k] = malloc(sizeof(float) * (size_t)(nr * outs[k]));
+                CHECK(run_mm(NULL, &m[k], x, nr, n_in + 3, ref[k], outs[k]) == NX_OK);
+            }
+            for (int th = 0; th < 3; th++) {
+                nx_matmul_scratch sc;
+                nx_matmul_scratch_init(&sc);
+                nx_mm_out o[NW];
+                for (int k = 0; k < NW; k++) o[k] = (nx_mm_out){&m[k].w, got[k], outs[k]};
+                CHECK(nx_matmul_multi(th ? tp[th] : NULL, &sc, o, NW, x, nr, n_in + 3, &err) == NX_OK);
+                for (int k = 0; k < NW; k++)
+                    CHECK_MSG(same_bits(ref[k], got[k], (size_t)(nr * outs[k])), "mixed packed k-quants %s rows %d threads %d weight %d",
+                              lname, nr, th + 1, k);
+                nx_matmul_scratch_free(&sc);
+            }
+            for (int k = 0; k < NW; k++) { free(ref[k]); free(got[k]); }
+        }
+    }
+    pk_restore();
+    free(x);
+    for (int k = 0; k < NW; k++) { free(pk[k]); wmat_free(&m[k]); }
+    nx_threadpool_free(tp[1]);
+    nx_threadpool_free(tp[2]);
+}
+
 /* Prefill batches through the AVX-512 interleaved-tile kernels (8-row tiles, the rest by the
  * plain pass, tiles of 16 rows per call across L2 chunks of groups) and the AMX tiles: every
  * row bit for bit the layout's contract at batches 17, 64, 100 and 512, 1 to 3 threads, on
@@ -1043,6 +1099,7 @@ int main(void) {
     RUN(test_float_order);
     RUN(test_stream_read);
     RUN(test_packed);
+    RUN(test_multi_kquants);
     RUN(test_wide_rows);
     return test_summary();
 }

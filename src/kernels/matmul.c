@@ -303,11 +303,15 @@ typedef struct mm_seg {
     int64_t ldy;
     int64_t chunk;         /* weight rows per cache block when n_rows > one tile */
     const uint8_t *wp;     /* packed jobs: the segment's first group of rows */
+    nx_mm_pkernel pkern;   /* packed jobs: the segment's kernel, blocks per row, bytes per (group, block) */
+    int64_t pk_nb;
+    size_t pk_bb;
 } mm_seg;
 
 typedef struct mm_job {
     nx_mm_kernel kern;
     nx_mm_pkernel pkern;   /* set: every segment is packed; rows and threads go by groups of 16 */
+    bool pk_mixed;         /* packed segments of different K-quant types: threads split by bytes */
     int64_t pk_nb;         /* packed: blocks per row */
     size_t pk_bb;          /* packed: bytes per (group, block) */
     int tile;              /* activation rows per kernel call */
@@ -340,8 +344,8 @@ static void mm_run(const mm_job *j, const mm_seg *g, long lo, long hi) {
 /* Packed: groups [lo, hi) of one segment; prefill keeps ~256 KB of groups in L2 while every
  * tile of activation rows runs over them. */
 static void mm_run_packed(const mm_job *j, const mm_seg *g, long lo, long hi) {
-    const int64_t nb = j->pk_nb;
-    const size_t gs = (size_t)nb * j->pk_bb;
+    const int64_t nb = g->pk_nb;
+    const size_t gs = (size_t)nb * g->pk_bb;
     long chunk = (long)((256u << 10) / gs);
     if (chunk < 1) chunk = 1;
     if (j->n_rows <= NX_MM_TILE) chunk = hi - lo;
@@ -350,7 +354,7 @@ static void mm_run_packed(const mm_job *j, const mm_seg *g, long lo, long hi) {
         for (int64_t r = 0; r < j->n_rows; r += NX_MM_TILE) {
             const int n_act = (int)(j->n_rows - r < NX_MM_TILE ? j->n_rows - r : NX_MM_TILE);
             const nx_mm_act a = nx_mm_act_rows(&j->act, r);
-            j->pkern(nb, g->wp + (size_t)o * gs, n_g, &a, n_act, g->y + r * g->ldy + (int64_t)o * NX_MM_PACK_ROWS, g->ldy);
+            g->pkern(nb, g->wp + (size_t)o * gs, n_g, &a, n_act, g->y + r * g->ldy + (int64_t)o * NX_MM_PACK_ROWS, g->ldy);
         }
     }
 }
@@ -360,6 +364,23 @@ static void mm_run_packed(const mm_job *j, const mm_seg *g, long lo, long hi) {
 static void mm_task(void *arg, int ith, int nth) {
     const mm_job *j = arg;
     long lo, hi;
+    if (j->pk_mixed) {   /* a thread's share: a contiguous range of the segments' weight bytes */
+        long total = 0;
+        for (int k = 0; k < j->n_seg; k++) total += (long)(j->seg[k].n_out / NX_MM_PACK_ROWS) * (long)(j->seg[k].pk_nb * (int64_t)j->seg[k].pk_bb);
+        nx_split_range(total, ith, nth, &lo, &hi);
+        long base = 0;
+        for (int k = 0; k < j->n_seg; k++) {
+            const mm_seg *g = &j->seg[k];
+            const long c = (long)(g->pk_nb * (int64_t)g->pk_bb), ng = (long)(g->n_out / NX_MM_PACK_ROWS);
+            /* the groups that start inside [lo, hi) */
+            long a = lo > base ? (lo - base + c - 1) / c : 0, b = hi > base ? (hi - base + c - 1) / c : 0;
+            if (a > ng) a = ng;
+            if (b > ng) b = ng;
+            if (a < b) mm_run_packed(j, g, a, b);
+            base += ng * c;
+        }
+        return;
+    }
     if (j->pkern) {
         nx_split_range((long)(j->n_total / NX_MM_PACK_ROWS), ith, nth, &lo, &hi);
         long base = 0;
@@ -387,6 +408,27 @@ static bool pack_job(mm_job *job, const nx_tensor *w) {
     int bv;
     if (!nx_mm_pack_format(w->type, &bv, &job->pk_bb) || !(job->pkern = nx_mm_pick_pkernel(w->type))) return false;
     job->pk_nb = w->ne[0] / bv;
+    return true;
+}
+
+/* A packed segment: its copy, kernel and layout (pack_job has checked the type has them). */
+static void pack_seg(mm_seg *g, const nx_tensor *w) {
+    int bv;
+    g->wp = w->packed;
+    g->pkern = nx_mm_pick_pkernel(w->type);
+    nx_mm_pack_format(w->type, &bv, &g->pk_bb);
+    g->pk_nb = w->ne[0] / bv;
+}
+
+/* True if every weight is a packed K-quant with a packed kernel here and the same input width:
+ * they read one activation format (256-value blocks, signed codes, d and bs), so one quantized
+ * copy of x serves them all, and their prefill copies (fill_itile) have one layout too. */
+static bool mixed_kquants(const nx_mm_out *outs, int n) {
+    for (int k = 0; k < n; k++) {
+        const nx_tensor *w = outs[k].w;
+        if (w->type != NX_TYPE_Q4_K && w->type != NX_TYPE_Q5_K && w->type != NX_TYPE_Q6_K) return false;
+        if (!w->packed || !nx_mm_pick_pkernel(w->type) || w->ne[0] != outs[0].w->ne[0]) return false;
+    }
     return true;
 }
 
@@ -480,8 +522,10 @@ nx_status nx_matmul_rows(nx_threadpool *tp, nx_matmul_scratch *scratch, const nx
     if (scratch && scratch->observe) scratch->observe(scratch->observe_user, w, x, n_rows, ldx);
     mm_job job = {.n_in = w->ne[0], .n_rows = n_rows, .n_seg = 1, .n_total = o1 - o0};
     mm_seg_init(&job.seg[0], w, o0, o1, y, ldy);
-    if (w->packed && o0 % NX_MM_PACK_ROWS == 0 && o1 % NX_MM_PACK_ROWS == 0 && pack_job(&job, w))
-        job.seg[0].wp = (const uint8_t *)w->packed + (size_t)(o0 / NX_MM_PACK_ROWS) * (size_t)job.pk_nb * job.pk_bb;
+    if (w->packed && o0 % NX_MM_PACK_ROWS == 0 && o1 % NX_MM_PACK_ROWS == 0 && pack_job(&job, w)) {
+        pack_seg(&job.seg[0], w);
+        job.seg[0].wp += (size_t)(o0 / NX_MM_PACK_ROWS) * (size_t)job.pk_nb * job.pk_bb;
+    }
     return mm_dispatch(tp, scratch, w->type, kind, x, ldx, &job, err);
 }
 
@@ -499,7 +543,21 @@ nx_status nx_matmul_multi(nx_threadpool *tp, nx_matmul_scratch *scratch, const n
             same = false;
     }
     if (n_rows == 0 || n_outs == 0) return NX_OK;
-    if (!same) {   /* mixed types (e.g. a Q4_K_M layer): one call each */
+    if (!same && n_outs <= MM_MAX_SEG && mixed_kquants(outs, n_outs)) {
+        /* packed K-quants of different types (a Q4_K_M layer): one quantization of x (their
+         * activation format is the same) and one pass of the pool, each segment with its kernel */
+        if (scratch && scratch->observe)
+            for (int k = 0; k < n_outs; k++) scratch->observe(scratch->observe_user, outs[k].w, x, n_rows, ldx);
+        mm_job job = {.n_in = outs[0].w->ne[0], .n_rows = n_rows, .n_seg = n_outs, .pk_mixed = true};
+        for (int k = 0; k < n_outs; k++) {
+            mm_seg_init(&job.seg[k], outs[k].w, 0, outs[k].w->ne[1], outs[k].y, outs[k].ldy);
+            pack_seg(&job.seg[k], outs[k].w);
+            job.n_total += outs[k].w->ne[1];
+        }
+        job.pkern = job.seg[0].pkern;
+        return mm_dispatch(tp, scratch, outs[0].w->type, kind, x, ldx, &job, err);
+    }
+    if (!same) {   /* other mixed types: one call each */
         for (int k = 0; k < n_outs; k++) {
             nx_status st = nx_matmul(tp, scratch, outs[k].w, x, n_rows, ldx, outs[k].y, outs[k].ldy, err);
             if (st != NX_OK) return st;
@@ -512,7 +570,7 @@ nx_status nx_matmul_multi(nx_threadpool *tp, nx_matmul_scratch *scratch, const n
     if (outs[0].w->packed) pack_job(&job, outs[0].w);
     for (int k = 0; k < n_outs; k++) {
         mm_seg_init(&job.seg[k], outs[k].w, 0, outs[k].w->ne[1], outs[k].y, outs[k].ldy);
-        job.seg[k].wp = outs[k].w->packed;
+        if (job.pkern) pack_seg(&job.seg[k], outs[k].w);
         job.n_total += outs[k].w->ne[1];
     }
     return mm_dispatch(tp, scratch, outs[0].w->type, kind, x, ldx, &job, err);
