@@ -203,8 +203,8 @@ void PK(nx_mm_pk_q8_0)(int64_t nb, const uint8_t *wp, int64_t n_groups, const nx
 AI void prefetch_k(const uint8_t *p, size_t bytes) {
     for (size_t o = 0; o < bytes; o += 64) _mm_prefetch((const char *)(p + NX_MM_PREFETCH_K + o), _MM_HINT_T0);
 }
-#define PK_KERNELS_K(fname, STEP, BLOCK, MAXR) PK_KERNELS_K_(fname, STEP, BLOCK, MAXR)   /* fname expanded first */
-#define PK_KERNELS_K_(fname, STEP, BLOCK, MAXR) \
+#define PK_KERNELS_K(fname, STEP, BLOCK, MAXR, PREFILL) PK_KERNELS_K_(fname, STEP, BLOCK, MAXR, PREFILL)   /* fname expanded first */
+#define PK_KERNELS_K_(fname, STEP, BLOCK, MAXR, PREFILL) \
     AI void fname##_run(const int NR, const int TWO, int64_t nb, const uint8_t *g0, const uint8_t *g1, \
                         const nx_mm_act *a, float *y0, float *y1, int64_t ldy) { \
         __m256 acc0[2 * (MAXR)], acc1[2 * (MAXR)]; \
@@ -241,6 +241,11 @@ AI void prefetch_k(const uint8_t *p, size_t bytes) {
         } \
     } \
     void fname(int64_t nb, const uint8_t *wp, int64_t n_groups, const nx_mm_act *a, int n_act, float *y, int64_t ldy) { \
+        const nx_mm_pkernel pf = (PREFILL); \
+        if (pf && a->prefill) {   /* the type's prefill path, if it has one */ \
+            pf(nb, wp, n_groups, a, n_act, y, ldy); \
+            return; \
+        } \
         const size_t gs = (size_t)nb * (BLOCK); \
         const int64_t h = a->prefill ? 0 : n_groups / 2;   /* prefill: one group at a time (in L2) */ \
         for (int64_t g = 0; g < (a->prefill ? n_groups : h + n_groups % 2); g++) { \
@@ -258,7 +263,8 @@ AI void prefetch_k(const uint8_t *p, size_t bytes) {
 
 /* ===== Q4_K x16 ===== */
 /* Half h (rows 8h..8h+7) of one block for NR activation rows: acc[2r + h]. */
-AI void k4_half(const int Q5, const int NR, const int h, const uint8_t *bp, const nx_mm_act *a, int64_t sb, __m256 *acc) {
+AI void k4_half(const int Q5, const int NR, const int h, const uint8_t *bp, const __m256i *ub, const nx_mm_act *a,
+                int64_t sb, __m256 *acc) {
     const __m256i m4 = _mm256_set1_epi8(0x0F), m10 = _mm256_set1_epi8(0x10), ones = _mm256_set1_epi16(1);
     (void)ones;   /* unused with VNNI */
     const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(bp + 16 * h)));
@@ -280,8 +286,14 @@ AI void k4_half(const int Q5, const int NR, const int h, const uint8_t *bp, cons
 #pragma GCC unroll 1
     for (int j = 0; j < 8; j++) {
         const uint8_t *cp = bp + 320 + (Q5 ? 320 : 256) * j;
-        if (!h) prefetch_k(cp, Q5 ? 320 : 256);
         __m256i W[8];
+        if (ub) {   /* prefill: the codes unpacked once per call (k4_unpack) */
+            const __m256i *u = ub + 8 * (2 * j + h);
+            __asm__("" : "+r"(u));   /* loaded here, not hoisted */
+#pragma GCC unroll 8
+            for (int k = 0; k < 8; k++) W[k] = _mm256_load_si256(u + k);
+        } else {
+        if (!h) prefetch_k(cp, Q5 ? 320 : 256);
 #pragma GCC unroll 4
         for (int kk = 0; kk < 4; kk++) {
             const __m256i v = _mm256_loadu_si256((const __m256i *)(cp + 64 * kk + 32 * h));
@@ -298,6 +310,7 @@ AI void k4_half(const int Q5, const int NR, const int h, const uint8_t *bp, cons
             W[5] = _mm256_or_si256(W[5], _mm256_and_si256(_mm256_srli_epi16(hb, 1), m10));
             W[6] = _mm256_or_si256(W[6], _mm256_and_si256(_mm256_srli_epi16(hb, 2), m10));
             W[7] = _mm256_or_si256(W[7], _mm256_and_si256(_mm256_srli_epi16(hb, 3), m10));
+        }
         }
         const __m256 D = _mm256_mul_ps(dw, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(bp + 64 + 16 * j + 8 * h)))));
 #pragma GCC unroll 6
@@ -337,18 +350,86 @@ AI void k4_half(const int Q5, const int NR, const int h, const uint8_t *bp, cons
     for (int r = 0; r < NR; r++) acc[2 * r + h] = _mm256_fmadd_ps(t[r], _mm256_set1_ps(a->d[r * a->d_stride + sb]), acc[2 * r + h]);
 }
 AI void q4k_step(const int NR, const uint8_t *bp, const nx_mm_act *a, int64_t sb, __m256 *acc) {
-    k4_half(0, NR, 0, bp, a, sb, acc);
-    k4_half(0, NR, 1, bp, a, sb, acc);
+    k4_half(0, NR, 0, bp, NULL, a, sb, acc);
+    k4_half(0, NR, 1, bp, NULL, a, sb, acc);
 }
 AI void q5k_step(const int NR, const uint8_t *bp, const nx_mm_act *a, int64_t sb, __m256 *acc) {
-    k4_half(1, NR, 0, bp, a, sb, acc);
-    k4_half(1, NR, 1, bp, a, sb, acc);
+    k4_half(1, NR, 0, bp, NULL, a, sb, acc);
+    k4_half(1, NR, 1, bp, NULL, a, sb, acc);
 }
 #ifndef NX_K4_MAXR
 #define NX_K4_MAXR 4
 #endif
-PK_KERNELS_K(PK(nx_mm_pk_q4_K), q4k_step, NX_MM_Q4KX16_BLOCK, NX_K4_MAXR)
-PK_KERNELS_K(PK(nx_mm_pk_q5_K), q5k_step, NX_MM_Q5KX16_BLOCK, NX_K4_MAXR)
+
+/* Prefill (Q4_K / Q5_K): the driver's passes of at most 4 rows each unpack a block's nibbles
+ * again (12 ops per half sub-block, 17 more for Q5_K's fifth bits, against 11 per row with
+ * VNNI). Here a super-block's codes are unpacked once per call into an L1 buffer (4 KB: for
+ * sub-block j and half h, the 8 vectors W[k] of k4_half), and the call's passes run over it
+ * one super-block at a time, their float accumulators in memory: the same ops per (weight
+ * row, activation row) in the same order. */
+AI void k4_unpack(const int Q5, const uint8_t *bp, __m256i *ub) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m10 = _mm256_set1_epi8(0x10);
+    prefetch_k(bp, Q5 ? NX_MM_Q5KX16_BLOCK : NX_MM_Q4KX16_BLOCK);
+#pragma GCC unroll 1
+    for (int j = 0; j < 8; j++) {
+        const uint8_t *cp = bp + 320 + (Q5 ? 320 : 256) * j;
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            __m256i *W = ub + 8 * (2 * j + h);
+#pragma GCC unroll 4
+            for (int kk = 0; kk < 4; kk++) {
+                const __m256i v = _mm256_loadu_si256((const __m256i *)(cp + 64 * kk + 32 * h));
+                __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+                if (Q5) {   /* fifth bits: bit k of each byte to bit 4 of W[k] */
+                    const __m256i hb = _mm256_loadu_si256((const __m256i *)(cp + 256 + 32 * h));
+                    const int k0 = 2 * kk, k1 = 2 * kk + 1;
+                    lo = _mm256_or_si256(lo, _mm256_and_si256(k0 <= 4 ? _mm256_slli_epi16(hb, 4 - k0) : _mm256_srli_epi16(hb, k0 - 4), m10));
+                    hi = _mm256_or_si256(hi, _mm256_and_si256(k1 <= 4 ? _mm256_slli_epi16(hb, 4 - k1) : _mm256_srli_epi16(hb, k1 - 4), m10));
+                }
+                _mm256_store_si256(W + 2 * kk, lo);
+                _mm256_store_si256(W + 2 * kk + 1, hi);
+            }
+        }
+    }
+}
+#define K4_PREFILL(fname, Q5, BLOCK) \
+    static void fname(int64_t nb, const uint8_t *wp, int64_t n_groups, const nx_mm_act *a, int n_act, float *y, int64_t ldy) { \
+        __m256i ub[128]; \
+        __m256 acc[2 * NX_MM_TILE]; \
+        nx_mm_act sub[NX_MM_TILE]; \
+        int tr[NX_MM_TILE], nt = 0;   /* balanced passes of at most NX_K4_MAXR rows, as the driver's */ \
+        for (int r0 = 0; r0 < n_act; nt++) { \
+            const int np = (n_act - r0 + NX_K4_MAXR - 1) / NX_K4_MAXR; \
+            tr[nt] = (n_act - r0 + np - 1) / np; \
+            sub[nt] = nx_mm_act_rows(a, r0); \
+            r0 += tr[nt]; \
+        } \
+        for (int64_t g = 0; g < n_groups; g++) { \
+            const uint8_t *gp = wp + (size_t)g * (size_t)nb * (BLOCK); \
+            for (int r = 0; r < 2 * n_act; r++) acc[r] = _mm256_setzero_ps(); \
+            for (int64_t b = 0; b < nb; b++) { \
+                const uint8_t *bp = gp + (size_t)b * (BLOCK); \
+                k4_unpack(Q5, bp, ub); \
+                for (int t = 0, r0 = 0; t < nt; r0 += tr[t++]) { \
+                    __m256 *ac = acc + 2 * r0; \
+                    switch (tr[t]) { \
+                    case 1: k4_half(Q5, 1, 0, bp, ub, &sub[t], b, ac); k4_half(Q5, 1, 1, bp, ub, &sub[t], b, ac); break; \
+                    case 2: k4_half(Q5, 2, 0, bp, ub, &sub[t], b, ac); k4_half(Q5, 2, 1, bp, ub, &sub[t], b, ac); break; \
+                    case 3: k4_half(Q5, 3, 0, bp, ub, &sub[t], b, ac); k4_half(Q5, 3, 1, bp, ub, &sub[t], b, ac); break; \
+                    default: k4_half(Q5, NX_K4_MAXR, 0, bp, ub, &sub[t], b, ac); k4_half(Q5, NX_K4_MAXR, 1, bp, ub, &sub[t], b, ac); break; \
+                    } \
+                } \
+            } \
+            for (int r = 0; r < n_act; r++) { \
+                _mm256_storeu_ps(y + r * ldy + NX_MM_PACK_ROWS * g, acc[2 * r]); \
+                _mm256_storeu_ps(y + r * ldy + NX_MM_PACK_ROWS * g + 8, acc[2 * r + 1]); \
+            } \
+        } \
+    }
+K4_PREFILL(q4k_prefill, 0, NX_MM_Q4KX16_BLOCK)
+K4_PREFILL(q5k_prefill, 1, NX_MM_Q5KX16_BLOCK)
+PK_KERNELS_K(PK(nx_mm_pk_q4_K), q4k_step, NX_MM_Q4KX16_BLOCK, NX_K4_MAXR, q4k_prefill)
+PK_KERNELS_K(PK(nx_mm_pk_q5_K), q5k_step, NX_MM_Q5KX16_BLOCK, NX_K4_MAXR, q5k_prefill)
 
 /* ===== Q6_K x16 =====
  * Codes 0..63 unsigned: two maddubs results add in int16 exactly (2 * 2 * 63 * 127 < 2^15)
@@ -416,4 +497,4 @@ AI void q6k_step(const int NR, const uint8_t *bp, const nx_mm_act *a, int64_t sb
 #ifndef NX_Q6_MAXR
 #define NX_Q6_MAXR 6
 #endif
-PK_KERNELS_K(PK(nx_mm_pk_q6_K), q6k_step, NX_MM_Q6KX16_BLOCK, NX_Q6_MAXR)
+PK_KERNELS_K(PK(nx_mm_pk_q6_K), q6k_step, NX_MM_Q6KX16_BLOCK, NX_Q6_MAXR, (nx_mm_pkernel)0)
