@@ -262,10 +262,33 @@ AI void prefetch_k(const uint8_t *p, size_t bytes) {
     }
 
 /* ===== Q4_K x16 ===== */
+/* The codes of half h (rows 8h..8h+7) of the sub-block at cp: W[k] holds, for its 8 rows, the
+ * 4 codes 4k..4k+3 as bytes (Q5_K: with the fifth bit, bit k of each byte of the bit vector). */
+AI void k4_codes(const int Q5, const uint8_t *cp, const int h, __m256i *W) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m10 = _mm256_set1_epi8(0x10);
+#pragma GCC unroll 4
+    for (int kk = 0; kk < 4; kk++) {
+        const __m256i v = _mm256_loadu_si256((const __m256i *)(cp + 64 * kk + 32 * h));
+        W[2 * kk] = _mm256_and_si256(v, m4);
+        W[2 * kk + 1] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+    }
+    if (Q5) {   /* fifth bits: bit k of each byte to bit 4 of W[k] */
+        const __m256i hb = _mm256_loadu_si256((const __m256i *)(cp + 256 + 32 * h));
+        W[0] = _mm256_or_si256(W[0], _mm256_and_si256(_mm256_slli_epi16(hb, 4), m10));
+        W[1] = _mm256_or_si256(W[1], _mm256_and_si256(_mm256_slli_epi16(hb, 3), m10));
+        W[2] = _mm256_or_si256(W[2], _mm256_and_si256(_mm256_slli_epi16(hb, 2), m10));
+        W[3] = _mm256_or_si256(W[3], _mm256_and_si256(_mm256_slli_epi16(hb, 1), m10));
+        W[4] = _mm256_or_si256(W[4], _mm256_and_si256(hb, m10));
+        W[5] = _mm256_or_si256(W[5], _mm256_and_si256(_mm256_srli_epi16(hb, 1), m10));
+        W[6] = _mm256_or_si256(W[6], _mm256_and_si256(_mm256_srli_epi16(hb, 2), m10));
+        W[7] = _mm256_or_si256(W[7], _mm256_and_si256(_mm256_srli_epi16(hb, 3), m10));
+    }
+}
+
 /* Half h (rows 8h..8h+7) of one block for NR activation rows: acc[2r + h]. */
 AI void k4_half(const int Q5, const int NR, const int h, const uint8_t *bp, const __m256i *ub, const nx_mm_act *a,
                 int64_t sb, __m256 *acc) {
-    const __m256i m4 = _mm256_set1_epi8(0x0F), m10 = _mm256_set1_epi8(0x10), ones = _mm256_set1_epi16(1);
+    const __m256i ones = _mm256_set1_epi16(1);
     (void)ones;   /* unused with VNNI */
     const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(bp + 16 * h)));
     const __m256 ndm = neg(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(bp + 32 + 16 * h))));
@@ -293,24 +316,8 @@ AI void k4_half(const int Q5, const int NR, const int h, const uint8_t *bp, cons
 #pragma GCC unroll 8
             for (int k = 0; k < 8; k++) W[k] = _mm256_load_si256(u + k);
         } else {
-        if (!h) prefetch_k(cp, Q5 ? 320 : 256);
-#pragma GCC unroll 4
-        for (int kk = 0; kk < 4; kk++) {
-            const __m256i v = _mm256_loadu_si256((const __m256i *)(cp + 64 * kk + 32 * h));
-            W[2 * kk] = _mm256_and_si256(v, m4);
-            W[2 * kk + 1] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
-        }
-        if (Q5) {   /* fifth bits: bit k of each byte to bit 4 of W[k] */
-            const __m256i hb = _mm256_loadu_si256((const __m256i *)(cp + 256 + 32 * h));
-            W[0] = _mm256_or_si256(W[0], _mm256_and_si256(_mm256_slli_epi16(hb, 4), m10));
-            W[1] = _mm256_or_si256(W[1], _mm256_and_si256(_mm256_slli_epi16(hb, 3), m10));
-            W[2] = _mm256_or_si256(W[2], _mm256_and_si256(_mm256_slli_epi16(hb, 2), m10));
-            W[3] = _mm256_or_si256(W[3], _mm256_and_si256(_mm256_slli_epi16(hb, 1), m10));
-            W[4] = _mm256_or_si256(W[4], _mm256_and_si256(hb, m10));
-            W[5] = _mm256_or_si256(W[5], _mm256_and_si256(_mm256_srli_epi16(hb, 1), m10));
-            W[6] = _mm256_or_si256(W[6], _mm256_and_si256(_mm256_srli_epi16(hb, 2), m10));
-            W[7] = _mm256_or_si256(W[7], _mm256_and_si256(_mm256_srli_epi16(hb, 3), m10));
-        }
+            if (!h) prefetch_k(cp, Q5 ? 320 : 256);
+            k4_codes(Q5, cp, h, W);
         }
         const __m256 D = _mm256_mul_ps(dw, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(bp + 64 + 16 * j + 8 * h)))));
 #pragma GCC unroll 6
@@ -368,28 +375,12 @@ AI void q5k_step(const int NR, const uint8_t *bp, const nx_mm_act *a, int64_t sb
  * one super-block at a time, their float accumulators in memory: the same ops per (weight
  * row, activation row) in the same order. */
 AI void k4_unpack(const int Q5, const uint8_t *bp, __m256i *ub) {
-    const __m256i m4 = _mm256_set1_epi8(0x0F), m10 = _mm256_set1_epi8(0x10);
     prefetch_k(bp, Q5 ? NX_MM_Q5KX16_BLOCK : NX_MM_Q4KX16_BLOCK);
 #pragma GCC unroll 1
     for (int j = 0; j < 8; j++) {
         const uint8_t *cp = bp + 320 + (Q5 ? 320 : 256) * j;
 #pragma GCC unroll 2
-        for (int h = 0; h < 2; h++) {
-            __m256i *W = ub + 8 * (2 * j + h);
-#pragma GCC unroll 4
-            for (int kk = 0; kk < 4; kk++) {
-                const __m256i v = _mm256_loadu_si256((const __m256i *)(cp + 64 * kk + 32 * h));
-                __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
-                if (Q5) {   /* fifth bits: bit k of each byte to bit 4 of W[k] */
-                    const __m256i hb = _mm256_loadu_si256((const __m256i *)(cp + 256 + 32 * h));
-                    const int k0 = 2 * kk, k1 = 2 * kk + 1;
-                    lo = _mm256_or_si256(lo, _mm256_and_si256(k0 <= 4 ? _mm256_slli_epi16(hb, 4 - k0) : _mm256_srli_epi16(hb, k0 - 4), m10));
-                    hi = _mm256_or_si256(hi, _mm256_and_si256(k1 <= 4 ? _mm256_slli_epi16(hb, 4 - k1) : _mm256_srli_epi16(hb, k1 - 4), m10));
-                }
-                _mm256_store_si256(W + 2 * kk, lo);
-                _mm256_store_si256(W + 2 * kk + 1, hi);
-            }
-        }
+        for (int h = 0; h < 2; h++) k4_codes(Q5, cp, h, ub + 8 * (2 * j + h));
     }
 }
 #define K4_PREFILL(fname, Q5, BLOCK) \
