@@ -383,6 +383,11 @@ AI void k4_unpack(const int Q5, const uint8_t *bp, __m256i *ub) {
         for (int h = 0; h < 2; h++) k4_codes(Q5, cp, h, ub + 8 * (2 * j + h));
     }
 }
+/* Both halves of a block for NR rows from the unpacked codes. */
+AI void k4_both(const int Q5, const int NR, const uint8_t *bp, const __m256i *ub, const nx_mm_act *a, int64_t sb, __m256 *acc) {
+    k4_half(Q5, NR, 0, bp, ub, a, sb, acc);
+    k4_half(Q5, NR, 1, bp, ub, a, sb, acc);
+}
 #define K4_PREFILL(fname, Q5, BLOCK) \
     static void fname(int64_t nb, const uint8_t *wp, int64_t n_groups, const nx_mm_act *a, int n_act, float *y, int64_t ldy) { \
         __m256i ub[128]; \
@@ -403,11 +408,13 @@ AI void k4_unpack(const int Q5, const uint8_t *bp, __m256i *ub) {
                 k4_unpack(Q5, bp, ub); \
                 for (int t = 0, r0 = 0; t < nt; r0 += tr[t++]) { \
                     __m256 *ac = acc + 2 * r0; \
-                    switch (tr[t]) { \
-                    case 1: k4_half(Q5, 1, 0, bp, ub, &sub[t], b, ac); k4_half(Q5, 1, 1, bp, ub, &sub[t], b, ac); break; \
-                    case 2: k4_half(Q5, 2, 0, bp, ub, &sub[t], b, ac); k4_half(Q5, 2, 1, bp, ub, &sub[t], b, ac); break; \
-                    case 3: k4_half(Q5, 3, 0, bp, ub, &sub[t], b, ac); k4_half(Q5, 3, 1, bp, ub, &sub[t], b, ac); break; \
-                    default: k4_half(Q5, NX_K4_MAXR, 0, bp, ub, &sub[t], b, ac); k4_half(Q5, NX_K4_MAXR, 1, bp, ub, &sub[t], b, ac); break; \
+                    switch (tr[t]) {   /* as the driver's _pass: NR a constant, at most NX_K4_MAXR */ \
+                    case 1: k4_both(Q5, 1, bp, ub, &sub[t], b, ac); break; \
+                    case 2: k4_both(Q5, 2, bp, ub, &sub[t], b, ac); break; \
+                    case 3: k4_both(Q5, 3, bp, ub, &sub[t], b, ac); break; \
+                    case 4: k4_both(Q5, 4, bp, ub, &sub[t], b, ac); break; \
+                    case 5: if (NX_K4_MAXR >= 5) k4_both(Q5, 5 < NX_K4_MAXR ? 5 : NX_K4_MAXR, bp, ub, &sub[t], b, ac); break; \
+                    default: if (NX_K4_MAXR >= 6) k4_both(Q5, 6 < NX_K4_MAXR ? 6 : NX_K4_MAXR, bp, ub, &sub[t], b, ac); break; \
                     } \
                 } \
             } \
