@@ -202,6 +202,17 @@ static void test_levels_exact(void) {
     check_case(NX_TYPE_Q4_0, NX_TYPE_F16, 96, 96, 7, 5, 61, 0, 0);
 }
 
+/* Decodes deep enough that the fused loops prefetch the rows two tiles on (attn_impl.h): the
+ * bits must not change, at every level; and a ring whose later tiles would wrap, where the
+ * prefetch stops before the ring's end. */
+static void test_prefetch_depth(void) {
+    const nx_type types[] = {NX_TYPE_F16, NX_TYPE_BF16, NX_TYPE_Q8_0, NX_TYPE_Q4_0, NX_TYPE_F32};
+    for (int t = 0; t < 5; t++) check_case(types[t], types[t], 256, 256, 4, 2, 700, 0, 0);
+    check_case(NX_TYPE_F16, NX_TYPE_Q8_0, 128, 128, 2, 1, 333, 0, 0);
+    check_case(NX_TYPE_Q8_0, NX_TYPE_F16, 256, 256, 8, 1, 150, 150, 160);
+    check_case(NX_TYPE_F16, NX_TYPE_F16, 256, 256, 4, 1, 200, 150, 160);
+}
+
 static void test_window_ring(void) {
     /* a sliding window of 20 over a 24-cell ring (positions wrap) */
     check_case(NX_TYPE_F16, NX_TYPE_F16, 64, 64, 2, 4, 90, 20, 24);
@@ -268,6 +279,7 @@ int main(void) {
     RUN(test_rows);
     RUN(test_exp);
     RUN(test_levels_exact);
+    RUN(test_prefetch_depth);
     RUN(test_window_ring);
     RUN(test_empty_range);
     return test_summary();

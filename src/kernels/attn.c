@@ -140,12 +140,14 @@ size_t nx_attn_work_floats(int nq, int D, int Dv) {
 }
 
 /* Rows of positions [pa, pb) (inside one tile) as float pointers: into the cache for F32,
- * else converted into buf. */
+ * else converted into buf; each row's counterpart pf bytes on prefetched as it goes (pf = 0:
+ * none; rb: a row's bytes). */
 static void tile_rows(const nx_attn_tier *t, const uint8_t *base, size_t stride, nx_type ty, int cells, int pa,
-                      int pb, int n, float *buf, const float **rows) {
+                      int pb, int n, float *buf, const float **rows, ptrdiff_t pf, size_t rb) {
     for (int p = pa; p < pb; p++) {
         const int slot = p < cells ? p : p % cells;
         const uint8_t *row = base + (size_t)slot * stride;
+        nx_attn_pf(row, pf, 0, rb, rb);
         if (ty == NX_TYPE_F32) {
             rows[p - pa] = (const float *)row;
         } else {
@@ -159,15 +161,6 @@ static void tile_rows(const nx_attn_tier *t, const uint8_t *base, size_t stride,
 /* Rows of positions [pa, pb) as they sit in the cache. */
 static void tile_raw(const uint8_t *base, size_t stride, int cells, int pa, int pb, const void **rows) {
     for (int p = pa; p < pb; p++) rows[p - pa] = base + (size_t)(p < cells ? p : p % cells) * stride;
-}
-
-/* The next tile's rows on their way to the cache while this one computes: a decode streams
- * K / V from memory, and a head's rows are strided (the other heads sit between them). */
-static void prefetch_rows(const uint8_t *base, size_t stride, size_t bytes, int cells, int pa, int pb) {
-    for (int p = pa; p < pb; p++) {
-        const uint8_t *row = base + (size_t)(p < cells ? p : p % cells) * stride;
-        for (size_t b = 0; b < bytes; b += 64) __builtin_prefetch(row + b, 0, 3);
-    }
 }
 
 /* Queries per call up to which K / V are converted inside the dot loops (see nx_attn). */
@@ -188,16 +181,13 @@ void nx_attn(const nx_attn_kv *kv, const nx_attn_q *q, int nq, int D, int Dv, fl
      * loops instead of through the tile buffer (same bits: the conversion is exact). Many
      * queries convert once into the buffer and reuse it. Probe the tier once per call. */
     const bool few = nq <= NX_ATTN_FUSED_Q;
-    /* Prefetch 2- and 4-byte rows only: Q8_0 / Q4_0 rows keep the loops busy converting, the
-     * hardware prefetchers keep up with them, and the prefetches only add work (measured). */
     const size_t kbytes = nx_row_size(kv->tk, D), vbytes = nx_row_size(kv->tv, Dv);
-    const bool pfk = kbytes >= 2 * (size_t)D, pfv = vbytes >= 2 * (size_t)Dv;
     /* Q8_0 / Q4_0 keys: the integer Q.K contract (attn.h), the queries quantized once here. */
     const bool qk = (kv->tk == NX_TYPE_Q8_0 || kv->tk == NX_TYPE_Q4_0) && D % 32 == 0;
     const nx_attn_tier *tq = t->scores_qk ? t : &nx_attn_tier_scalar;
     nx_attn_qq qq = {0};
-    const bool fk = !qk && few && kv->tk != NX_TYPE_F32 && t->scores_kv && t->scores_kv(qp, 0, kraw, kv->tk, 0, D, scale, S, T);
-    const bool fv = few && kv->tv != NX_TYPE_F32 && t->pv_kv && t->pv_kv(S, T, 0, vraw, kv->tv, 0, op, cw, Dv);
+    const bool fk = !qk && few && kv->tk != NX_TYPE_F32 && t->scores_kv && t->scores_kv(qp, 0, kraw, kv->tk, 0, D, scale, S, T, 0);
+    const bool fv = few && kv->tv != NX_TYPE_F32 && t->pv_kv && t->pv_kv(S, T, 0, vraw, kv->tv, 0, op, cw, Dv, 0);
     int glo = 0, ghi = -1;
     for (int i = 0; i < nq; i++) {
         qp[i] = q[i].q;
@@ -240,13 +230,20 @@ void nx_attn(const nx_attn_kv *kv, const nx_attn_q *q, int nq, int D, int Dv, fl
             if (b > pb) pb = b;
         }
         if (pa >= pb) continue;
-        if (pfk) prefetch_rows(kv->k, kv->k_stride, kbytes, kv->cells, t1, t1 + T < ghi + 1 ? t1 + T : ghi + 1);
-        if (pfv) prefetch_rows(kv->v, kv->v_stride, vbytes, kv->cells, t1, t1 + T < ghi + 1 ? t1 + T : ghi + 1);
+        /* Prefetch distance (nx_attn_pf, attn_impl.h) for the fused loops and tile_rows: the rows
+         * NX_ATTN_PF_TILES tiles on, where those are cache rows at the same offset (no ring
+         * wrap) and visible to some query; else none. Not for Q4_0 rows (half a byte per
+         * value): there the hardware prefetchers keep up, and the prefetches measured
+         * 0.92-1.06x. */
+        const int fe = pb + NX_ATTN_PF_TILES * T;
+        const bool pf_on = fe <= kv->cells && fe <= ghi + 1;
+        const ptrdiff_t pf_k = pf_on && kbytes >= (size_t)D ? (ptrdiff_t)(NX_ATTN_PF_TILES * T) * (ptrdiff_t)kv->k_stride : 0;
+        const ptrdiff_t pf_v = pf_on && vbytes >= (size_t)Dv ? (ptrdiff_t)(NX_ATTN_PF_TILES * T) * (ptrdiff_t)kv->v_stride : 0;
         if (qk || fk) tile_raw(kv->k, kv->k_stride, kv->cells, pa, pb, kraw);
-        else tile_rows(t, kv->k, kv->k_stride, kv->tk, kv->cells, pa, pb, D, kt, kr);
-        if (qk && tq->k_prep) tq->k_prep(kraw, kv->tk, pb - pa, D, kt);
+        else tile_rows(t, kv->k, kv->k_stride, kv->tk, kv->cells, pa, pb, D, kt, kr, pf_k, kbytes);
+        if (qk && tq->k_prep) tq->k_prep(kraw, kv->tk, pb - pa, D, kt, pf_k);
         if (fv) tile_raw(kv->v, kv->v_stride, kv->cells, pa, pb, vraw);
-        else tile_rows(t, kv->v, kv->v_stride, kv->tv, kv->cells, pa, pb, Dv, vt, vr);
+        else tile_rows(t, kv->v, kv->v_stride, kv->tv, kv->cells, pa, pb, Dv, vt, vr, pf_v, vbytes);
         for (int i = 0; i < nq;) {
             const int a = lo[i] > t0 ? lo[i] : t0, b = hi[i] + 1 < t1 ? hi[i] + 1 : t1;
             if (a >= b) { i++; continue; }
@@ -254,7 +251,7 @@ void nx_attn(const nx_attn_kv *kv, const nx_attn_q *q, int nq, int D, int Dv, fl
             while (j < nq && (lo[j] > t0 ? lo[j] : t0) == a && (hi[j] + 1 < t1 ? hi[j] + 1 : t1) == b) j++;
             const int nk = b - a, nr = j - i;
             if (qk) tq->scores_qk(&qq, i, nr, kraw, tq->k_prep ? kt : NULL, a - pa, nk, kv->tk, D, scale, S, T);
-            else if (fk) t->scores_kv(qp + i, nr, kraw + (a - pa), kv->tk, nk, D, scale, S, T);
+            else if (fk) t->scores_kv(qp + i, nr, kraw + (a - pa), kv->tk, nk, D, scale, S, T, pf_k);
             else t->scores(qp + i, nr, kr + (a - pa), nk, D, scale, S, T);
             /* Each row's running max and sum, the rows side by side: their dependency chains
              * (one compare or add per key, in position order) then overlap. */
@@ -275,7 +272,7 @@ void nx_attn(const nx_attn_kv *kv, const nx_attn_q *q, int nq, int D, int Dv, fl
             for (int p = 0; p < nk; p++)
                 for (int r = 0; r < nr; r++) ls[r] += S[(size_t)r * T + p];
             for (int r = 0; r < nr; r++) l[i + r] = l[i + r] * cr[r] + ls[r];
-            if (fv) t->pv_kv(S, T, nr, vraw + (a - pa), kv->tv, nk, op + i, cr, Dv);
+            if (fv) t->pv_kv(S, T, nr, vraw + (a - pa), kv->tv, nk, op + i, cr, Dv, pf_v);
             else t->pv(S, T, nr, vr + (a - pa), nk, op + i, cr, Dv);
             i = j;
         }

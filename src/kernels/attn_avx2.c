@@ -59,8 +59,9 @@ NX_INLINE __m256 ld8(nx_type t, const void *row, int d) {
 
 /* S = dot16 * scale for rows of type t; four queries share each key's loads. */
 NX_INLINE void scores_t(nx_type t, const float *const *q, int nq, const void *const *k, int nk, int D, float scale,
-                        float *S, int ldS) {
+                        float *S, int ldS, ptrdiff_t pf) {
     const __m128 vs = _mm_set1_ps(scale);
+    const size_t b32 = nx_attn_b32(t), rb = b32 * (size_t)D / 32;   /* b32: nx_attn_pf ranges without a division */
     int i = 0;
     for (; i + 4 <= nq; i += 4) {
         const float *q0 = q[i], *q1 = q[i + 1], *q2 = q[i + 2], *q3 = q[i + 3];
@@ -69,6 +70,7 @@ NX_INLINE void scores_t(nx_type t, const float *const *q, int nq, const void *co
             __m256 a0l = _mm256_setzero_ps(), a0h = a0l, a1l = a0l, a1h = a0l, a2l = a0l, a2h = a0l, a3l = a0l,
                    a3h = a0l;
             for (int d = 0; d < D; d += 16) {
+                nx_attn_pf(kj, pf, ((size_t)d * b32 >> 5), ((size_t)(d + 16) * b32 >> 5), rb);
                 const __m256 xl = ld8(t, kj, d), xh = ld8(t, kj, d + 8);
                 a0l = _mm256_fmadd_ps(_mm256_loadu_ps(q0 + d), xl, a0l);
                 a0h = _mm256_fmadd_ps(_mm256_loadu_ps(q0 + d + 8), xh, a0h);
@@ -93,6 +95,7 @@ NX_INLINE void scores_t(nx_type t, const float *const *q, int nq, const void *co
         __m256 lo[3], hi[3];
         for (int r = 0; r < nr; r++) lo[r] = hi[r] = _mm256_setzero_ps();
         for (int d = 0; d < D; d += 16) {
+            nx_attn_pf(k[j], pf, ((size_t)d * b32 >> 5), ((size_t)(d + 16) * b32 >> 5), rb);
             const __m256 xl = ld8(t, k[j], d), xh = ld8(t, k[j], d + 8);
             for (int r = 0; r < nr; r++) {
                 lo[r] = _mm256_fmadd_ps(_mm256_loadu_ps(q[i + r] + d), xl, lo[r]);
@@ -109,20 +112,26 @@ static void scores(const float *const *q, int nq, const float *const *k, int nk,
         nx_attn_tier_scalar.scores(q, nq, k, nk, D, scale, S, ldS);
         return;
     }
-    scores_t(NX_TYPE_F32, q, nq, (const void *const *)k, nk, D, scale, S, ldS);
+    scores_t(NX_TYPE_F32, q, nq, (const void *const *)k, nk, D, scale, S, ldS, 0);
 }
 
-static bool scores_kv(const float *const *q, int nq, const void *const *k, nx_type tk, int nk, int D, float scale,
-                      float *S, int ldS) {
+NX_INLINE bool scores_kv_sw(const float *const *q, int nq, const void *const *k, nx_type tk, int nk, int D,
+                            float scale, float *S, int ldS, ptrdiff_t pf) {
     if (D & 31) return false;
     switch (tk) {
-    case NX_TYPE_F16: scores_t(NX_TYPE_F16, q, nq, k, nk, D, scale, S, ldS); return true;
-    case NX_TYPE_BF16: scores_t(NX_TYPE_BF16, q, nq, k, nk, D, scale, S, ldS); return true;
-    case NX_TYPE_Q8_0: scores_t(NX_TYPE_Q8_0, q, nq, k, nk, D, scale, S, ldS); return true;
-    case NX_TYPE_Q4_0: scores_t(NX_TYPE_Q4_0, q, nq, k, nk, D, scale, S, ldS); return true;
-    case NX_TYPE_F32: scores_t(NX_TYPE_F32, q, nq, k, nk, D, scale, S, ldS); return true;
+    case NX_TYPE_F16: scores_t(NX_TYPE_F16, q, nq, k, nk, D, scale, S, ldS, pf); return true;
+    case NX_TYPE_BF16: scores_t(NX_TYPE_BF16, q, nq, k, nk, D, scale, S, ldS, pf); return true;
+    case NX_TYPE_Q8_0: scores_t(NX_TYPE_Q8_0, q, nq, k, nk, D, scale, S, ldS, pf); return true;
+    case NX_TYPE_Q4_0: scores_t(NX_TYPE_Q4_0, q, nq, k, nk, D, scale, S, ldS, pf); return true;
+    case NX_TYPE_F32: scores_t(NX_TYPE_F32, q, nq, k, nk, D, scale, S, ldS, pf); return true;
     default: return false;
     }
+}
+
+/* pf == 0 compiled apart: its loops then carry no prefetch branches */
+static bool scores_kv(const float *const *q, int nq, const void *const *k, nx_type tk, int nk, int D, float scale,
+                      float *S, int ldS, ptrdiff_t pf) {
+    return pf ? scores_kv_sw(q, nq, k, tk, nk, D, scale, S, ldS, pf) : scores_kv_sw(q, nq, k, tk, nk, D, scale, S, ldS, 0);
 }
 
 static inline __m256 exp8(__m256 x) {
@@ -151,7 +160,9 @@ static void exp_row(float *s, int n, float m) {
 }
 
 /* o += E v for rows of type t: four queries share each converted chunk of v. */
-NX_INLINE void pv_t(nx_type t, const float *E, int ldE, int nq, const void *const *v, int nk, float *const *o, const float *cf, int Dv) {
+NX_INLINE void pv_t(nx_type t, const float *E, int ldE, int nq, const void *const *v, int nk, float *const *o, const float *cf, int Dv,
+                    ptrdiff_t pf) {
+    const size_t b32 = nx_attn_b32(t), rb = b32 * (size_t)Dv / 32;
     int i = 0;
     for (; i + 4 <= nq; i += 4) {
         const float *e0 = E + (size_t)i * ldE, *e1 = e0 + ldE, *e2 = e1 + ldE, *e3 = e2 + ldE;
@@ -164,6 +175,7 @@ NX_INLINE void pv_t(nx_type t, const float *E, int ldE, int nq, const void *cons
             __m256 a2l = _mm256_mul_ps(_mm256_loadu_ps(o2 + d), c2), a2h = _mm256_mul_ps(_mm256_loadu_ps(o2 + d + 8), c2);
             __m256 a3l = _mm256_mul_ps(_mm256_loadu_ps(o3 + d), c3), a3h = _mm256_mul_ps(_mm256_loadu_ps(o3 + d + 8), c3);
             for (int p = 0; p < nk; p++) {
+                nx_attn_pf(v[p], pf, ((size_t)d * b32 >> 5), ((size_t)(d + 16) * b32 >> 5), rb);
                 const __m256 xl = ld8(t, v[p], d), xh = ld8(t, v[p], d + 8);
                 __m256 w = _mm256_broadcast_ss(e0 + p);
                 a0l = _mm256_fmadd_ps(w, xl, a0l); a0h = _mm256_fmadd_ps(w, xh, a0h);
@@ -191,6 +203,7 @@ NX_INLINE void pv_t(nx_type t, const float *E, int ldE, int nq, const void *cons
             hi[r] = _mm256_mul_ps(_mm256_loadu_ps(o[i + r] + d + 8), cr);
         }
         for (int p = 0; p < nk; p++) {
+            nx_attn_pf(v[p], pf, ((size_t)d * b32 >> 5), ((size_t)(d + 16) * b32 >> 5), rb);
             const __m256 xl = ld8(t, v[p], d), xh = ld8(t, v[p], d + 8);
             for (int r = 0; r < nr; r++) {
                 const __m256 w = _mm256_broadcast_ss(E + (size_t)(i + r) * ldE + p);
@@ -207,19 +220,25 @@ static void pv(const float *E, int ldE, int nq, const float *const *v, int nk, f
         nx_attn_tier_scalar.pv(E, ldE, nq, v, nk, o, cf, Dv);
         return;
     }
-    pv_t(NX_TYPE_F32, E, ldE, nq, (const void *const *)v, nk, o, cf, Dv);
+    pv_t(NX_TYPE_F32, E, ldE, nq, (const void *const *)v, nk, o, cf, Dv, 0);
 }
 
-static bool pv_kv(const float *E, int ldE, int nq, const void *const *v, nx_type tv, int nk, float *const *o, const float *cf, int Dv) {
+NX_INLINE bool pv_kv_sw(const float *E, int ldE, int nq, const void *const *v, nx_type tv, int nk, float *const *o,
+                        const float *cf, int Dv, ptrdiff_t pf) {
     if (Dv & 31) return false;
     switch (tv) {
-    case NX_TYPE_F16: pv_t(NX_TYPE_F16, E, ldE, nq, v, nk, o, cf, Dv); return true;
-    case NX_TYPE_BF16: pv_t(NX_TYPE_BF16, E, ldE, nq, v, nk, o, cf, Dv); return true;
-    case NX_TYPE_Q8_0: pv_t(NX_TYPE_Q8_0, E, ldE, nq, v, nk, o, cf, Dv); return true;
-    case NX_TYPE_Q4_0: pv_t(NX_TYPE_Q4_0, E, ldE, nq, v, nk, o, cf, Dv); return true;
-    case NX_TYPE_F32: pv_t(NX_TYPE_F32, E, ldE, nq, v, nk, o, cf, Dv); return true;
+    case NX_TYPE_F16: pv_t(NX_TYPE_F16, E, ldE, nq, v, nk, o, cf, Dv, pf); return true;
+    case NX_TYPE_BF16: pv_t(NX_TYPE_BF16, E, ldE, nq, v, nk, o, cf, Dv, pf); return true;
+    case NX_TYPE_Q8_0: pv_t(NX_TYPE_Q8_0, E, ldE, nq, v, nk, o, cf, Dv, pf); return true;
+    case NX_TYPE_Q4_0: pv_t(NX_TYPE_Q4_0, E, ldE, nq, v, nk, o, cf, Dv, pf); return true;
+    case NX_TYPE_F32: pv_t(NX_TYPE_F32, E, ldE, nq, v, nk, o, cf, Dv, pf); return true;
     default: return false;
     }
+}
+
+static bool pv_kv(const float *E, int ldE, int nq, const void *const *v, nx_type tv, int nk, float *const *o, const float *cf, int Dv,
+                  ptrdiff_t pf) {
+    return pf ? pv_kv_sw(E, ldE, nq, v, tv, nk, o, cf, Dv, pf) : pv_kv_sw(E, ldE, nq, v, tv, nk, o, cf, Dv, 0);
 }
 
 static bool row_f32(nx_type t, const void *row, float *dst, int n) {
@@ -283,11 +302,11 @@ static inline __m256i ld2x16(const uint8_t *lo, const uint8_t *hi) {
                                    _mm_loadu_si128((const __m128i *)hi), 1);
 }
 
-static void k_prep(const void *const *k, nx_type t, int nk, int D, void *buf) {
+static void k_prep(const void *const *k, nx_type t, int nk, int D, void *buf, ptrdiff_t pf) {
     const int nb = D / 32;
     uint8_t *codes = buf;
     float *ds = (float *)(codes + (size_t)NX_ATTN_TILE * D);
-    const size_t bs = t == NX_TYPE_Q8_0 ? sizeof(nx_block_q8_0) : sizeof(nx_block_q4_0);
+    const size_t bs = t == NX_TYPE_Q8_0 ? sizeof(nx_block_q8_0) : sizeof(nx_block_q4_0), rb = bs * (size_t)nb;
     const __m256i lo4 = _mm256_set1_epi8(0x0F);
     for (int j8 = 0; j8 < nk; j8 += 8) {
         /* past the tile's last key its row again: the slots are never scored, and no row
@@ -296,6 +315,8 @@ static void k_prep(const void *const *k, nx_type t, int nk, int D, void *buf) {
         for (int i = 0; i < 8; i++) r[i] = k[j8 + i < nk ? j8 + i : nk - 1];
         for (int b = 0; b < nb; b++) {
             const size_t o = (size_t)b * bs;
+            if (pf)
+                for (int i = 0; i < 8 && j8 + i < nk; i++) nx_attn_pf(r[i], pf, o, o + bs, rb);
             __m256i x[4], y[4], gx[4], gy[4];
             if (t == NX_TYPE_Q8_0) {
                 for (int i = 0; i < 4; i++) {

@@ -62,8 +62,9 @@ NX_INLINE __m512 ld16(nx_type t, const void *row, int d) {
 
 /* S = dot16 * scale for rows of type t; a 4 x 4 block of (query, key) shares its loads. */
 NX_INLINE void scores_t(nx_type t, const float *const *q, int nq, const void *const *k, int nk, int D, float scale,
-                        float *S, int ldS) {
+                        float *S, int ldS, ptrdiff_t pf) {
     const __m512 vs = _mm512_set1_ps(scale);
+    const size_t b32 = nx_attn_b32(t), rb = b32 * (size_t)D / 32;   /* b32: nx_attn_pf ranges without a division */
     int i = 0;
     for (; i + 4 <= nq; i += 4) {
         const float *q0 = q[i], *q1 = q[i + 1], *q2 = q[i + 2], *q3 = q[i + 3];
@@ -75,6 +76,9 @@ NX_INLINE void scores_t(nx_type t, const float *const *q, int nq, const void *co
             a[0] = a[1] = a[2] = a[3] = a[4] = a[5] = a[6] = a[7] = _mm512_setzero_ps();
             a[8] = a[9] = a[10] = a[11] = a[12] = a[13] = a[14] = a[15] = _mm512_setzero_ps();
             for (int d = 0; d < D; d += 16) {
+                const size_t b0 = ((size_t)d * b32 >> 5), b1 = ((size_t)(d + 16) * b32 >> 5);
+                nx_attn_pf(k0, pf, b0, b1, rb); nx_attn_pf(k1, pf, b0, b1, rb);
+                nx_attn_pf(k2, pf, b0, b1, rb); nx_attn_pf(k3, pf, b0, b1, rb);
                 const __m512 x0 = ld16(t, k0, d), x1 = ld16(t, k1, d);
                 const __m512 x2 = ld16(t, k2, d), x3 = ld16(t, k3, d);
                 __m512 y = _mm512_loadu_ps(q0 + d);
@@ -104,7 +108,9 @@ NX_INLINE void scores_t(nx_type t, const float *const *q, int nq, const void *co
         for (int r = 0; r < 3; r++)
             for (int c = 0; c < 4; c++) a[r][c] = _mm512_setzero_ps();
         for (int d = 0; d < D; d += 16) {
+            const size_t b0 = ((size_t)d * b32 >> 5), b1 = ((size_t)(d + 16) * b32 >> 5);
             __m512 x[4];
+            for (int c = 0; c < kb; c++) nx_attn_pf(k[j + c], pf, b0, b1, rb);
             for (int c = 0; c < 4; c++) x[c] = ld16(t, k[j + (c < kb ? c : 0)], d);
             for (int r = 0; r < nq - i; r++) {
                 const __m512 y = _mm512_loadu_ps(q[i + r] + d);
@@ -122,20 +128,26 @@ static void scores(const float *const *q, int nq, const float *const *k, int nk,
         nx_attn_tier_scalar.scores(q, nq, k, nk, D, scale, S, ldS);
         return;
     }
-    scores_t(NX_TYPE_F32, q, nq, (const void *const *)k, nk, D, scale, S, ldS);
+    scores_t(NX_TYPE_F32, q, nq, (const void *const *)k, nk, D, scale, S, ldS, 0);
 }
 
-static bool scores_kv(const float *const *q, int nq, const void *const *k, nx_type tk, int nk, int D, float scale,
-                      float *S, int ldS) {
+NX_INLINE bool scores_kv_sw(const float *const *q, int nq, const void *const *k, nx_type tk, int nk, int D,
+                            float scale, float *S, int ldS, ptrdiff_t pf) {
     if (D & 31) return false;
     switch (tk) {
-    case NX_TYPE_F16: scores_t(NX_TYPE_F16, q, nq, k, nk, D, scale, S, ldS); return true;
-    case NX_TYPE_BF16: scores_t(NX_TYPE_BF16, q, nq, k, nk, D, scale, S, ldS); return true;
-    case NX_TYPE_Q8_0: scores_t(NX_TYPE_Q8_0, q, nq, k, nk, D, scale, S, ldS); return true;
-    case NX_TYPE_Q4_0: scores_t(NX_TYPE_Q4_0, q, nq, k, nk, D, scale, S, ldS); return true;
-    case NX_TYPE_F32: scores_t(NX_TYPE_F32, q, nq, k, nk, D, scale, S, ldS); return true;
+    case NX_TYPE_F16: scores_t(NX_TYPE_F16, q, nq, k, nk, D, scale, S, ldS, pf); return true;
+    case NX_TYPE_BF16: scores_t(NX_TYPE_BF16, q, nq, k, nk, D, scale, S, ldS, pf); return true;
+    case NX_TYPE_Q8_0: scores_t(NX_TYPE_Q8_0, q, nq, k, nk, D, scale, S, ldS, pf); return true;
+    case NX_TYPE_Q4_0: scores_t(NX_TYPE_Q4_0, q, nq, k, nk, D, scale, S, ldS, pf); return true;
+    case NX_TYPE_F32: scores_t(NX_TYPE_F32, q, nq, k, nk, D, scale, S, ldS, pf); return true;
     default: return false;
     }
+}
+
+/* pf == 0 compiled apart: its loops then carry no prefetch branches */
+static bool scores_kv(const float *const *q, int nq, const void *const *k, nx_type tk, int nk, int D, float scale,
+                      float *S, int ldS, ptrdiff_t pf) {
+    return pf ? scores_kv_sw(q, nq, k, tk, nk, D, scale, S, ldS, pf) : scores_kv_sw(q, nq, k, tk, nk, D, scale, S, ldS, 0);
 }
 
 static inline __m512 exp16(__m512 x) {
@@ -167,17 +179,21 @@ static void exp_row(float *s, int n, float m) {
 }
 
 /* o += E v for rows of type t: four queries share each converted chunk of v. */
-NX_INLINE void pv_t(nx_type t, const float *E, int ldE, int nq, const void *const *v, int nk, float *const *o, const float *cf, int Dv) {
+NX_INLINE void pv_t(nx_type t, const float *E, int ldE, int nq, const void *const *v, int nk, float *const *o, const float *cf, int Dv,
+                    ptrdiff_t pf) {
+    const size_t b32 = nx_attn_b32(t), rb = b32 * (size_t)Dv / 32;
     int i = 0;
     for (; i + 4 <= nq; i += 4) {
         const float *e0 = E + (size_t)i * ldE, *e1 = e0 + ldE, *e2 = e1 + ldE, *e3 = e2 + ldE;
         int d = 0;
         for (; d + 64 <= Dv; d += 64) {
+            const size_t b0 = ((size_t)d * b32 >> 5), b1 = ((size_t)(d + 64) * b32 >> 5);
             __m512 a[4][4];
             for (int r = 0; r < 4; r++)
                 for (int c = 0; c < 4; c++) a[r][c] = _mm512_mul_ps(_mm512_loadu_ps(o[i + r] + d + 16 * c), _mm512_set1_ps(cf[i + r]));
             for (int p = 0; p < nk; p++) {
                 const void *vp = v[p];
+                nx_attn_pf(vp, pf, b0, b1, rb);
                 const __m512 x0 = ld16(t, vp, d), x1 = ld16(t, vp, d + 16);
                 const __m512 x2 = ld16(t, vp, d + 32), x3 = ld16(t, vp, d + 48);
                 const __m512 w0 = _mm512_set1_ps(e0[p]), w1 = _mm512_set1_ps(e1[p]);
@@ -195,11 +211,13 @@ NX_INLINE void pv_t(nx_type t, const float *E, int ldE, int nq, const void *cons
                 for (int c = 0; c < 4; c++) _mm512_storeu_ps(o[i + r] + d + 16 * c, a[r][c]);
         }
         for (; d < Dv; d += 16) {
+            const size_t b0 = ((size_t)d * b32 >> 5), b1 = ((size_t)(d + 16) * b32 >> 5);
             __m512 a0 = _mm512_mul_ps(_mm512_loadu_ps(o[i] + d), _mm512_set1_ps(cf[i]));
             __m512 a1 = _mm512_mul_ps(_mm512_loadu_ps(o[i + 1] + d), _mm512_set1_ps(cf[i + 1]));
             __m512 a2 = _mm512_mul_ps(_mm512_loadu_ps(o[i + 2] + d), _mm512_set1_ps(cf[i + 2]));
             __m512 a3 = _mm512_mul_ps(_mm512_loadu_ps(o[i + 3] + d), _mm512_set1_ps(cf[i + 3]));
             for (int p = 0; p < nk; p++) {
+                nx_attn_pf(v[p], pf, b0, b1, rb);
                 const __m512 x = ld16(t, v[p], d);
                 a0 = _mm512_fmadd_ps(_mm512_set1_ps(e0[p]), x, a0);
                 a1 = _mm512_fmadd_ps(_mm512_set1_ps(e1[p]), x, a1);
@@ -214,9 +232,11 @@ NX_INLINE void pv_t(nx_type t, const float *E, int ldE, int nq, const void *cons
     /* the last 1-3 queries together, so each chunk of v is converted once */
     const int nr = nq - i;
     for (int d = 0; d < Dv; d += 16) {
+        const size_t b0 = ((size_t)d * b32 >> 5), b1 = ((size_t)(d + 16) * b32 >> 5);
         __m512 a[3];
         for (int r = 0; r < nr; r++) a[r] = _mm512_mul_ps(_mm512_loadu_ps(o[i + r] + d), _mm512_set1_ps(cf[i + r]));
         for (int p = 0; p < nk; p++) {
+            nx_attn_pf(v[p], pf, b0, b1, rb);
             const __m512 x = ld16(t, v[p], d);
             for (int r = 0; r < nr; r++) a[r] = _mm512_fmadd_ps(_mm512_set1_ps(E[(size_t)(i + r) * ldE + p]), x, a[r]);
         }
@@ -229,19 +249,25 @@ static void pv(const float *E, int ldE, int nq, const float *const *v, int nk, f
         nx_attn_tier_scalar.pv(E, ldE, nq, v, nk, o, cf, Dv);
         return;
     }
-    pv_t(NX_TYPE_F32, E, ldE, nq, (const void *const *)v, nk, o, cf, Dv);
+    pv_t(NX_TYPE_F32, E, ldE, nq, (const void *const *)v, nk, o, cf, Dv, 0);
 }
 
-static bool pv_kv(const float *E, int ldE, int nq, const void *const *v, nx_type tv, int nk, float *const *o, const float *cf, int Dv) {
+NX_INLINE bool pv_kv_sw(const float *E, int ldE, int nq, const void *const *v, nx_type tv, int nk, float *const *o,
+                        const float *cf, int Dv, ptrdiff_t pf) {
     if (Dv & 31) return false;
     switch (tv) {
-    case NX_TYPE_F16: pv_t(NX_TYPE_F16, E, ldE, nq, v, nk, o, cf, Dv); return true;
-    case NX_TYPE_BF16: pv_t(NX_TYPE_BF16, E, ldE, nq, v, nk, o, cf, Dv); return true;
-    case NX_TYPE_Q8_0: pv_t(NX_TYPE_Q8_0, E, ldE, nq, v, nk, o, cf, Dv); return true;
-    case NX_TYPE_Q4_0: pv_t(NX_TYPE_Q4_0, E, ldE, nq, v, nk, o, cf, Dv); return true;
-    case NX_TYPE_F32: pv_t(NX_TYPE_F32, E, ldE, nq, v, nk, o, cf, Dv); return true;
+    case NX_TYPE_F16: pv_t(NX_TYPE_F16, E, ldE, nq, v, nk, o, cf, Dv, pf); return true;
+    case NX_TYPE_BF16: pv_t(NX_TYPE_BF16, E, ldE, nq, v, nk, o, cf, Dv, pf); return true;
+    case NX_TYPE_Q8_0: pv_t(NX_TYPE_Q8_0, E, ldE, nq, v, nk, o, cf, Dv, pf); return true;
+    case NX_TYPE_Q4_0: pv_t(NX_TYPE_Q4_0, E, ldE, nq, v, nk, o, cf, Dv, pf); return true;
+    case NX_TYPE_F32: pv_t(NX_TYPE_F32, E, ldE, nq, v, nk, o, cf, Dv, pf); return true;
     default: return false;
     }
+}
+
+static bool pv_kv(const float *E, int ldE, int nq, const void *const *v, nx_type tv, int nk, float *const *o, const float *cf, int Dv,
+                  ptrdiff_t pf) {
+    return pf ? pv_kv_sw(E, ldE, nq, v, tv, nk, o, cf, Dv, pf) : pv_kv_sw(E, ldE, nq, v, tv, nk, o, cf, Dv, 0);
 }
 
 static bool row_f32(nx_type t, const void *row, float *dst, int n) {
@@ -314,8 +340,9 @@ NX_INLINE __m256i codes8(nx_type t, const void *row, int b) {
     return _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_and_si128(x, m4)), _mm_and_si128(_mm_srli_epi16(x, 4), m4), 1);
 }
 
-static void k_prep(const void *const *k, nx_type t, int nk, int D, void *buf) {
+static void k_prep(const void *const *k, nx_type t, int nk, int D, void *buf, ptrdiff_t pf) {
     const int nb = D / 32;
+    const size_t bs = t == NX_TYPE_Q8_0 ? sizeof(nx_block_q8_0) : sizeof(nx_block_q4_0), rb = bs * (size_t)nb;
     uint32_t *kt = buf;
     float *dk = (float *)(kt + (size_t)nb * 8 * NX_ATTN_TILE);
     for (int h = 0; h * 16 < nk; h++) {
@@ -323,6 +350,8 @@ static void k_prep(const void *const *k, nx_type t, int nk, int D, void *buf) {
         for (int j = 0; j < 16; j++) rows[j] = k[16 * h + j < nk ? 16 * h + j : nk - 1];   /* past nk: a valid row, unused */
         for (int b = 0; b < nb; b++) {
             __m512i z[8];
+            if (pf)
+                for (int j = 0; j < 16 && 16 * h + j < nk; j++) nx_attn_pf(rows[j], pf, b * bs, (b + 1) * bs, rb);
 #pragma GCC unroll 8
             for (int m = 0; m < 8; m++)
                 z[m] = _mm512_inserti64x4(_mm512_castsi256_si512(codes8(t, rows[2 * m], b)), codes8(t, rows[2 * m + 1], b), 1);

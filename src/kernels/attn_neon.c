@@ -87,7 +87,8 @@ NX_INLINE void ld16(nx_type t, const void *row, int d, float32x4_t x[4]) {
 
 /* S = dot16 * scale for key rows of type t; four queries share each key's loads. */
 NX_INLINE void scores_t(nx_type t, const float *const *q, int nq, const void *const *k, int nk, int D, float scale,
-                        float *S, int ldS) {
+                        float *S, int ldS, ptrdiff_t pf) {
+    const size_t b32 = nx_attn_b32(t), rb = b32 * (size_t)D / 32;   /* b32: nx_attn_pf ranges without a division */
     int i = 0;
     for (; i + 4 <= nq; i += 4) {
         const float *qq[4] = {q[i], q[i + 1], q[i + 2], q[i + 3]};
@@ -97,6 +98,7 @@ NX_INLINE void scores_t(nx_type t, const float *const *q, int nq, const void *co
                 for (int c = 0; c < 4; c++) a[r][c] = vdupq_n_f32(0.0f);
             for (int d = 0; d < D; d += 16) {
                 float32x4_t x[4];
+                nx_attn_pf(k[j], pf, ((size_t)d * b32 >> 5), ((size_t)(d + 16) * b32 >> 5), rb);
                 ld16(t, k[j], d, x);
                 for (int r = 0; r < 4; r++)
                     for (int c = 0; c < 4; c++) a[r][c] = vfmaq_f32(a[r][c], vld1q_f32(qq[r] + d + 4 * c), x[c]);
@@ -119,6 +121,7 @@ NX_INLINE void scores_t(nx_type t, const float *const *q, int nq, const void *co
             for (int c = 0; c < 4; c++) a[r][c] = vdupq_n_f32(0.0f);
         for (int d = 0; d < D; d += 16) {
             float32x4_t x[4];
+            nx_attn_pf(k[j], pf, ((size_t)d * b32 >> 5), ((size_t)(d + 16) * b32 >> 5), rb);
             ld16(t, k[j], d, x);
             for (int r = 0; r < nr; r++)
                 for (int c = 0; c < 4; c++) a[r][c] = vfmaq_f32(a[r][c], vld1q_f32(q[i + r] + d + 4 * c), x[c]);
@@ -134,21 +137,27 @@ static void scores(const float *const *q, int nq, const float *const *k, int nk,
         nx_attn_tier_scalar.scores(q, nq, k, nk, D, scale, S, ldS);
         return;
     }
-    scores_t(NX_TYPE_F32, q, nq, (const void *const *)k, nk, D, scale, S, ldS);
+    scores_t(NX_TYPE_F32, q, nq, (const void *const *)k, nk, D, scale, S, ldS, 0);
 }
 
 /* Few queries (a decode): keys read in the cache's type, no tile buffer. */
-static bool scores_kv(const float *const *q, int nq, const void *const *k, nx_type tk, int nk, int D, float scale,
-                      float *S, int ldS) {
+NX_INLINE bool scores_kv_sw(const float *const *q, int nq, const void *const *k, nx_type tk, int nk, int D,
+                            float scale, float *S, int ldS, ptrdiff_t pf) {
     if (D & 31) return false;
     switch (tk) {
-    case NX_TYPE_F16: scores_t(NX_TYPE_F16, q, nq, k, nk, D, scale, S, ldS); return true;
-    case NX_TYPE_BF16: scores_t(NX_TYPE_BF16, q, nq, k, nk, D, scale, S, ldS); return true;
-    case NX_TYPE_Q8_0: scores_t(NX_TYPE_Q8_0, q, nq, k, nk, D, scale, S, ldS); return true;
-    case NX_TYPE_Q4_0: scores_t(NX_TYPE_Q4_0, q, nq, k, nk, D, scale, S, ldS); return true;
-    case NX_TYPE_F32: scores_t(NX_TYPE_F32, q, nq, k, nk, D, scale, S, ldS); return true;
+    case NX_TYPE_F16: scores_t(NX_TYPE_F16, q, nq, k, nk, D, scale, S, ldS, pf); return true;
+    case NX_TYPE_BF16: scores_t(NX_TYPE_BF16, q, nq, k, nk, D, scale, S, ldS, pf); return true;
+    case NX_TYPE_Q8_0: scores_t(NX_TYPE_Q8_0, q, nq, k, nk, D, scale, S, ldS, pf); return true;
+    case NX_TYPE_Q4_0: scores_t(NX_TYPE_Q4_0, q, nq, k, nk, D, scale, S, ldS, pf); return true;
+    case NX_TYPE_F32: scores_t(NX_TYPE_F32, q, nq, k, nk, D, scale, S, ldS, pf); return true;
     default: return false;
     }
+}
+
+/* pf == 0 compiled apart: its loops then carry no prefetch branches */
+static bool scores_kv(const float *const *q, int nq, const void *const *k, nx_type tk, int nk, int D, float scale,
+                      float *S, int ldS, ptrdiff_t pf) {
+    return pf ? scores_kv_sw(q, nq, k, tk, nk, D, scale, S, ldS, pf) : scores_kv_sw(q, nq, k, tk, nk, D, scale, S, ldS, 0);
 }
 
 /* nx_attn_exp on four lanes: rintf is FRINTN (ties to even, the default mode) */
@@ -178,7 +187,9 @@ static void exp_row(float *s, int n, float m) {
 }
 
 /* o += E v for value rows of type t: four queries share each converted chunk of v. */
-NX_INLINE void pv_t(nx_type t, const float *E, int ldE, int nq, const void *const *v, int nk, float *const *o, const float *cf, int Dv) {
+NX_INLINE void pv_t(nx_type t, const float *E, int ldE, int nq, const void *const *v, int nk, float *const *o, const float *cf, int Dv,
+                    ptrdiff_t pf) {
+    const size_t b32 = nx_attn_b32(t), rb = b32 * (size_t)Dv / 32;
     for (int i = 0; i < nq; i += 4) {
         const int nr = nq - i < 4 ? nq - i : 4;
         for (int d = 0; d < Dv; d += 16) {
@@ -187,6 +198,7 @@ NX_INLINE void pv_t(nx_type t, const float *E, int ldE, int nq, const void *cons
                 for (int c = 0; c < 4; c++) a[r][c] = vmulq_n_f32(vld1q_f32(o[i + r] + d + 4 * c), cf[i + r]);
             for (int p = 0; p < nk; p++) {
                 float32x4_t x[4];
+                nx_attn_pf(v[p], pf, ((size_t)d * b32 >> 5), ((size_t)(d + 16) * b32 >> 5), rb);
                 ld16(t, v[p], d, x);
                 for (int r = 0; r < nr; r++) {
                     const float32x4_t w = vdupq_n_f32(E[(size_t)(i + r) * ldE + p]);
@@ -204,19 +216,25 @@ static void pv(const float *E, int ldE, int nq, const float *const *v, int nk, f
         nx_attn_tier_scalar.pv(E, ldE, nq, v, nk, o, cf, Dv);
         return;
     }
-    pv_t(NX_TYPE_F32, E, ldE, nq, (const void *const *)v, nk, o, cf, Dv);
+    pv_t(NX_TYPE_F32, E, ldE, nq, (const void *const *)v, nk, o, cf, Dv, 0);
 }
 
-static bool pv_kv(const float *E, int ldE, int nq, const void *const *v, nx_type tv, int nk, float *const *o, const float *cf, int Dv) {
+NX_INLINE bool pv_kv_sw(const float *E, int ldE, int nq, const void *const *v, nx_type tv, int nk, float *const *o,
+                        const float *cf, int Dv, ptrdiff_t pf) {
     if (Dv & 31) return false;
     switch (tv) {
-    case NX_TYPE_F16: pv_t(NX_TYPE_F16, E, ldE, nq, v, nk, o, cf, Dv); return true;
-    case NX_TYPE_BF16: pv_t(NX_TYPE_BF16, E, ldE, nq, v, nk, o, cf, Dv); return true;
-    case NX_TYPE_Q8_0: pv_t(NX_TYPE_Q8_0, E, ldE, nq, v, nk, o, cf, Dv); return true;
-    case NX_TYPE_Q4_0: pv_t(NX_TYPE_Q4_0, E, ldE, nq, v, nk, o, cf, Dv); return true;
-    case NX_TYPE_F32: pv_t(NX_TYPE_F32, E, ldE, nq, v, nk, o, cf, Dv); return true;
+    case NX_TYPE_F16: pv_t(NX_TYPE_F16, E, ldE, nq, v, nk, o, cf, Dv, pf); return true;
+    case NX_TYPE_BF16: pv_t(NX_TYPE_BF16, E, ldE, nq, v, nk, o, cf, Dv, pf); return true;
+    case NX_TYPE_Q8_0: pv_t(NX_TYPE_Q8_0, E, ldE, nq, v, nk, o, cf, Dv, pf); return true;
+    case NX_TYPE_Q4_0: pv_t(NX_TYPE_Q4_0, E, ldE, nq, v, nk, o, cf, Dv, pf); return true;
+    case NX_TYPE_F32: pv_t(NX_TYPE_F32, E, ldE, nq, v, nk, o, cf, Dv, pf); return true;
     default: return false;
     }
+}
+
+static bool pv_kv(const float *E, int ldE, int nq, const void *const *v, nx_type tv, int nk, float *const *o, const float *cf, int Dv,
+                  ptrdiff_t pf) {
+    return pf ? pv_kv_sw(E, ldE, nq, v, tv, nk, o, cf, Dv, pf) : pv_kv_sw(E, ldE, nq, v, tv, nk, o, cf, Dv, 0);
 }
 
 /* Conversions are exact, so they equal nx_dequantize_row's bits: FCVT widens fp16 exactly
@@ -275,11 +293,13 @@ static bool row_f32(nx_type t, const void *row, float *dst, int n) {
 /* The tile's keys in attn_neon_qk.h's layout: codes as int8 (Q4_0's low nibbles are values
  * 0..15, the high ones 16..31, each minus 8) and scales as floats, so the queries of every run
  * of the tile read them without converting again. */
-static void k_prep(const void *const *k, nx_type t, int nk, int D, void *buf) {
+static void k_prep(const void *const *k, nx_type t, int nk, int D, void *buf, ptrdiff_t pf) {
     const int nb = D / 32;
     float *dk = NX_QK_DK(buf, D);
+    const size_t b32 = nx_attn_b32(t), rb = b32 * (size_t)D / 32;
     for (int j = 0; j < nk; j++)
         for (int b = 0; b < nb; b++) {
+            nx_attn_pf(k[j], pf, (size_t)b * b32, (size_t)(b + 1) * b32, rb);
             int8_t *c = (int8_t *)NX_QK_CODE(buf, b, j);
             if (t == NX_TYPE_Q8_0) {
                 const nx_block_q8_0 *kb = (const nx_block_q8_0 *)k[j] + b;
