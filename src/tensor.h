@@ -63,8 +63,9 @@ const nx_type_traits *nx_type_info(uint32_t type);
 const char *nx_type_name(uint32_t type);
 /* Parse "q8_0", "Q4_K", "f16"... (case-insensitive); returns false if unknown. */
 bool nx_type_from_name(const char *name, nx_type *out);
-/* Bytes for a row of n values; 0 if n is not a multiple of the block size or the type is unknown. */
-size_t nx_row_size(nx_type type, int64_t n);
+/* Bytes for a row of n values; 0 if n is not a multiple of the block size or the type is unknown.
+ * Pure (a table lookup): calls whose result goes unused fold away. */
+size_t nx_row_size(nx_type type, int64_t n) __attribute__((pure));
 
 #define NX_MAX_DIMS 4
 

@@ -61,7 +61,7 @@ NX_INLINE __m256 ld8(nx_type t, const void *row, int d) {
 NX_INLINE void scores_t(nx_type t, const float *const *q, int nq, const void *const *k, int nk, int D, float scale,
                         float *S, int ldS, ptrdiff_t pf) {
     const __m128 vs = _mm_set1_ps(scale);
-    const size_t b32 = nx_attn_b32(t), rb = b32 * (size_t)D / 32;   /* b32: nx_attn_pf ranges without a division */
+    const size_t b32 = nx_row_size(t, 32), rb = nx_row_size(t, D);   /* b32: nx_attn_pf ranges without a division */
     int i = 0;
     for (; i + 4 <= nq; i += 4) {
         const float *q0 = q[i], *q1 = q[i + 1], *q2 = q[i + 2], *q3 = q[i + 3];
@@ -162,7 +162,7 @@ static void exp_row(float *s, int n, float m) {
 /* o += E v for rows of type t: four queries share each converted chunk of v. */
 NX_INLINE void pv_t(nx_type t, const float *E, int ldE, int nq, const void *const *v, int nk, float *const *o, const float *cf, int Dv,
                     ptrdiff_t pf) {
-    const size_t b32 = nx_attn_b32(t), rb = b32 * (size_t)Dv / 32;
+    const size_t b32 = nx_row_size(t, 32), rb = nx_row_size(t, Dv);
     int i = 0;
     for (; i + 4 <= nq; i += 4) {
         const float *e0 = E + (size_t)i * ldE, *e1 = e0 + ldE, *e2 = e1 + ldE, *e3 = e2 + ldE;

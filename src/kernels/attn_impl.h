@@ -71,25 +71,16 @@ void nx_attn_scores_qk_neon_dot(const nx_attn_qq *qq, int q0, int nq, const void
 #endif
 
 /* A decode streams each KV head's rows from memory once. The fused loops (scores_kv, pv_kv,
- * k_prep) prefetch the rows of the tile NX_ATTN_PF_TILES ahead while they read a row: the call
- * for bytes [lo, hi) of a row (of rb bytes) prefetches the lines at row offsets 64i in that
- * range of the row pf bytes on, and its last byte with the range that ends the row, so the
- * prefetches spread over the tile's work. A tile's worth of prefetches issued at once (2 x 32
- * rows x 8 lines for f16) stalls on the core's few line-fill buffers (measured: the burst takes
- * 1.25-1.3x the time on a 16k-deep f16 decode). Offsets relative to the row, not to the lines
- * of memory, give every row the same branch pattern. A hint only: never faults, no bit
- * changes. */
+ * k_prep) and the driver's tile conversion prefetch the rows of the tile NX_ATTN_PF_TILES ahead
+ * while they read a row: the call for bytes [lo, hi) of a row (of rb bytes) prefetches the
+ * lines at row offsets 64i in that range of the row pf bytes on, and its last byte with the
+ * range that ends the row, so the prefetches spread over the tile's work. A tile's worth of
+ * prefetches issued at once (2 x 32 rows x 8 lines for f16) stalls on the core's few line-fill
+ * buffers: the burst took 1.34-1.43x the time of the spread on a 16k-deep f16 decode. Offsets
+ * relative to the row, not to the lines of memory, give every row the same branch pattern
+ * (memory lines, whose counts per call vary from row to row, measured 1.25-1.3x). A hint only:
+ * never faults, no bit changes. */
 #define NX_ATTN_PF_TILES 2
-/* Bytes per 32 values of a cache row type (inline: the pf == 0 paths then fold away) */
-static inline size_t nx_attn_b32(nx_type t) {
-    switch (t) {
-    case NX_TYPE_F32: return 128;
-    case NX_TYPE_F16: case NX_TYPE_BF16: return 64;
-    case NX_TYPE_Q8_0: return 34;
-    case NX_TYPE_Q4_0: return 18;
-    default: return 0;
-    }
-}
 static inline void nx_attn_pf(const void *row, ptrdiff_t pf, size_t lo, size_t hi, size_t rb) {
     if (!pf) return;
     const char *a = (const char *)((uintptr_t)row + (uintptr_t)pf);

@@ -88,7 +88,7 @@ NX_INLINE void ld16(nx_type t, const void *row, int d, float32x4_t x[4]) {
 /* S = dot16 * scale for key rows of type t; four queries share each key's loads. */
 NX_INLINE void scores_t(nx_type t, const float *const *q, int nq, const void *const *k, int nk, int D, float scale,
                         float *S, int ldS, ptrdiff_t pf) {
-    const size_t b32 = nx_attn_b32(t), rb = b32 * (size_t)D / 32;   /* b32: nx_attn_pf ranges without a division */
+    const size_t b32 = nx_row_size(t, 32), rb = nx_row_size(t, D);   /* b32: nx_attn_pf ranges without a division */
     int i = 0;
     for (; i + 4 <= nq; i += 4) {
         const float *qq[4] = {q[i], q[i + 1], q[i + 2], q[i + 3]};
@@ -189,7 +189,7 @@ static void exp_row(float *s, int n, float m) {
 /* o += E v for value rows of type t: four queries share each converted chunk of v. */
 NX_INLINE void pv_t(nx_type t, const float *E, int ldE, int nq, const void *const *v, int nk, float *const *o, const float *cf, int Dv,
                     ptrdiff_t pf) {
-    const size_t b32 = nx_attn_b32(t), rb = b32 * (size_t)Dv / 32;
+    const size_t b32 = nx_row_size(t, 32), rb = nx_row_size(t, Dv);
     for (int i = 0; i < nq; i += 4) {
         const int nr = nq - i < 4 ? nq - i : 4;
         for (int d = 0; d < Dv; d += 16) {
@@ -296,7 +296,7 @@ static bool row_f32(nx_type t, const void *row, float *dst, int n) {
 static void k_prep(const void *const *k, nx_type t, int nk, int D, void *buf, ptrdiff_t pf) {
     const int nb = D / 32;
     float *dk = NX_QK_DK(buf, D);
-    const size_t b32 = nx_attn_b32(t), rb = b32 * (size_t)D / 32;
+    const size_t b32 = nx_row_size(t, 32), rb = nx_row_size(t, D);
     for (int j = 0; j < nk; j++)
         for (int b = 0; b < nb; b++) {
             nx_attn_pf(k[j], pf, (size_t)b * b32, (size_t)(b + 1) * b32, rb);
