@@ -221,6 +221,47 @@ static void test_window_ring(void) {
     check_case(NX_TYPE_Q4_0, NX_TYPE_Q4_0, 128, 128, 3, 6, 70, 45, 50);
 }
 
+/* Keys whose scores are NaN (a NaN in the row, or in a Q8_0 block's scale) at the first
+ * position of a tile and inside tiles: the running max leaves them out (attn.h), so they get
+ * weight e(NaN) = 0 and the outputs stay finite, bit for bit at every level, for runs of many
+ * queries (the tiers' softmax) and a decode's few. */
+static void test_nan_scores(void) {
+    const nx_type types[] = {NX_TYPE_F32, NX_TYPE_F16, NX_TYPE_Q8_0};
+    const int bad[] = {0, 5, 32, 33, 70};
+    for (int t = 0; t < 3; t++)
+        for (int rows = 1; rows <= 20; rows += 19) {
+            const int D = 64, grp = 4, nq = grp * rows, p0 = 80, cells = p0 + rows;
+            cache k, v;
+            cache_make(&k, types[t], D, cells, 1.0f);
+            cache_make(&v, NX_TYPE_F16, D, cells, 1.0f);
+            for (int b = 0; b < 5; b++) {
+                uint8_t *row = k.data + (size_t)bad[b] * k.stride;
+                if (types[t] == NX_TYPE_F32) ((float *)row)[3] = NAN;
+                else if (types[t] == NX_TYPE_F16) ((nx_half *)row)[3] = 0x7E00;
+                else ((nx_block_q8_0 *)row)->d = 0x7E00;
+            }
+            float *q = malloc(sizeof(float) * (size_t)nq * D), *ref = malloc(sizeof(float) * (size_t)nq * D);
+            float *got = malloc(sizeof(float) * (size_t)nq * D);
+            for (int i = 0; i < nq * D; i++) q[i] = 2.0f * frand();
+            int lo[80], hi[80];
+            ranges(nq, grp, p0, 0, lo, hi);
+            nx_cpu_level lv[NX_CPU_MAX_LEVELS];
+            const int nl = nx_cpu_levels(lv);
+            nx_cpu_set_level(NX_CPU_SCALAR);
+            run(&k, &v, q, lo, hi, nq, 0.125f, ref);
+            for (int i = 0; i < nq * D; i++) CHECK_MSG(isfinite(ref[i]), "type %d rows %d: output %d not finite", types[t], rows, i);
+            for (int l = 0; l < nl; l++) {
+                nx_cpu_set_level(lv[l]);
+                run(&k, &v, q, lo, hi, nq, 0.125f, got);
+                CHECK_MSG(!memcmp(got, ref, sizeof(float) * (size_t)nq * D), "level %s type %d rows %d: NaN keys differ",
+                          nx_cpu_level_name(lv[l]), types[t], rows);
+            }
+            nx_cpu_set_level(lv[nl - 1]);
+            free(q); free(ref); free(got);
+            cache_free(&k); cache_free(&v);
+        }
+}
+
 static void test_empty_range(void) {
     cache k, v;
     cache_make(&k, NX_TYPE_F32, 16, 4, 1.0f);
@@ -279,6 +320,7 @@ int main(void) {
     RUN(test_rows);
     RUN(test_exp);
     RUN(test_levels_exact);
+    RUN(test_nan_scores);
     RUN(test_prefetch_depth);
     RUN(test_window_ring);
     RUN(test_empty_range);

@@ -1,7 +1,7 @@
 /*
  * attn.c — nx_attn's driver (tiles, runs of queries with equal ranges, the running max / sum)
  * and the scalar reference of every per-tier piece, which defines the float contract of
- * attn.h. The driver's own arithmetic (max, the sums of l, o*c, o/l) is plain float code the
+ * attn.h. The driver's own arithmetic (l = l*c + the tile's sum, o/l) is plain float code the
  * tiers share, so only the pieces in nx_attn_tier differ by level.
  */
 #include "kernels/attn.h"
@@ -100,7 +100,27 @@ static void scores_qk_scalar(const nx_attn_qq *qq, int q0, int nq, const void *c
 }
 
 const nx_attn_tier nx_attn_tier_scalar = {scores_scalar, exp_row_scalar, pv_scalar, row_f32_scalar, NULL, NULL,
-                                          NULL, scores_qk_scalar};
+                                          NULL, scores_qk_scalar, NULL};
+
+/* The tier's softmax (attn_impl.h) where it has none, with its exp_row: the rows side by side,
+ * so their dependency chains (one compare or add per key, in position order) overlap. */
+static void softmax_rows(const nx_attn_tier *t, float *S, int ldS, int nr, int nk, float *m, float *c, float *ls) {
+    for (int r = 0; r < nr; r++) c[r] = -INFINITY;
+    for (int p = 0; p < nk; p++)
+        for (int r = 0; r < nr; r++) {
+            const float x = S[(size_t)r * ldS + p];
+            c[r] = x > c[r] ? x : c[r];
+        }
+    for (int r = 0; r < nr; r++) {
+        const float mt = c[r], mo = m[r], mn = mo > mt ? mo : mt;
+        c[r] = mo == -INFINITY ? 0.0f : nx_attn_exp(mo - mn);
+        m[r] = mn;
+        t->exp_row(S + (size_t)r * ldS, nk, mn);
+        ls[r] = 0.0f;
+    }
+    for (int p = 0; p < nk; p++)
+        for (int r = 0; r < nr; r++) ls[r] += S[(size_t)r * ldS + p];
+}
 
 static const nx_attn_tier *tier(void) {
 #if defined(__x86_64__)
@@ -253,24 +273,10 @@ void nx_attn(const nx_attn_kv *kv, const nx_attn_q *q, int nq, int D, int Dv, fl
             if (qk) tq->scores_qk(&qq, i, nr, kraw, tq->k_prep ? kt : NULL, a - pa, nk, kv->tk, D, scale, S, T);
             else if (fk) t->scores_kv(qp + i, nr, kraw + (a - pa), kv->tk, nk, D, scale, S, T, pf_k);
             else t->scores(qp + i, nr, kr + (a - pa), nk, D, scale, S, T);
-            /* Each row's running max and sum, the rows side by side: their dependency chains
-             * (one compare or add per key, in position order) then overlap. */
+            /* each row's running max and sum; cr: o's rescale, which pv applies */
             float *cr = cw + i, *ls = lw + i;
-            for (int r = 0; r < nr; r++) cr[r] = S[(size_t)r * T];
-            for (int p = 1; p < nk; p++)
-                for (int r = 0; r < nr; r++) {
-                    const float x = S[(size_t)r * T + p];
-                    cr[r] = x > cr[r] ? x : cr[r];
-                }
-            for (int r = 0; r < nr; r++) {
-                const float mt = cr[r], mo = m[i + r], mn = mo > mt ? mo : mt;
-                cr[r] = mo == -INFINITY ? 0.0f : nx_attn_exp(mo - mn);   /* o's rescale: pv applies it */
-                m[i + r] = mn;
-                t->exp_row(S + (size_t)r * T, nk, mn);
-                ls[r] = 0.0f;
-            }
-            for (int p = 0; p < nk; p++)
-                for (int r = 0; r < nr; r++) ls[r] += S[(size_t)r * T + p];
+            if (t->softmax) t->softmax(S, T, nr, nk, m + i, cr, ls);
+            else softmax_rows(t, S, T, nr, nk, m + i, cr, ls);
             for (int r = 0; r < nr; r++) l[i + r] = l[i + r] * cr[r] + ls[r];
             if (fv) t->pv_kv(S, T, nr, vraw + (a - pa), kv->tv, nk, op + i, cr, Dv, pf_v);
             else t->pv(S, T, nr, vr + (a - pa), nk, op + i, cr, Dv);

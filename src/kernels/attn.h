@@ -11,7 +11,8 @@
  *   score(q, k) = dot16(q, k) * scale, where dot16 keeps 16 partial sums (value d goes to
  *     lane d mod 16, fmaf in order of d), then adds lanes i + i+8, i + i+4, i + i+2, i + i+1;
  *   keys are taken in tiles of NX_ATTN_TILE positions aligned to absolute position 0; per tile
- *     (visible part [a, b)): m' = max(m, max s_p); c = e(m - m') (0 for the first tile);
+ *     (visible part [a, b)): m' = max(m, max s_p) (the max of the scores that are not NaN,
+ *     from -inf: so in any order); c = e(m - m') (0 for the first tile);
  *     e_p = e(s_p - m'); l = l*c + (e_a + e_a+1 + ...) in position order;
  *     o = o*c, then o = fmaf(e_p, v_p, o) for p in order; out = o / l at the end;
  *   e(x) is the kernel's own exp (nx_attn_exp): Cody-Waite reduction, a degree-7 polynomial

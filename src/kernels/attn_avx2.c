@@ -1,7 +1,7 @@
 /*
  * attn_avx2.c — nx_attn's tier pieces with AVX2 + FMA + F16C: the 16 lanes of dot16 are two
  * ymm halves (lanes 0-7, 8-15), so the contract's first reduction step is their sum; four
- * queries share each key load. Q8_0 / Q4_0 keys (the integer Q.K contract) go 8 keys per ymm
+ * queries share each key load (3 queries x 2 keys from the float tile buffer). Q8_0 / Q4_0 keys (the integer Q.K contract) go 8 keys per ymm
  * through maddubs from a transposed tile (k_prep). Bit-identical to the scalar reference in
  * attn.c; heads whose sizes are not multiples of 16 take the scalar path.
  */
@@ -33,6 +33,7 @@ static inline float reduce1(__m256 lo, __m256 hi) {
 }
 
 #define NX_INLINE static inline __attribute__((always_inline))
+#define NX_REG(x) __asm__("" : "+x"(x))
 
 /* Values d..d+7 (d a multiple of 8) of a cache row of type t as floats: exactly what row_f32
  * writes, converted in registers (a decode reads each row once, so a tile buffer would only
@@ -63,6 +64,53 @@ NX_INLINE void scores_t(nx_type t, const float *const *q, int nq, const void *co
     const __m128 vs = _mm_set1_ps(scale);
     const size_t b32 = nx_row_size(t, 32), rb = nx_row_size(t, D);   /* b32: nx_attn_pf ranges without a division */
     int i = 0;
+    /* Float rows (the tile buffer of a call with many queries): 3 queries x 2 keys, 12
+     * accumulators, 10 loads per 12 FMAs where 4 x 1 needs 10 per 8 (and its 8 chains of FMA
+     * latency just meet two FMAs a cycle). Converted rows keep 4 x 1, which converts each key
+     * once for a decode's 4 GQA queries. */
+    if (t == NX_TYPE_F32)
+        for (; i + 3 <= nq && nq - i != 4; i += 3) {
+            const float *q0 = q[i], *q1 = q[i + 1], *q2 = q[i + 2];
+            for (int j = 0; j < nk; j += 2) {
+                const float *k0 = k[j], *k1 = k[j + 1 < nk ? j + 1 : j];
+                /* named, not an array: GCC kept an array of them in memory */
+                __m256 a00l = _mm256_setzero_ps(), a00h = a00l, a01l = a00l, a01h = a00l, a10l = a00l, a10h = a00l;
+                __m256 a11l = a00l, a11h = a00l, a20l = a00l, a20h = a00l, a21l = a00l, a21h = a00l;
+                for (int d = 0; d < D; d += 16) {
+                    /* NX_REG: each load once into a register (GCC folds it into both FMAs else) */
+                    __m256 x0 = _mm256_loadu_ps(k0 + d), x1 = _mm256_loadu_ps(k1 + d), y = _mm256_loadu_ps(q0 + d);
+                    NX_REG(y);
+                    a00l = _mm256_fmadd_ps(y, x0, a00l); a01l = _mm256_fmadd_ps(y, x1, a01l);
+                    y = _mm256_loadu_ps(q1 + d);
+                    NX_REG(y);
+                    a10l = _mm256_fmadd_ps(y, x0, a10l); a11l = _mm256_fmadd_ps(y, x1, a11l);
+                    y = _mm256_loadu_ps(q2 + d);
+                    NX_REG(y);
+                    a20l = _mm256_fmadd_ps(y, x0, a20l); a21l = _mm256_fmadd_ps(y, x1, a21l);
+                    x0 = _mm256_loadu_ps(k0 + d + 8); x1 = _mm256_loadu_ps(k1 + d + 8); y = _mm256_loadu_ps(q0 + d + 8);
+                    NX_REG(y);
+                    a00h = _mm256_fmadd_ps(y, x0, a00h); a01h = _mm256_fmadd_ps(y, x1, a01h);
+                    y = _mm256_loadu_ps(q1 + d + 8);
+                    NX_REG(y);
+                    a10h = _mm256_fmadd_ps(y, x0, a10h); a11h = _mm256_fmadd_ps(y, x1, a11h);
+                    y = _mm256_loadu_ps(q2 + d + 8);
+                    NX_REG(y);
+                    a20h = _mm256_fmadd_ps(y, x0, a20h); a21h = _mm256_fmadd_ps(y, x1, a21h);
+                }
+                /* lane i of u: (q i, k0) for i < 3, lane 3: (q0, k1); of w: (q1, k1), (q2, k1) */
+                const __m128 u = _mm_mul_ps(reduce4x4(reduce_to4(a00l, a00h), reduce_to4(a10l, a10h), reduce_to4(a20l, a20h),
+                                                      reduce_to4(a01l, a01h)),
+                                            vs);
+                const __m128 x11 = reduce_to4(a11l, a11h), x21 = reduce_to4(a21l, a21h);
+                const __m128 w = _mm_mul_ps(reduce4x4(x11, x21, x11, x21), vs);
+                float ru[4], rw[4];
+                _mm_storeu_ps(ru, u);
+                _mm_storeu_ps(rw, w);
+                float *s0 = S + (size_t)i * ldS + j, *s1 = s0 + ldS, *s2 = s1 + ldS;
+                s0[0] = ru[0]; s1[0] = ru[1]; s2[0] = ru[2];
+                if (j + 1 < nk) { s0[1] = ru[3]; s1[1] = rw[0]; s2[1] = rw[1]; }
+            }
+        }
     for (; i + 4 <= nq; i += 4) {
         const float *q0 = q[i], *q1 = q[i + 1], *q2 = q[i + 2], *q3 = q[i + 3];
         for (int j = 0; j < nk; j++) {
@@ -157,6 +205,42 @@ static void exp_row(float *s, int n, float m) {
     int j = 0;
     for (; j + 8 <= n; j += 8) _mm256_storeu_ps(s + j, exp8(_mm256_sub_ps(_mm256_loadu_ps(s + j), vm)));
     for (; j < n; j++) s[j] = nx_attn_exp(s[j] - m);
+}
+
+/* attn_impl.h's softmax, 8 queries at a time: each row's max from its vectors (the NaN-free
+ * running max the second operand of vmaxps, which keeps it on a NaN) and its tail, the new
+ * maxima and rescales as vectors, the exps by row (as exp_row), and the sums in position order
+ * down the columns (one gather per key, the 8 queries in lanes). */
+static void softmax(float *S, int ldS, int nr, int nk, float *m, float *c, float *ls) {
+    const __m256 ninf = _mm256_set1_ps(-__builtin_inff());
+    const __m256i ix = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(ldS));
+    for (int r0 = 0; r0 < nr; r0 += 8) {
+        const int nb = nr - r0 < 8 ? nr - r0 : 8;
+        const __m256i rm = _mm256_cmpgt_epi32(_mm256_set1_epi32(nb), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+        float *Sb = S + (size_t)r0 * ldS;
+        float mt[8] = {0}, mn[8];
+        for (int r = 0; r < nb; r++) {
+            const float *s = Sb + (size_t)r * ldS;
+            __m256 x = ninf;
+            int j = 0;
+            for (; j + 8 <= nk; j += 8) x = _mm256_max_ps(_mm256_loadu_ps(s + j), x);
+            __m128 h = _mm_max_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
+            h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+            float v = _mm_cvtss_f32(_mm_max_ss(h, _mm_shuffle_ps(h, h, 1)));
+            for (; j < nk; j++) v = s[j] > v ? s[j] : v;
+            mt[r] = v;
+        }
+        const __m256 mo = _mm256_maskload_ps(m + r0, rm), mx = _mm256_max_ps(mo, _mm256_loadu_ps(mt));
+        /* e(m - m') is 0 for m = -inf already (also where m' is -inf: e(NaN) = 0) */
+        _mm256_maskstore_ps(c + r0, rm, exp8(_mm256_sub_ps(mo, mx)));
+        _mm256_maskstore_ps(m + r0, rm, mx);
+        _mm256_storeu_ps(mn, mx);
+        for (int r = 0; r < nb; r++) exp_row(Sb + (size_t)r * ldS, nk, mn[r]);
+        __m256 acc = _mm256_setzero_ps();
+        const __m256 rmf = _mm256_castsi256_ps(rm);
+        for (int p = 0; p < nk; p++) acc = _mm256_add_ps(acc, _mm256_mask_i32gather_ps(_mm256_setzero_ps(), Sb + p, ix, rmf, 4));
+        _mm256_maskstore_ps(ls + r0, rm, acc);
+    }
 }
 
 /* o += E v for rows of type t: four queries share each converted chunk of v. */
@@ -470,7 +554,7 @@ static void scores_qk(const nx_attn_qq *qq, int q0, int nq, const void *const *k
 }
 
 #ifdef NX_ATTN_VNNI
-const nx_attn_tier nx_attn_tier_avx2vnni = {scores, exp_row, pv, row_f32, scores_kv, pv_kv, k_prep, scores_qk};
+const nx_attn_tier nx_attn_tier_avx2vnni = {scores, exp_row, pv, row_f32, scores_kv, pv_kv, k_prep, scores_qk, softmax};
 #else
-const nx_attn_tier nx_attn_tier_avx2 = {scores, exp_row, pv, row_f32, scores_kv, pv_kv, k_prep, scores_qk};
+const nx_attn_tier nx_attn_tier_avx2 = {scores, exp_row, pv, row_f32, scores_kv, pv_kv, k_prep, scores_qk, softmax};
 #endif

@@ -16,12 +16,16 @@
 /* Reduce 16 accumulators a[m] in the contract's order; lane 4j + i of the result is a[4i + j]. */
 NX_INLINE __m512 reduce16(const __m512 *a) {
     __m512 s1[8], s2[4], s3[2];
+    /* unrolled: as loops the partial sums went through the stack (a fifth of scores' time) */
+#pragma GCC unroll 8
     for (int t = 0; t < 8; t++)
         s1[t] = _mm512_add_ps(_mm512_shuffle_f32x4(a[2 * t], a[2 * t + 1], 0x44),
                               _mm512_shuffle_f32x4(a[2 * t], a[2 * t + 1], 0xEE));
+#pragma GCC unroll 4
     for (int u = 0; u < 4; u++)
         s2[u] = _mm512_add_ps(_mm512_shuffle_f32x4(s1[2 * u], s1[2 * u + 1], 0x88),
                               _mm512_shuffle_f32x4(s1[2 * u], s1[2 * u + 1], 0xDD));
+#pragma GCC unroll 2
     for (int w = 0; w < 2; w++) {
         const __m512d x = _mm512_castps_pd(s2[2 * w]), y = _mm512_castps_pd(s2[2 * w + 1]);
         s3[w] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(x, y)), _mm512_castpd_ps(_mm512_unpackhi_pd(x, y)));
@@ -94,10 +98,15 @@ NX_INLINE void scores_t(nx_type t, const float *const *q, int nq, const void *co
                 a[12] = _mm512_fmadd_ps(y, x0, a[12]); a[13] = _mm512_fmadd_ps(y, x1, a[13]);
                 a[14] = _mm512_fmadd_ps(y, x2, a[14]); a[15] = _mm512_fmadd_ps(y, x3, a[15]);
             }
-            float r[16];
-            _mm512_storeu_ps(r, _mm512_mul_ps(reduce16(a), vs));   /* lane 4j' + i' = (q i', k j') */
-            for (int jj = 0; jj < kb; jj++)
-                for (int ii = 0; ii < 4; ii++) S[(size_t)(i + ii) * ldS + j + jj] = r[4 * jj + ii];
+            /* lane 4j' + i' = (q i', k j'), turned to lane 4i' + j': each query's 4 scores are
+             * then one 128-bit store (16 scalar ones through the stack cost more) */
+            const __m512 r = _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15),
+                                                   _mm512_mul_ps(reduce16(a), vs));
+            const __mmask8 mk = (__mmask8)((1u << kb) - 1);
+            _mm_mask_storeu_ps(S + (size_t)i * ldS + j, mk, _mm512_castps512_ps128(r));
+            _mm_mask_storeu_ps(S + (size_t)(i + 1) * ldS + j, mk, _mm512_extractf32x4_ps(r, 1));
+            _mm_mask_storeu_ps(S + (size_t)(i + 2) * ldS + j, mk, _mm512_extractf32x4_ps(r, 2));
+            _mm_mask_storeu_ps(S + (size_t)(i + 3) * ldS + j, mk, _mm512_extractf32x4_ps(r, 3));
         }
     }
     if (i == nq) return;
@@ -178,6 +187,44 @@ static void exp_row(float *s, int n, float m) {
     }
 }
 
+/* attn_impl.h's softmax, 16 queries at a time: each row's max from two vectors (the NaN-free
+ * running max the second operand of vmaxps, which keeps it on a NaN), the new maxima and
+ * rescales as vectors, the exps by row, and the sums in position order down the columns
+ * (one gather per key, the 16 queries in lanes). */
+static void softmax(float *S, int ldS, int nr, int nk, float *m, float *c, float *ls) {
+    const __m512 ninf = _mm512_set1_ps(-__builtin_inff());
+    const __mmask16 k0 = nk >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << nk) - 1);
+    const __mmask16 k1 = nk <= 16 ? 0 : nk >= 32 ? (__mmask16)0xFFFF : (__mmask16)((1u << (nk - 16)) - 1);
+    const __m512i ix = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                          _mm512_set1_epi32(ldS));
+    for (int r0 = 0; r0 < nr; r0 += 16) {
+        const int nb = nr - r0 < 16 ? nr - r0 : 16;
+        const __mmask16 rm = (__mmask16)((1u << nb) - 1);
+        float *Sb = S + (size_t)r0 * ldS;
+        float mt[16] = {0}, mn[16];
+        for (int r = 0; r < nb; r++) {
+            const float *s = Sb + (size_t)r * ldS;
+            __m512 x = _mm512_max_ps(_mm512_mask_loadu_ps(ninf, k0, s), ninf);
+            if (k1) x = _mm512_max_ps(_mm512_mask_loadu_ps(ninf, k1, s + 16), x);
+            mt[r] = _mm512_reduce_max_ps(x);
+        }
+        const __m512 mo = _mm512_maskz_loadu_ps(rm, m + r0), mx = _mm512_max_ps(mo, _mm512_loadu_ps(mt));
+        /* e(m - m') is 0 for m = -inf already (also where m' is -inf: e(NaN) = 0) */
+        _mm512_mask_storeu_ps(c + r0, rm, exp16(_mm512_sub_ps(mo, mx)));
+        _mm512_mask_storeu_ps(m + r0, rm, mx);
+        _mm512_storeu_ps(mn, mx);
+        for (int r = 0; r < nb; r++) {
+            float *s = Sb + (size_t)r * ldS;
+            const __m512 vm = _mm512_set1_ps(mn[r]);
+            _mm512_mask_storeu_ps(s, k0, exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(k0, s), vm)));
+            if (k1) _mm512_mask_storeu_ps(s + 16, k1, exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(k1, s + 16), vm)));
+        }
+        __m512 acc = _mm512_setzero_ps();
+        for (int p = 0; p < nk; p++) acc = _mm512_add_ps(acc, _mm512_mask_i32gather_ps(_mm512_setzero_ps(), rm, ix, Sb + p, 4));
+        _mm512_mask_storeu_ps(ls + r0, rm, acc);
+    }
+}
+
 /* o += E v for rows of type t: four queries share each converted chunk of v. */
 NX_INLINE void pv_t(nx_type t, const float *E, int ldE, int nq, const void *const *v, int nk, float *const *o, const float *cf, int Dv,
                     ptrdiff_t pf) {
@@ -189,7 +236,10 @@ NX_INLINE void pv_t(nx_type t, const float *E, int ldE, int nq, const void *cons
         for (; d + 64 <= Dv; d += 64) {
             const size_t b0 = ((size_t)d * b32 >> 5), b1 = ((size_t)(d + 64) * b32 >> 5);
             __m512 a[4][4];
+            /* unrolled, so a stays in registers (as loops it went through the stack) */
+#pragma GCC unroll 4
             for (int r = 0; r < 4; r++)
+#pragma GCC unroll 4
                 for (int c = 0; c < 4; c++) a[r][c] = _mm512_mul_ps(_mm512_loadu_ps(o[i + r] + d + 16 * c), _mm512_set1_ps(cf[i + r]));
             for (int p = 0; p < nk; p++) {
                 const void *vp = v[p];
@@ -207,7 +257,9 @@ NX_INLINE void pv_t(nx_type t, const float *E, int ldE, int nq, const void *cons
                 a[3][0] = _mm512_fmadd_ps(w3, x0, a[3][0]); a[3][1] = _mm512_fmadd_ps(w3, x1, a[3][1]);
                 a[3][2] = _mm512_fmadd_ps(w3, x2, a[3][2]); a[3][3] = _mm512_fmadd_ps(w3, x3, a[3][3]);
             }
+#pragma GCC unroll 4
             for (int r = 0; r < 4; r++)
+#pragma GCC unroll 4
                 for (int c = 0; c < 4; c++) _mm512_storeu_ps(o[i + r] + d + 16 * c, a[r][c]);
         }
         for (; d < Dv; d += 16) {
@@ -418,4 +470,4 @@ static void scores_qk(const nx_attn_qq *qq, int q0, int nq, const void *const *k
     }
 }
 
-const nx_attn_tier nx_attn_tier_avx512 = {scores, exp_row, pv, row_f32, scores_kv, pv_kv, k_prep, scores_qk};
+const nx_attn_tier nx_attn_tier_avx512 = {scores, exp_row, pv, row_f32, scores_kv, pv_kv, k_prep, scores_qk, softmax};

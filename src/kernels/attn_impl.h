@@ -52,6 +52,12 @@ typedef struct nx_attn_tier {
     void (*k_prep)(const void *const *k, nx_type t, int nk, int D, void *buf, ptrdiff_t pf);
     void (*scores_qk)(const nx_attn_qq *qq, int q0, int nq, const void *const *k, const void *prep, int j0, int nk,
                       nx_type t, int D, float scale, float *S, int ldS);
+    /* One tile's running-max step for nr queries, their scores in S[r*ldS + p], p < nk <= NX_ATTN_TILE:
+     * mt = the max of S[r][.] (NaN left out, from -inf); mn = m[r] > mt ? m[r] : mt;
+     * c[r] = m[r] == -inf ? 0 : e(m[r] - mn); m[r] = mn; S[r][p] = e(S[r][p] - mn) (as exp_row);
+     * ls[r] = 0 + S[r][0] + S[r][1] + ... in position order. NULL: attn.c's, through exp_row
+     * (its scalar loops carry each query's chains through memory: a tenth of a prefill). */
+    void (*softmax)(float *S, int ldS, int nr, int nk, float *m, float *c, float *ls);
 } nx_attn_tier;
 
 extern const nx_attn_tier nx_attn_tier_scalar;
