@@ -213,12 +213,7 @@ static void softmax(float *S, int ldS, int nr, int nk, float *m, float *c, float
         _mm512_mask_storeu_ps(c + r0, rm, exp16(_mm512_sub_ps(mo, mx)));
         _mm512_mask_storeu_ps(m + r0, rm, mx);
         _mm512_storeu_ps(mn, mx);
-        for (int r = 0; r < nb; r++) {
-            float *s = Sb + (size_t)r * ldS;
-            const __m512 vm = _mm512_set1_ps(mn[r]);
-            _mm512_mask_storeu_ps(s, k0, exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(k0, s), vm)));
-            if (k1) _mm512_mask_storeu_ps(s + 16, k1, exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(k1, s + 16), vm)));
-        }
+        for (int r = 0; r < nb; r++) exp_row(Sb + (size_t)r * ldS, nk, mn[r]);
         __m512 acc = _mm512_setzero_ps();
         for (int p = 0; p < nk; p++) acc = _mm512_add_ps(acc, _mm512_mask_i32gather_ps(_mm512_setzero_ps(), rm, ix, Sb + p, 4));
         _mm512_mask_storeu_ps(ls + r0, rm, acc);
