@@ -76,13 +76,14 @@ static bool q4k_permuted(nx_type type) { return NX_MM_X86 && type == NX_TYPE_Q4_
 
 /* The prefill copy of the AVX-512 packed kernels (matmul_impl.h: qi, ci): bytes for n_rows
  * rows (whole tiles only; the rows past the last whole tile run from the plain layout). */
+static bool pk_b32(nx_type t) { return t == NX_TYPE_Q8_0 || t == NX_TYPE_Q4_0; }   /* packed, 32-value blocks: cs */
 static bool itile_type(nx_type t) {
-    return NX_MM_X86 && (t == NX_TYPE_Q8_0 || t == NX_TYPE_Q4_K || t == NX_TYPE_Q5_K || t == NX_TYPE_Q6_K);
+    return NX_MM_X86 && (pk_b32(t) || t == NX_TYPE_Q4_K || t == NX_TYPE_Q5_K || t == NX_TYPE_Q6_K);
 }
 static size_t itile_size(nx_type t, int64_t n_in, int64_t n_rows) {
     if (!itile_type(t)) return 0;
-    const size_t ci = t == NX_TYPE_Q8_0 ? NX_MM_ICI_B32 : NX_MM_ICI_B256;
-    return (size_t)(n_rows / NX_MM_ITILE) * ((size_t)n_in * NX_MM_ITILE + (size_t)(n_in / (t == NX_TYPE_Q8_0 ? 32 : 256)) * ci);
+    const size_t ci = pk_b32(t) ? NX_MM_ICI_B32 : NX_MM_ICI_B256;
+    return (size_t)(n_rows / NX_MM_ITILE) * ((size_t)n_in * NX_MM_ITILE + (size_t)(n_in / (pk_b32(t) ? 32 : 256)) * ci);
 }
 
 size_t nx_matmul_scratch_size(nx_type type, int64_t n_in, int64_t n_rows) {
@@ -495,7 +496,7 @@ static nx_status mm_dispatch(nx_threadpool *tp, nx_matmul_scratch *scratch, nx_t
                               ? itile_size(type, job->n_in, job->n_rows) : 0;
         nx_status st = scratch_reserve(s, p.total + (perm ? p.q_row * (size_t)job->n_rows : 0) + it, err);
         if (st != NX_OK) return st;
-        quantize_rows(tp, kind, bias, job->pkern && type == NX_TYPE_Q8_0, x, job->n_rows, ldx, job->n_in, &p, s->buf,
+        quantize_rows(tp, kind, bias, job->pkern && pk_b32(type), x, job->n_rows, ldx, job->n_in, &p, s->buf,
                       &job->act);
         if (it) fill_itile(&job->act, (uint8_t *)s->buf + p.total, job->n_rows, job->n_in, kind == ACT_B32 ? 32 : 256);
 #if NX_MM_X86

@@ -97,6 +97,10 @@ static inline nx_mm_act nx_mm_act_rows(const nx_mm_act *a, int64_t r) {
  *
  * Q8_0 x16 (544 bytes): 16 fp16 scales (row order), then for k = 0..7 the 4 codes
  *   4k..4k+3 of rows 0..15 (64 bytes per k). Per pair: acc = fma((float)I_b, d_w*d_x, acc).
+ * Q4_0 x16 (288 bytes, the size of the 16 rows' Q4_0 blocks): 16 fp16 scales, then for
+ *   kk = 0..3, 64 bytes: byte 4l + i holds in its low nibble the stored code (q + 8) of value
+ *   8kk + i of row l and in its high nibble that of value 8kk + 4 + i. Q8_0 x16's contract with
+ *   I_b = sum (code - 8) * x (exact; the kernels start it from cs / 16 = -8 * sum x).
  * Q4_K x16 (2368 bytes): d[16], dmin[16] (fp16), sc[8][16], m[8][16] (the 6-bit scales and
  *   mins, bytes, [sub-block][row]), then for sub-block j and kk = 0..3, 64 bytes at
  *   320 + 256j + 64kk: byte 4l + i holds in its low nibble the code of value 32j + 8kk + i of
@@ -117,6 +121,7 @@ static inline nx_mm_act nx_mm_act_rows(const nx_mm_act *a, int64_t r) {
  *   group, exact), then acc = fma(t, d_x, acc). */
 #define NX_MM_PACK_ROWS 16
 #define NX_MM_Q8X16_BLOCK 544
+#define NX_MM_Q40X16_BLOCK 288
 #define NX_MM_Q4KX16_BLOCK 2368
 #define NX_MM_Q5KX16_BLOCK 2880
 #define NX_MM_Q6KX16_BLOCK 3392
@@ -135,6 +140,10 @@ NX_MM_PK_DECL(nx_mm_pk_q8_0_avx512)
 /* AMX-INT8 (matmul_pack_amx.c): whole tiles of 16 rows of a prefill call; other calls and
  * rows go to nx_mm_pk_q8_0_avx512. Picked only where nx_cpu_amx(). */
 NX_MM_PK_DECL(nx_mm_pk_q8_0_amx)
+NX_MM_PK_DECL(nx_mm_pk_q4_0_scalar)
+NX_MM_PK_DECL(nx_mm_pk_q4_0_avx2)
+NX_MM_PK_DECL(nx_mm_pk_q4_0_avx2vnni)
+NX_MM_PK_DECL(nx_mm_pk_q4_0_avx512)
 NX_MM_PK_DECL(nx_mm_pk_q4_K_scalar)
 NX_MM_PK_DECL(nx_mm_pk_q4_K_avx2)
 NX_MM_PK_DECL(nx_mm_pk_q4_K_avx2vnni)

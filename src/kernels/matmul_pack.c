@@ -25,6 +25,7 @@ bool nx_mm_pack_format(nx_type type, int *block_values, size_t *block_bytes) {
     size_t bb;
     switch (type) {
     case NX_TYPE_Q8_0: bv = 32; bb = NX_MM_Q8X16_BLOCK; break;
+    case NX_TYPE_Q4_0: bv = 32; bb = NX_MM_Q40X16_BLOCK; break;
     case NX_TYPE_Q4_K: bv = 256; bb = NX_MM_Q4KX16_BLOCK; break;
     case NX_TYPE_Q5_K: bv = 256; bb = NX_MM_Q5KX16_BLOCK; break;
     case NX_TYPE_Q6_K: bv = 256; bb = NX_MM_Q6KX16_BLOCK; break;
@@ -46,6 +47,8 @@ nx_mm_pkernel nx_mm_pick_pkernel(nx_type type) {
     case NX_TYPE_Q8_0:   /* AMX: same bits as the AVX-512 kernel, which it calls for short calls */
         return l == NX_CPU_AVX512 ? (nx_cpu_amx() ? nx_mm_pk_q8_0_amx : nx_mm_pk_q8_0_avx512)
              : v ? nx_mm_pk_q8_0_avx2vnni : v2 ? nx_mm_pk_q8_0_avx2 : NULL;
+    case NX_TYPE_Q4_0:   /* no AMX kernel: its codes would need unpacking into tile rows */
+        return l == NX_CPU_AVX512 ? nx_mm_pk_q4_0_avx512 : v ? nx_mm_pk_q4_0_avx2vnni : v2 ? nx_mm_pk_q4_0_avx2 : NULL;
     case NX_TYPE_Q4_K: return l == NX_CPU_AVX512 ? nx_mm_pk_q4_K_avx512 : v ? nx_mm_pk_q4_K_avx2vnni : v2 ? nx_mm_pk_q4_K_avx2 : NULL;
     case NX_TYPE_Q5_K: return l == NX_CPU_AVX512 ? nx_mm_pk_q5_K_avx512 : v ? nx_mm_pk_q5_K_avx2vnni : v2 ? nx_mm_pk_q5_K_avx2 : NULL;
     case NX_TYPE_Q6_K: return l == NX_CPU_AVX512 ? nx_mm_pk_q6_K_avx512 : v ? nx_mm_pk_q6_K_avx2vnni : v2 ? nx_mm_pk_q6_K_avx2 : NULL;
@@ -72,6 +75,21 @@ static void pack_q8_0(const uint8_t *src, size_t rb, uint8_t *bp, int64_t b) {
         const uint8_t *blk = src + (size_t)l * rb + (size_t)b * sizeof(nx_block_q8_0);
         memcpy(bp + 2 * l, blk, 2);   /* the fp16 scale */
         for (int k = 0; k < 8; k++) memcpy(bp + 32 + 64 * k + 4 * l, blk + 2 + 4 * k, 4);
+    }
+}
+
+/* Q4_0 x16 (matmul_impl.h): the 16 fp16 scales, then the stored nibbles regrouped so that
+ * each 64-byte vector holds 4 consecutive values of the 16 rows (low nibbles) and the next 4
+ * (high nibbles), as Q4_K x16's sub-blocks. The bytes equal the rows' Q4_0 blocks in number. */
+static void pack_q4_0(const uint8_t *src, size_t rb, uint8_t *bp, int64_t b) {
+    memset(bp, 0, NX_MM_Q40X16_BLOCK);
+    for (int l = 0; l < NX_MM_PACK_ROWS; l++) {
+        const nx_block_q4_0 *blk = (const void *)(src + (size_t)l * rb + (size_t)b * sizeof(nx_block_q4_0));
+        memcpy(bp + 2 * l, &blk->d, 2);
+        for (int v = 0; v < 32; v++) {
+            const int code = v < 16 ? blk->qs[v] & 15 : blk->qs[v - 16] >> 4, k = v / 4;
+            bp[32 + 64 * (k / 2) + 4 * l + v % 4] |= (uint8_t)(code << (4 * (k % 2)));
+        }
     }
 }
 
@@ -140,6 +158,7 @@ void nx_matmul_pack(const nx_tensor *w, void *dst) {
         for (int64_t b = 0; b < nb; b++) {
             uint8_t *bp = out + (size_t)(g * nb + b) * bb;
             if (w->type == NX_TYPE_Q8_0) pack_q8_0(src, w->nb[1], bp, b);
+            else if (w->type == NX_TYPE_Q4_0) pack_q4_0(src, w->nb[1], bp, b);
             else if (w->type == NX_TYPE_Q4_K || w->type == NX_TYPE_Q5_K) pack_k4(w->type == NX_TYPE_Q5_K, src, w->nb[1], bp, b);
             else pack_q6_K(src, w->nb[1], bp, b);
         }
@@ -171,6 +190,30 @@ void nx_mm_pk_q8_0_scalar(int64_t nb, const uint8_t *wp, int64_t n_groups, const
                             I += (int32_t)(int8_t)bp[32 + 64 * k + 4 * l + j] * q[32 * b + 4 * k + j];
                     const float s = ld_half(bp + 2 * l) * d[b];   /* one rounding, as the SIMD multiply */
                     acc = fmaf((float)I, s, acc);                  /* one rounding, as the SIMD fma */
+                }
+                y[r * ldy + NX_MM_PACK_ROWS * g + l] = acc;
+            }
+        }
+    }
+}
+
+void nx_mm_pk_q4_0_scalar(int64_t nb, const uint8_t *wp, int64_t n_groups, const nx_mm_act *a, int n_act,
+                          float *y, int64_t ldy) {
+    for (int64_t g = 0; g < n_groups; g++) {
+        const uint8_t *gp = wp + (size_t)g * (size_t)nb * NX_MM_Q40X16_BLOCK;
+        for (int r = 0; r < n_act; r++) {
+            const int8_t *q = (const int8_t *)(a->q + r * a->q_stride);
+            const float *d = a->d + r * a->d_stride;
+            for (int l = 0; l < NX_MM_PACK_ROWS; l++) {
+                float acc = 0.0f;
+                for (int64_t b = 0; b < nb; b++) {
+                    const uint8_t *bp = gp + (size_t)b * NX_MM_Q40X16_BLOCK;
+                    int32_t I = 0;
+                    for (int k = 0; k < 8; k++)
+                        for (int j = 0; j < 4; j++)
+                            I += (((bp[32 + 64 * (k / 2) + 4 * l + j] >> (4 * (k % 2))) & 15) - 8) * q[32 * b + 4 * k + j];
+                    const float s = ld_half(bp + 2 * l) * d[b];
+                    acc = fmaf((float)I, s, acc);
                 }
                 y[r * ldy + NX_MM_PACK_ROWS * g + l] = acc;
             }

@@ -186,6 +186,139 @@ void PK(nx_mm_pk_q8_0)(int64_t nb, const uint8_t *wp, int64_t n_groups, const nx
     }
 }
 
+/* ===== Q4_0 x16 =====
+ * The stored codes u = q + 8 (nibbles, <= 15) meet the signed activation codes unsigned, so
+ * no sign trick: AVX2 adds the 8 maddubs of a block in int16 exactly (8 * 2 * 15 * 127 < 2^15)
+ * before one madd; VNNI takes them in vpdpbusd. Each row's sum starts at cs / 16 = -8 * (sum
+ * of its codes), which takes the offset out exactly. Then Q8_0's float step. u: the block's 16
+ * unpacked half-vectors, or NULL to unpack them here (two per 32-byte load). */
+AI void q4_rows(const int R, const uint8_t *bp, const __m256i *u, __m256 dw0, __m256 dw1, const uint8_t *q, int64_t qs,
+                const float *d, int64_t ds, const int32_t *cs, int64_t css, __m256 *acc) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    __m256i I[2][2];
+#ifndef NX_PK_VNNI
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256i S[2][2];
+    for (int j = 0; j < R; j++) S[j][0] = S[j][1] = _mm256_setzero_si256();
+#else
+    __m256i J[2][2];
+    for (int j = 0; j < R; j++) {
+        I[j][0] = I[j][1] = _mm256_set1_epi32(cs[j * css] / 16);
+        J[j][0] = J[j][1] = _mm256_setzero_si256();
+    }
+#endif
+#pragma GCC unroll 4
+    for (int kk = 0; kk < 4; kk++)
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            __m256i lo, hi;
+            if (u) {
+                lo = u[2 * (2 * kk) + h];
+                hi = u[2 * (2 * kk + 1) + h];
+            } else {
+                const __m256i v = _mm256_loadu_si256((const __m256i *)(bp + 32 + 64 * kk + 32 * h));
+                lo = _mm256_and_si256(v, m4);
+                hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+            }
+#pragma GCC unroll 2
+            for (int j = 0; j < R; j++) {
+                const __m256i x0 = bcast4(q + j * qs + 8 * kk), x1 = bcast4(q + j * qs + 8 * kk + 4);
+#ifdef NX_PK_VNNI
+                I[j][h] = _mm256_dpbusd_avx_epi32(I[j][h], lo, x0);
+                J[j][h] = _mm256_dpbusd_avx_epi32(J[j][h], hi, x1);
+#else
+                S[j][h] = _mm256_add_epi16(S[j][h], _mm256_add_epi16(_mm256_maddubs_epi16(lo, x0), _mm256_maddubs_epi16(hi, x1)));
+                KEEP(S[j][h]);
+#endif
+            }
+        }
+#pragma GCC unroll 2
+    for (int j = 0; j < R; j++) {
+#ifdef NX_PK_VNNI
+        I[j][0] = _mm256_add_epi32(I[j][0], J[j][0]);
+        I[j][1] = _mm256_add_epi32(I[j][1], J[j][1]);
+#else
+        const __m256i c = _mm256_set1_epi32(cs[j * css] / 16);
+        I[j][0] = _mm256_add_epi32(_mm256_madd_epi16(S[j][0], ones), c);
+        I[j][1] = _mm256_add_epi32(_mm256_madd_epi16(S[j][1], ones), c);
+#endif
+        const __m256 dx = _mm256_set1_ps(d[j * ds]);
+        acc[2 * j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(I[j][0]), _mm256_mul_ps(dw0, dx), acc[2 * j]);
+        acc[2 * j + 1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(I[j][1]), _mm256_mul_ps(dw1, dx), acc[2 * j + 1]);
+    }
+}
+
+/* Block b of one group for n rows (N = 1 or 2: that many, unpacked inline; N = 0: any n, the
+ * block unpacked once into L1 for all of them), as q8_block. */
+AI void q4_block(const int N, const uint8_t *bp, const nx_mm_act *a, int64_t b, int n, __m256 *acc) {
+    const int64_t qs = a->q_stride, ds = a->d_stride, css = a->cs_stride;
+    const uint8_t *q = a->q + 32 * b;
+    const float *d = a->d + b;
+    const int32_t *cs = a->cs + b;
+    prefetch_blk(bp, NX_MM_Q40X16_BLOCK);
+    const __m256 dw0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)bp));
+    const __m256 dw1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(bp + 16)));
+    if (N) {
+        q4_rows(N, bp, NULL, dw0, dw1, q, qs, d, ds, cs, css, acc);
+        return;
+    }
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    __m256i u[16];
+#pragma GCC unroll 4
+    for (int kk = 0; kk < 4; kk++)
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            const __m256i v = _mm256_loadu_si256((const __m256i *)(bp + 32 + 64 * kk + 32 * h));
+            u[2 * (2 * kk) + h] = _mm256_and_si256(v, m4);
+            u[2 * (2 * kk + 1) + h] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+        }
+    int r = 0;
+#pragma GCC unroll 1
+    for (; r + 2 <= n; r += 2) {
+        __asm__("" : "+r"(bp));
+        q4_rows(2, bp, u, dw0, dw1, q + r * qs, qs, d + r * ds, ds, cs + r * css, css, acc + 2 * r);
+    }
+    if (r < n) q4_rows(1, bp, u, dw0, dw1, q + r * qs, qs, d + r * ds, ds, cs + r * css, css, acc + 2 * r);
+}
+
+AI void q4_run(const int N, const int TWO, int64_t nb, const uint8_t *g0, const uint8_t *g1, const nx_mm_act *a,
+               int n, float *y0, float *y1, int64_t ldy) {
+    __m256 acc0[2 * NX_MM_TILE], acc1[2 * NX_MM_TILE];
+    for (int r = 0; r < 2 * n; r++) acc0[r] = acc1[r] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        q4_block(N, g0 + (size_t)b * NX_MM_Q40X16_BLOCK, a, b, n, acc0);
+        if (TWO) q4_block(N, g1 + (size_t)b * NX_MM_Q40X16_BLOCK, a, b, n, acc1);
+    }
+    for (int r = 0; r < n; r++) {
+        _mm256_storeu_ps(y0 + r * ldy, acc0[2 * r]);
+        _mm256_storeu_ps(y0 + r * ldy + 8, acc0[2 * r + 1]);
+        if (TWO) {
+            _mm256_storeu_ps(y1 + r * ldy, acc1[2 * r]);
+            _mm256_storeu_ps(y1 + r * ldy + 8, acc1[2 * r + 1]);
+        }
+    }
+}
+
+void PK(nx_mm_pk_q4_0)(int64_t nb, const uint8_t *wp, int64_t n_groups, const nx_mm_act *a, int n_act, float *y,
+                        int64_t ldy) {
+    const size_t gs = (size_t)nb * NX_MM_Q40X16_BLOCK;
+    const int64_t h = n_groups / 2;
+    for (int64_t g = 0; g < h + n_groups % 2; g++) {
+        const int64_t g0 = g < h ? g : 2 * h, g1 = g + h;
+        const uint8_t *w0 = wp + (size_t)g0 * gs, *w1 = wp + (size_t)g1 * gs;
+        float *y0 = y + NX_MM_PACK_ROWS * g0, *y1 = y + NX_MM_PACK_ROWS * g1;
+        if (g < h) {
+            if (n_act == 1) q4_run(1, 1, nb, w0, w1, a, 1, y0, y1, ldy);
+            else if (n_act == 2) q4_run(2, 1, nb, w0, w1, a, 2, y0, y1, ldy);
+            else q4_run(0, 1, nb, w0, w1, a, n_act, y0, y1, ldy);
+        } else {
+            if (n_act == 1) q4_run(1, 0, nb, w0, w0, a, 1, y0, y0, ldy);
+            else if (n_act == 2) q4_run(2, 0, nb, w0, w0, a, 2, y0, y0, ldy);
+            else q4_run(0, 0, nb, w0, w0, a, n_act, y0, y0, ldy);
+        }
+    }
+}
+
 /* ===== K-quant driver =====
  * The K-quant steps work one half (8 weight rows) of a block at a time: a half's 8 unpacked
  * weight vectors plus one accumulator per activation row fit the 16 ymm for up to 4 rows

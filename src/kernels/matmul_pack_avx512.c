@@ -193,6 +193,94 @@ static void q8_tile8(int64_t nb, const uint8_t *g, const uint8_t *qi, const uint
     _mm512_storeu_ps(y + 7 * ldy, acc7);
 }
 
+/* ===== Q4_0 x16 =====
+ * Q8_0's kernels with the stored codes u = q + 8 (nibbles, two vectors per 64-byte load) in
+ * place of the flipped ones: vpdpbusd takes them unsigned as they are, and each row's sum
+ * starts at cs / 16 = -8 * (sum of its codes), which takes the offset out exactly. */
+AI void q4_codes(const uint8_t *bp, __m512i *W) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+#pragma GCC unroll 4
+    for (int kk = 0; kk < 4; kk++) {
+        const __m512i v = _mm512_loadu_si512(bp + 32 + 64 * kk);
+        W[2 * kk] = _mm512_and_si512(v, m4);
+        W[2 * kk + 1] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+    }
+}
+AI void q4_step(const int NR, const uint8_t *bp, const nx_mm_act *a, int64_t b, __m512 *acc) {
+    const __m512i zero = _mm512_setzero_si512();
+    prefetch_blk(bp, NX_MM_Q40X16_BLOCK);
+    const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)bp));
+    __m512i W[8];
+    q4_codes(bp, W);
+#pragma GCC unroll 8
+    for (int r = 0; r < NR; r++) {
+        const uint8_t *q = a->q + r * a->q_stride + 32 * b;
+        __m512i I0 = _mm512_set1_epi32(a->cs[r * a->cs_stride + b] / 16), I1 = zero;
+#pragma GCC unroll 4
+        for (int k = 0; k < 8; k += 2) {
+            I0 = _mm512_dpbusd_epi32(I0, W[k], _mm512_set1_epi32((int)ld32(q + 4 * k)));
+            I1 = _mm512_dpbusd_epi32(I1, W[k + 1], _mm512_set1_epi32((int)ld32(q + 4 * k + 4)));
+        }
+        const __m512 S = _mm512_mul_ps(dw, _mm512_set1_ps(a->d[r * a->d_stride + b]));
+        acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(I0, I1)), S, acc[r]);
+    }
+}
+AI void q4_step2(const int NR, const uint8_t *bp0, const uint8_t *bp1, const nx_mm_act *a, int64_t b, __m512 *acc0, __m512 *acc1) {
+    prefetch_blk(bp0, NX_MM_Q40X16_BLOCK);
+    prefetch_blk(bp1, NX_MM_Q40X16_BLOCK);
+    const __m512 dw0 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)bp0));
+    const __m512 dw1 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)bp1));
+    __m512i W0[8], W1[8];
+    q4_codes(bp0, W0);
+    q4_codes(bp1, W1);
+#pragma GCC unroll 8
+    for (int r = 0; r < NR; r++) {
+        const uint8_t *q = a->q + r * a->q_stride + 32 * b;
+        __m512i I0 = _mm512_set1_epi32(a->cs[r * a->cs_stride + b] / 16), I1 = I0, J0 = _mm512_setzero_si512(), J1 = J0;
+#pragma GCC unroll 4
+        for (int k = 0; k < 8; k += 2) {
+            const __m512i x = _mm512_set1_epi32((int)ld32(q + 4 * k)), z = _mm512_set1_epi32((int)ld32(q + 4 * k + 4));
+            I0 = _mm512_dpbusd_epi32(I0, W0[k], x);
+            I1 = _mm512_dpbusd_epi32(I1, W1[k], x);
+            J0 = _mm512_dpbusd_epi32(J0, W0[k + 1], z);
+            J1 = _mm512_dpbusd_epi32(J1, W1[k + 1], z);
+        }
+        const __m512 dx = _mm512_set1_ps(a->d[r * a->d_stride + b]);
+        acc0[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(I0, J0)), _mm512_mul_ps(dw0, dx), acc0[r]);
+        acc1[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(I1, J1)), _mm512_mul_ps(dw1, dx), acc1[r]);
+    }
+}
+NX_MM_PK_DECL(nx_mm_pk_q4_0_avx512_plain)
+PK_KERNELS(nx_mm_pk_q4_0_avx512_plain, q4_step, q4_step2, NX_MM_Q40X16_BLOCK)
+
+/* Prefill, as q8_tile8 (the same rows, from cs[r] / 16). */
+static void q4_tile8(int64_t nb, const uint8_t *g, const uint8_t *qi, const uint8_t *ci, float *y, int64_t ldy) {
+    __m512 acc0 = _mm512_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0, acc4 = acc0, acc5 = acc0, acc6 = acc0, acc7 = acc0;
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *bp = g + (size_t)b * NX_MM_Q40X16_BLOCK, *q = qi + 256 * b;
+        const int32_t *cs0 = (const int32_t *)(ci + 64 * b);
+        const float *d = (const float *)(ci + 64 * b + 32);
+        int32_t cs[8];
+#pragma GCC unroll 8
+        for (int r = 0; r < 8; r++) cs[r] = cs0[r] / 16;
+        prefetch_blk(bp, NX_MM_Q40X16_BLOCK);
+        const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)bp));
+        __m512i W[8];
+        q4_codes(bp, W);
+        const __m512i W0 = W[0], W1 = W[1], W2 = W[2], W3 = W[3], W4 = W[4], W5 = W[5], W6 = W[6], W7 = W[7];
+        Q8T_ROW(0); Q8T_ROW(1); Q8T_ROW(2); Q8T_ROW(3);
+        Q8T_ROW(4); Q8T_ROW(5); Q8T_ROW(6); Q8T_ROW(7);
+    }
+    _mm512_storeu_ps(y, acc0);
+    _mm512_storeu_ps(y + ldy, acc1);
+    _mm512_storeu_ps(y + 2 * ldy, acc2);
+    _mm512_storeu_ps(y + 3 * ldy, acc3);
+    _mm512_storeu_ps(y + 4 * ldy, acc4);
+    _mm512_storeu_ps(y + 5 * ldy, acc5);
+    _mm512_storeu_ps(y + 6 * ldy, acc6);
+    _mm512_storeu_ps(y + 7 * ldy, acc7);
+}
+
 /* ===== Q4_K x16 =====
  * Per super-block, shared by the activation rows: the 8 scale vectors d*sc_j and the mins as
  * int16 pairs (m_j, m_j), kept in a small stack buffer; per sub-block the 4 code vectors give
@@ -462,6 +550,7 @@ static void q5k_tile8(int64_t nb, const uint8_t *g, const uint8_t *qi, const uin
         } \
     }
 PK_TILED(nx_mm_pk_q8_0_avx512, q8_tile8, NX_MM_Q8X16_BLOCK)
+PK_TILED(nx_mm_pk_q4_0_avx512, q4_tile8, NX_MM_Q40X16_BLOCK)
 PK_TILED(nx_mm_pk_q4_K_avx512, q4k_tile8, NX_MM_Q4KX16_BLOCK)
 PK_TILED(nx_mm_pk_q5_K_avx512, q5k_tile8, NX_MM_Q5KX16_BLOCK)
 
