@@ -10,7 +10,7 @@
  *   - extreme codes (all-0x00/0xFF/0x80/0x7F weights, activations at +-127): no int16 /
  *     int32 saturation in the SIMD kernels' integer sums (== scalar, batches 1..9);
  *   - bad arguments give errors, not crashes;
- *   - packed Q8_0 / Q4_0 / Q4_K / Q5_K / Q6_K x16 weights (AVX2 and AVX-512): the packed contract bit for bit,
+ *   - packed Q8_0 / Q4_0 / Q4_K / Q5_K / Q6_K / IQ4_XS x16 weights (AVX2 and AVX-512): the packed contract bit for bit,
  *     batch / thread invariance, up to prefill batches of 512 (the AVX-512 interleaved tiles);
  *     the AVX-512 level once more with AMX where the machine has it (Q8_0 prefill tiles).
  * Weights are random bytes with sane scale fields, so every code pattern is exercised.
@@ -613,6 +613,7 @@ static void test_cpu_env(void) {
         CHECK(nx_mm_pick_pkernel(NX_TYPE_Q8_0) == (v == NX_CPU_AVX2_VNNI ? nx_mm_pk_q8_0_avx2vnni : nx_mm_pk_q8_0_avx2));
         CHECK(nx_mm_pick_pkernel(NX_TYPE_Q6_K) == (v == NX_CPU_AVX2_VNNI ? nx_mm_pk_q6_K_avx2vnni : nx_mm_pk_q6_K_avx2));
         CHECK(nx_mm_pick_pkernel(NX_TYPE_Q4_0) == (v == NX_CPU_AVX2_VNNI ? nx_mm_pk_q4_0_avx2vnni : nx_mm_pk_q4_0_avx2));
+        CHECK(nx_mm_pick_pkernel(NX_TYPE_IQ4_XS) == (v == NX_CPU_AVX2_VNNI ? nx_mm_pk_iq4_xs_avx2vnni : nx_mm_pk_iq4_xs_avx2));
         bool listed = false;
         for (int i = 0; i < n; i++) listed |= lv[i] == NX_CPU_AVX2_VNNI;
         CHECK(listed == (v == NX_CPU_AVX2_VNNI));
@@ -714,6 +715,22 @@ static void packed_reference(const wmat *m, const float *x, int64_t n_rows, int6
                         I += (q4 ? ((blk[2 + i % 16] >> (4 * (i / 16))) & 15) - 8 : (int32_t)(int8_t)blk[2 + i]) * (int8_t)q[32 * b + i];
                     const float sc = nx_half_to_f32(h) * d[b];
                     acc = fmaf((float)I, sc, acc);
+                    continue;
+                }
+                if (m->type == NX_TYPE_IQ4_XS) {   /* sub-block j: values 0..15 low nibbles, 16..31 high */
+                    const nx_block_iq4_xs *blk = (const void *)(row + sizeof(nx_block_iq4_xs) * b);
+                    const float dw = nx_half_to_f32(blk->d);
+                    float t = 0.0f;
+                    for (int j = 0; j < 8; j++) {
+                        const int ls = ((blk->scales_l[j / 2] >> (4 * (j % 2))) & 0xF) | (((blk->scales_h >> (2 * j)) & 3) << 4);
+                        int32_t I = 0;
+                        for (int i = 0; i < 32; i++) {
+                            const int c = i < 16 ? blk->qs[16 * j + i] & 15 : blk->qs[16 * j + i - 16] >> 4;
+                            I += nx_iq4nl_values[c] * (int8_t)q[256 * b + 32 * j + i];
+                        }
+                        t = fmaf((float)I, dw * (float)(ls - 32), t);
+                    }
+                    acc = fmaf(t, d[b], acc);
                     continue;
                 }
                 if (m->type == NX_TYPE_Q6_K) {
@@ -821,6 +838,8 @@ static void check_packed(nx_type type, int64_t n_in, int64_t n_out, bool extreme
                 else if (type == NX_TYPE_Q4_0) memset(m.wbytes + m.rb * (size_t)o + 18 * b + 2, o % 2 ? 0x00 : 0xFF, 16);   /* -8, 7 */
                 else if (type == NX_TYPE_Q4_K) memset(m.wbytes + m.rb * (size_t)o + 144 * b + 4, 0xFF, 140);   /* sc = m = 63, codes 15 */
                 else if (type == NX_TYPE_Q5_K) memset(m.wbytes + m.rb * (size_t)o + 176 * b + 4, 0xFF, 172);   /* codes 31 */
+                else if (type == NX_TYPE_IQ4_XS)   /* scales 31 and values 113, or -32 and -127 */
+                    memset(m.wbytes + m.rb * (size_t)o + 136 * b + 2, o % 2 ? 0x00 : 0xFF, 134);
                 else {   /* codes 63, scales 127 / -128 */
                     memset(m.wbytes + m.rb * (size_t)o + 210 * b, 0xFF, 192);
                     memset(m.wbytes + m.rb * (size_t)o + 210 * b + 192, o % 2 ? 0x80 : 0x7F, 16);
@@ -852,7 +871,7 @@ static void check_packed(nx_type type, int64_t n_in, int64_t n_out, bool extreme
             }
             nx_mm_act act = {.q = q, .d = d, .bs = bs, .cs = cs};
             (type == NX_TYPE_Q4_K ? nx_mm_pk_q4_K_scalar : type == NX_TYPE_Q5_K ? nx_mm_pk_q5_K_scalar : type == NX_TYPE_Q6_K ? nx_mm_pk_q6_K_scalar
-             : type == NX_TYPE_Q4_0 ? nx_mm_pk_q4_0_scalar : nx_mm_pk_q8_0_scalar)(
+             : type == NX_TYPE_Q4_0 ? nx_mm_pk_q4_0_scalar : type == NX_TYPE_IQ4_XS ? nx_mm_pk_iq4_xs_scalar : nx_mm_pk_q8_0_scalar)(
                 n_in / B, pk, n_out / 16, &act, 1, y, ldy);
             CHECK_MSG(same_bits(y, ref + r * ldy, (size_t)n_out), "%s scalar packed reference row %d", nx_type_name(type), r);
         }
@@ -1081,11 +1100,15 @@ static void test_packed(void) {
     check_packed(NX_TYPE_Q6_K, 256, 16, false, tp);
     check_packed(NX_TYPE_Q6_K, 512, 48, true, tp);
     check_packed(NX_TYPE_Q6_K, 1024, 32, false, tp);
+    check_packed(NX_TYPE_IQ4_XS, 256, 16, false, tp);
+    check_packed(NX_TYPE_IQ4_XS, 512, 48, true, tp);
+    check_packed(NX_TYPE_IQ4_XS, 1024, 32, false, tp);
     check_packed_batches(NX_TYPE_Q8_0, 512, 48, tp);
     check_packed_batches(NX_TYPE_Q4_0, 512, 48, tp);
     check_packed_batches(NX_TYPE_Q4_K, 512, 48, tp);
     check_packed_batches(NX_TYPE_Q5_K, 512, 32, tp);
     check_packed_batches(NX_TYPE_Q6_K, 512, 48, tp);
+    check_packed_batches(NX_TYPE_IQ4_XS, 512, 48, tp);
     nx_threadpool_free(tp[0]);
     nx_threadpool_free(tp[1]);
 }

@@ -9,7 +9,9 @@
  * the measured bandwidth, and the time relative to batch 1. `--contended` hands over to the
  * threads module's benchmark, `--attn` to the attention kernel's (bench_attn.c). Timings
  * take the fastest of three segments, which discounts (but cannot remove) other load on a
- * shared machine.
+ * shared machine. `--packed` gives each weight (and each streamed copy) the current level's
+ * repacked copy (matmul.h: nx_matmul_pack), as the model loader does, so the figures are those
+ * of the kernels a model's decode and verify batches run; types without one are skipped.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,11 +32,12 @@ static double now_s(void) {
 }
 
 static void bk_usage(FILE *f) {
-    fprintf(f, "usage: nextn bench-kernels [--types q8_0,q4_K,...] [-t N] [--stream-mb N] [--contended]\n"
+    fprintf(f, "usage: nextn bench-kernels [--types q8_0,q4_K,...] [-t N] [--stream-mb N] [--packed] [--contended]\n"
                "       nextn bench-kernels --attn [-d 4096,16384] [--types f16,q8_0,q4_0] [-r N]\n"
                "  --types      weight types to time (default: every type with a matmul kernel)\n"
                "  -t N         threads (default: physical cores)\n"
                "  --stream-mb  size of the set of weight copies for the DRAM-bound figure (default 512)\n"
+               "  --packed     time the repacked weights the model loader makes (types that have them)\n"
                "  --contended  run the threads module's contended-core benchmark instead\n"
                "  --attn       time the attention kernel instead (1 thread; decode and 16-row prefill blocks)\n");
 }
@@ -100,10 +103,11 @@ static double time_matmul(mm_bench *b, int n_rows, nx_error *err) {
     return best;
 }
 
-static const int k_batches[] = {1, 2, 4, 8, 16};
-#define N_BATCH 5
+static const int k_batches[] = {1, 2, 4, 5, 8, 16};
+#define N_BATCH 6
 
-static int bench_type(nx_threadpool *tp, nx_type type, double bw, size_t stream_bytes, uint8_t *stream_buf) {
+static int bench_type(nx_threadpool *tp, nx_type type, double bw, size_t stream_bytes, uint8_t *stream_buf,
+                      bool packed) {
     static const int64_t shapes[2][2] = {{1024, 4096}, {4096, 1024}};
     nx_matmul_scratch scratch;
     nx_matmul_scratch_init(&scratch);
@@ -114,7 +118,7 @@ static int bench_type(nx_threadpool *tp, nx_type type, double bw, size_t stream_
         const size_t rb = nx_row_size(type, n_in), bytes = rb * (size_t)n_out, stride = (bytes + 63) & ~(size_t)63;
         /* 8 distinct quantized rows of random values, tiled over the matrix */
         float *row = malloc(sizeof(float) * (size_t)n_in);
-        uint8_t *w = aligned_alloc(64, stride);
+        uint8_t *w = aligned_alloc(64, stride), *pk = NULL;
         float *x = malloc(sizeof(float) * (size_t)(16 * n_in)), *y = malloc(sizeof(float) * (size_t)(16 * n_out));
         if (!row || !w || !x || !y) { fprintf(stderr, "nextn bench-kernels: out of memory\n"); rc = 1; goto next; }
         uint32_t seed = 12345;
@@ -132,21 +136,35 @@ static int bench_type(nx_threadpool *tp, nx_type type, double bw, size_t stream_
         for (int64_t o = 8; o < n_out; o++) memcpy(w + rb * (size_t)o, w + rb * (size_t)(o % 8), rb);
         for (int64_t i = 0; i < 16 * n_in; i++) x[i] = (float)((i * 7919) % 2001 - 1000) / 1000.0f;
 
-        int n_copies = (int)((stream_bytes + stride - 1) / stride);
-        nx_tensor *views = calloc((size_t)n_copies, sizeof *views);
-        if (!views) { rc = 1; goto next; }
         const int64_t ne[2] = {n_in, n_out};
-        for (int c = 0; c < n_copies; c++) {
-            memcpy(stream_buf + (size_t)c * stride, w, bytes);
-            nx_tensor_init(&views[c], "bench", type, 2, ne, stream_buf + (size_t)c * stride);
-        }
         nx_tensor cached;
         nx_tensor_init(&cached, "bench", type, 2, ne, w);
+        /* packed: the copies stream the packed bytes (the plain rows, read only for a partial
+         * group, stay in w) */
+        const size_t pbytes = packed ? nx_matmul_pack_size(&cached) : 0, pstride = (pbytes + 63) & ~(size_t)63;
+        if (packed && pbytes == 0) goto next;
+        if (pbytes) {
+            if (!(pk = aligned_alloc(64, pstride))) { rc = 1; goto next; }
+            nx_matmul_pack(&cached, pk);
+            cached.packed = pk;
+        }
+        const size_t cstride = pbytes ? pstride : stride;
+        int n_copies = (int)((stream_bytes + cstride - 1) / cstride);
+        nx_tensor *views = calloc((size_t)n_copies, sizeof *views);
+        if (!views) { rc = 1; goto next; }
+        for (int c = 0; c < n_copies; c++) {
+            uint8_t *dst = stream_buf + (size_t)c * cstride;
+            memcpy(dst, pbytes ? pk : w, pbytes ? pbytes : bytes);
+            nx_tensor_init(&views[c], "bench", type, 2, ne, pbytes ? w : dst);
+            if (pbytes) views[c].packed = dst;
+        }
 
         for (int mode = 0; mode < 2 && rc == 0; mode++) {
             mm_bench b = {.tp = tp, .scratch = &scratch, .w = mode ? views : &cached, .n_copies = mode ? n_copies : 1,
                           .x = x, .y = y};
-            printf("%-7s %4lldx%-5lld %-8s", nx_type_name(type), (long long)n_in, (long long)n_out,
+            char name[16];
+            snprintf(name, sizeof name, "%s%s", nx_type_name(type), pbytes ? "x16" : "");
+            printf("%-7s %4lldx%-5lld %-8s", name, (long long)n_in, (long long)n_out,
                    mode ? "streamed" : "cached");
             double t1 = 0;
             for (int bi = 0; bi < N_BATCH; bi++) {
@@ -161,7 +179,7 @@ static int bench_type(nx_threadpool *tp, nx_type type, double bw, size_t stream_
         }
         free(views);
     next:
-        free(row); free(w); free(x); free(y);
+        free(row); free(w); free(pk); free(x); free(y);
     }
     nx_matmul_scratch_free(&scratch);
     return rc;
@@ -171,11 +189,13 @@ int nx_cmd_bench_kernels(int argc, char **argv) {
     const char *types = NULL;
     int n_threads = 0;
     long stream_mb = 512;
+    bool packed = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--contended")) return nx_bench_kernels_contended(argc, argv);
         if (!strcmp(a, "--attn")) return nx_bench_kernels_attn(argc, argv);
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) { bk_usage(stdout); return 0; }
+        if (!strcmp(a, "--packed")) { packed = true; continue; }
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!v) { fprintf(stderr, "nextn bench-kernels: %s needs a value\n", a); return 2; }
         if (!strcmp(a, "--types")) types = v;
@@ -225,7 +245,7 @@ int nx_cmd_bench_kernels(int argc, char **argv) {
     for (int bi = 0; bi < N_BATCH; bi++) printf(" | batch %-2d            ", k_batches[bi]);
     printf("\n");
     int rc = 0;
-    for (int k = 0; k < n_types && rc == 0; k++) rc = bench_type(tp, list[k], bw, stream_bytes, stream_buf);
+    for (int k = 0; k < n_types && rc == 0; k++) rc = bench_type(tp, list[k], bw, stream_bytes, stream_buf, packed);
     nx_cli_huge_free(stream_buf, stream_bytes + (80u << 20));
     nx_threadpool_free(tp);
     return rc;

@@ -118,13 +118,23 @@ static inline nx_mm_act nx_mm_act_rows(const nx_mm_act *a, int64_t r) {
  *   bit pairs (byte 4l + i, bits 2k..2k+1: value 16g + 4k + i), of the 6-bit codes c = q + 32
  *   of row l. Per pair and super-block: t = (float)C * (-32 d) with C = sum_g sc_g*bs[g]
  *   (exact), then for g = 0..15 t = fma((float)I_g, d*sc_g, t) (I_g = sum c*x over the
- *   group, exact), then acc = fma(t, d_x, acc). */
+ *   group, exact), then acc = fma(t, d_x, acc).
+ * IQ4_XS x16 (2240 bytes): d[16] (fp16); at 32 the signed sub-block scales ls - 32, bytes
+ *   [sub-block j][row l] (128 bytes); 32 bytes of padding (the codes start on a cache line); then
+ *   for sub-block j and kk = 0..3, 64 bytes at 192 + 256j + 64kk: byte 4l + i holds in its low
+ *   nibble the code of value 32j + 8kk + i of row l and in its high nibble that of value
+ *   32j + 8kk + 4 + i (Q4_K x16's sub-block layout). Per pair and super-block: t = 0, then for
+ *   j = 0..7 t = fma((float)I_j, d*sc_j, t) (I_j = sum nx_mm_iq4_table[code]*x over the
+ *   sub-block, exact; d*sc_j exact in float), then acc = fma(t, d_x, acc). The SIMD kernels take
+ *   the values + 128 (unsigned, by table) against the signed codes, each sub-block's sum started
+ *   at -128 * (bs[2j] + bs[2j+1]) to take the offset out exactly, or |value| x sign(x, value). */
 #define NX_MM_PACK_ROWS 16
 #define NX_MM_Q8X16_BLOCK 544
 #define NX_MM_Q40X16_BLOCK 288
 #define NX_MM_Q4KX16_BLOCK 2368
 #define NX_MM_Q5KX16_BLOCK 2880
 #define NX_MM_Q6KX16_BLOCK 3392
+#define NX_MM_IQ4XSX16_BLOCK 2240
 typedef void (*nx_mm_pkernel)(int64_t nb, const uint8_t *wp, int64_t n_groups, const nx_mm_act *a, int n_act,
                               float *y, int64_t ldy);
 /* The layout of a type: values per block and packed bytes per (group, block); false: none. */
@@ -156,6 +166,10 @@ NX_MM_PK_DECL(nx_mm_pk_q6_K_scalar)
 NX_MM_PK_DECL(nx_mm_pk_q6_K_avx2)
 NX_MM_PK_DECL(nx_mm_pk_q6_K_avx2vnni)
 NX_MM_PK_DECL(nx_mm_pk_q6_K_avx512)
+NX_MM_PK_DECL(nx_mm_pk_iq4_xs_scalar)
+NX_MM_PK_DECL(nx_mm_pk_iq4_xs_avx2)
+NX_MM_PK_DECL(nx_mm_pk_iq4_xs_avx2vnni)
+NX_MM_PK_DECL(nx_mm_pk_iq4_xs_avx512)
 
 /* Row groups per kernel call: matmul_avx512.c grp512, matmul_avx2.c group_rows (both balanced). */
 

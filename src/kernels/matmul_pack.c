@@ -29,6 +29,7 @@ bool nx_mm_pack_format(nx_type type, int *block_values, size_t *block_bytes) {
     case NX_TYPE_Q4_K: bv = 256; bb = NX_MM_Q4KX16_BLOCK; break;
     case NX_TYPE_Q5_K: bv = 256; bb = NX_MM_Q5KX16_BLOCK; break;
     case NX_TYPE_Q6_K: bv = 256; bb = NX_MM_Q6KX16_BLOCK; break;
+    case NX_TYPE_IQ4_XS: bv = 256; bb = NX_MM_IQ4XSX16_BLOCK; break;
     default: return false;
     }
     if (block_values) *block_values = bv;
@@ -52,6 +53,8 @@ nx_mm_pkernel nx_mm_pick_pkernel(nx_type type) {
     case NX_TYPE_Q4_K: return l == NX_CPU_AVX512 ? nx_mm_pk_q4_K_avx512 : v ? nx_mm_pk_q4_K_avx2vnni : v2 ? nx_mm_pk_q4_K_avx2 : NULL;
     case NX_TYPE_Q5_K: return l == NX_CPU_AVX512 ? nx_mm_pk_q5_K_avx512 : v ? nx_mm_pk_q5_K_avx2vnni : v2 ? nx_mm_pk_q5_K_avx2 : NULL;
     case NX_TYPE_Q6_K: return l == NX_CPU_AVX512 ? nx_mm_pk_q6_K_avx512 : v ? nx_mm_pk_q6_K_avx2vnni : v2 ? nx_mm_pk_q6_K_avx2 : NULL;
+    case NX_TYPE_IQ4_XS:
+        return l == NX_CPU_AVX512 ? nx_mm_pk_iq4_xs_avx512 : v ? nx_mm_pk_iq4_xs_avx2vnni : v2 ? nx_mm_pk_iq4_xs_avx2 : NULL;
     default: return NULL;
     }
 #endif
@@ -89,6 +92,25 @@ static void pack_q4_0(const uint8_t *src, size_t rb, uint8_t *bp, int64_t b) {
         for (int v = 0; v < 32; v++) {
             const int code = v < 16 ? blk->qs[v] & 15 : blk->qs[v - 16] >> 4, k = v / 4;
             bp[32 + 64 * (k / 2) + 4 * l + v % 4] |= (uint8_t)(code << (4 * (k % 2)));
+        }
+    }
+}
+
+/* IQ4_XS x16 (matmul_impl.h): the 16 fp16 d, the 6-bit scales unpacked to ls - 32 per
+ * [sub-block][row], then each sub-block's nibbles regrouped as Q4_K x16's (IQ4_XS keeps a
+ * sub-block's values 0..15 in the low nibbles of its 16 bytes and 16..31 in the high ones). */
+static void pack_iq4_xs(const uint8_t *src, size_t rb, uint8_t *bp, int64_t b) {
+    memset(bp, 0, NX_MM_IQ4XSX16_BLOCK);
+    for (int l = 0; l < NX_MM_PACK_ROWS; l++) {
+        const nx_block_iq4_xs *blk = (const void *)(src + (size_t)l * rb + (size_t)b * sizeof(nx_block_iq4_xs));
+        memcpy(bp + 2 * l, &blk->d, 2);
+        for (int j = 0; j < 8; j++) {
+            const int ls = ((blk->scales_l[j / 2] >> (4 * (j % 2))) & 0xF) | (((blk->scales_h >> (2 * j)) & 3) << 4);
+            bp[32 + 16 * j + l] = (uint8_t)(int8_t)(ls - 32);
+            for (int v = 0; v < 32; v++) {
+                const int code = v < 16 ? blk->qs[16 * j + v] & 15 : blk->qs[16 * j + v - 16] >> 4, k = v / 4;
+                bp[192 + 256 * j + 64 * (k / 2) + 4 * l + v % 4] |= (uint8_t)(code << (4 * (k % 2)));
+            }
         }
     }
 }
@@ -160,6 +182,7 @@ void nx_matmul_pack(const nx_tensor *w, void *dst) {
             if (w->type == NX_TYPE_Q8_0) pack_q8_0(src, w->nb[1], bp, b);
             else if (w->type == NX_TYPE_Q4_0) pack_q4_0(src, w->nb[1], bp, b);
             else if (w->type == NX_TYPE_Q4_K || w->type == NX_TYPE_Q5_K) pack_k4(w->type == NX_TYPE_Q5_K, src, w->nb[1], bp, b);
+            else if (w->type == NX_TYPE_IQ4_XS) pack_iq4_xs(src, w->nb[1], bp, b);
             else pack_q6_K(src, w->nb[1], bp, b);
         }
     }
@@ -297,6 +320,36 @@ void nx_mm_pk_q6_K_scalar(int64_t nsb, const uint8_t *wp, int64_t n_groups, cons
                                 I += (lo | hi << 4) * q[256 * sb + 16 * u + 4 * k + i];
                             }
                         t = fmaf((float)I, dw * (float)sc[u], t);
+                    }
+                    acc = fmaf(t, d[sb], acc);
+                }
+                y[r * ldy + NX_MM_PACK_ROWS * g + l] = acc;
+            }
+        }
+    }
+}
+
+void nx_mm_pk_iq4_xs_scalar(int64_t nsb, const uint8_t *wp, int64_t n_groups, const nx_mm_act *a, int n_act,
+                            float *y, int64_t ldy) {
+    for (int64_t g = 0; g < n_groups; g++) {
+        const uint8_t *gp = wp + (size_t)g * (size_t)nsb * NX_MM_IQ4XSX16_BLOCK;
+        for (int r = 0; r < n_act; r++) {
+            const int8_t *q = (const int8_t *)(a->q + r * a->q_stride);
+            const float *d = a->d + r * a->d_stride;
+            for (int l = 0; l < NX_MM_PACK_ROWS; l++) {
+                float acc = 0.0f;
+                for (int64_t sb = 0; sb < nsb; sb++) {
+                    const uint8_t *bp = gp + (size_t)sb * NX_MM_IQ4XSX16_BLOCK;
+                    const float dw = ld_half(bp + 2 * l);
+                    float t = 0.0f;
+                    for (int j = 0; j < 8; j++) {
+                        int32_t I = 0;
+                        for (int k = 0; k < 8; k++)
+                            for (int i = 0; i < 4; i++) {
+                                const int c = (bp[192 + 256 * j + 64 * (k / 2) + 4 * l + i] >> (4 * (k % 2))) & 15;
+                                I += nx_mm_iq4_table[c] * q[256 * sb + 32 * j + 4 * k + i];
+                            }
+                        t = fmaf((float)I, dw * (float)(int8_t)bp[32 + 16 * j + l], t);
                     }
                     acc = fmaf(t, d[sb], acc);
                 }

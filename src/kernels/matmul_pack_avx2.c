@@ -36,6 +36,13 @@ AI uint32_t ld32(const void *p) { uint32_t v; memcpy(&v, p, 4); return v; }
 AI void prefetch_blk(const uint8_t *p, size_t bytes) {
     for (size_t o = 0; o < bytes; o += 64) _mm_prefetch((const char *)(p + NX_MM_PREFETCH + o), _MM_HINT_T0);
 }
+/* The K-quants' and IQ4_XS's distance: a block with 4+ rows takes longer than a DRAM miss. */
+#ifndef NX_MM_PREFETCH_K
+#define NX_MM_PREFETCH_K 4096
+#endif
+AI void prefetch_k(const uint8_t *p, size_t bytes) {
+    for (size_t o = 0; o < bytes; o += 64) _mm_prefetch((const char *)(p + NX_MM_PREFETCH_K + o), _MM_HINT_T0);
+}
 AI __m256i bcast4(const void *p) { return _mm256_set1_epi32((int)ld32(p)); }
 /* An optimization barrier on a vector: GCC otherwise reassociates a row's 16 integer adds
  * into a tree whose partial sums spill. */
@@ -146,45 +153,48 @@ AI void q8_block(const int N, const uint8_t *bp, const nx_mm_act *a, int64_t b, 
     if (r < n) Q8_ROWS(1, bp, absw, dw0, dw1, q + r * qs, qs, d + r * ds, ds, cs + r * css, css, acc + 2 * r);
 }
 
-/* One group (TWO = 0) or two (g0, g1: two weight streams keep more DRAM reads in flight),
- * blocks in order: the per-pair float order of the contract. */
-AI void q8_run(const int N, const int TWO, int64_t nb, const uint8_t *g0, const uint8_t *g1, const nx_mm_act *a,
-               int n, float *y0, float *y1, int64_t ldy) {
-    __m256 acc0[2 * NX_MM_TILE], acc1[2 * NX_MM_TILE];
-    for (int r = 0; r < 2 * n; r++) acc0[r] = acc1[r] = _mm256_setzero_ps();
-    for (int64_t b = 0; b < nb; b++) {
-        q8_block(N, g0 + (size_t)b * NX_MM_Q8X16_BLOCK, a, b, n, acc0);
-        if (TWO) q8_block(N, g1 + (size_t)b * NX_MM_Q8X16_BLOCK, a, b, n, acc1);
+/* The driver of the kernels that run every row of a call in one pass (Q8_0, Q4_0, IQ4_XS):
+ * one group (TWO = 0) or two (g0, g1: two weight streams keep more DRAM reads in flight),
+ * blocks in order (the per-pair float order of the contract), BLOCKFN(N, bp, a, b, n, acc) per
+ * block; n_act of 1 and 2 get bodies of their own. */
+#define PK_DRIVER(fname, BLOCKFN, BLOCK) \
+    AI void fname##_run(const int N, const int TWO, int64_t nb, const uint8_t *g0, const uint8_t *g1, \
+                        const nx_mm_act *a, int n, float *y0, float *y1, int64_t ldy) { \
+        __m256 acc0[2 * NX_MM_TILE], acc1[2 * NX_MM_TILE]; \
+        for (int r = 0; r < 2 * n; r++) acc0[r] = acc1[r] = _mm256_setzero_ps(); \
+        for (int64_t b = 0; b < nb; b++) { \
+            BLOCKFN(N, g0 + (size_t)b * (BLOCK), a, b, n, acc0); \
+            if (TWO) BLOCKFN(N, g1 + (size_t)b * (BLOCK), a, b, n, acc1); \
+        } \
+        for (int r = 0; r < n; r++) { \
+            _mm256_storeu_ps(y0 + r * ldy, acc0[2 * r]); \
+            _mm256_storeu_ps(y0 + r * ldy + 8, acc0[2 * r + 1]); \
+            if (TWO) { \
+                _mm256_storeu_ps(y1 + r * ldy, acc1[2 * r]); \
+                _mm256_storeu_ps(y1 + r * ldy + 8, acc1[2 * r + 1]); \
+            } \
+        } \
+    } \
+    void PK(fname)(int64_t nb, const uint8_t *wp, int64_t n_groups, const nx_mm_act *a, int n_act, float *y, \
+                   int64_t ldy) { \
+        const size_t gs = (size_t)nb * (BLOCK); \
+        const int64_t h = n_groups / 2; \
+        for (int64_t g = 0; g < h + n_groups % 2; g++) { \
+            const int64_t g0 = g < h ? g : 2 * h, g1 = g + h; \
+            const uint8_t *w0 = wp + (size_t)g0 * gs, *w1 = wp + (size_t)g1 * gs; \
+            float *y0 = y + NX_MM_PACK_ROWS * g0, *y1 = y + NX_MM_PACK_ROWS * g1; \
+            if (g < h) { \
+                if (n_act == 1) fname##_run(1, 1, nb, w0, w1, a, 1, y0, y1, ldy); \
+                else if (n_act == 2) fname##_run(2, 1, nb, w0, w1, a, 2, y0, y1, ldy); \
+                else fname##_run(0, 1, nb, w0, w1, a, n_act, y0, y1, ldy); \
+            } else { \
+                if (n_act == 1) fname##_run(1, 0, nb, w0, w0, a, 1, y0, y0, ldy); \
+                else if (n_act == 2) fname##_run(2, 0, nb, w0, w0, a, 2, y0, y0, ldy); \
+                else fname##_run(0, 0, nb, w0, w0, a, n_act, y0, y0, ldy); \
+            } \
+        } \
     }
-    for (int r = 0; r < n; r++) {
-        _mm256_storeu_ps(y0 + r * ldy, acc0[2 * r]);
-        _mm256_storeu_ps(y0 + r * ldy + 8, acc0[2 * r + 1]);
-        if (TWO) {
-            _mm256_storeu_ps(y1 + r * ldy, acc1[2 * r]);
-            _mm256_storeu_ps(y1 + r * ldy + 8, acc1[2 * r + 1]);
-        }
-    }
-}
-
-void PK(nx_mm_pk_q8_0)(int64_t nb, const uint8_t *wp, int64_t n_groups, const nx_mm_act *a, int n_act, float *y,
-                        int64_t ldy) {
-    const size_t gs = (size_t)nb * NX_MM_Q8X16_BLOCK;
-    const int64_t h = n_groups / 2;
-    for (int64_t g = 0; g < h + n_groups % 2; g++) {
-        const int64_t g0 = g < h ? g : 2 * h, g1 = g + h;
-        const uint8_t *w0 = wp + (size_t)g0 * gs, *w1 = wp + (size_t)g1 * gs;
-        float *y0 = y + NX_MM_PACK_ROWS * g0, *y1 = y + NX_MM_PACK_ROWS * g1;
-        if (g < h) {
-            if (n_act == 1) q8_run(1, 1, nb, w0, w1, a, 1, y0, y1, ldy);
-            else if (n_act == 2) q8_run(2, 1, nb, w0, w1, a, 2, y0, y1, ldy);
-            else q8_run(0, 1, nb, w0, w1, a, n_act, y0, y1, ldy);
-        } else {
-            if (n_act == 1) q8_run(1, 0, nb, w0, w0, a, 1, y0, y0, ldy);
-            else if (n_act == 2) q8_run(2, 0, nb, w0, w0, a, 2, y0, y0, ldy);
-            else q8_run(0, 0, nb, w0, w0, a, n_act, y0, y0, ldy);
-        }
-    }
-}
+PK_DRIVER(nx_mm_pk_q8_0, q8_block, NX_MM_Q8X16_BLOCK)
 
 /* ===== Q4_0 x16 =====
  * The stored codes u = q + 8 (nibbles, <= 15) meet the signed activation codes unsigned, so
@@ -281,43 +291,120 @@ AI void q4_block(const int N, const uint8_t *bp, const nx_mm_act *a, int64_t b, 
     if (r < n) q4_rows(1, bp, u, dw0, dw1, q + r * qs, qs, d + r * ds, ds, cs + r * css, css, acc + 2 * r);
 }
 
-AI void q4_run(const int N, const int TWO, int64_t nb, const uint8_t *g0, const uint8_t *g1, const nx_mm_act *a,
-               int n, float *y0, float *y1, int64_t ldy) {
-    __m256 acc0[2 * NX_MM_TILE], acc1[2 * NX_MM_TILE];
-    for (int r = 0; r < 2 * n; r++) acc0[r] = acc1[r] = _mm256_setzero_ps();
-    for (int64_t b = 0; b < nb; b++) {
-        q4_block(N, g0 + (size_t)b * NX_MM_Q40X16_BLOCK, a, b, n, acc0);
-        if (TWO) q4_block(N, g1 + (size_t)b * NX_MM_Q40X16_BLOCK, a, b, n, acc1);
-    }
-    for (int r = 0; r < n; r++) {
-        _mm256_storeu_ps(y0 + r * ldy, acc0[2 * r]);
-        _mm256_storeu_ps(y0 + r * ldy + 8, acc0[2 * r + 1]);
-        if (TWO) {
-            _mm256_storeu_ps(y1 + r * ldy, acc1[2 * r]);
-            _mm256_storeu_ps(y1 + r * ldy + 8, acc1[2 * r + 1]);
-        }
-    }
-}
+PK_DRIVER(nx_mm_pk_q4_0, q4_block, NX_MM_Q40X16_BLOCK)
 
-void PK(nx_mm_pk_q4_0)(int64_t nb, const uint8_t *wp, int64_t n_groups, const nx_mm_act *a, int n_act, float *y,
-                        int64_t ldy) {
-    const size_t gs = (size_t)nb * NX_MM_Q40X16_BLOCK;
-    const int64_t h = n_groups / 2;
-    for (int64_t g = 0; g < h + n_groups % 2; g++) {
-        const int64_t g0 = g < h ? g : 2 * h, g1 = g + h;
-        const uint8_t *w0 = wp + (size_t)g0 * gs, *w1 = wp + (size_t)g1 * gs;
-        float *y0 = y + NX_MM_PACK_ROWS * g0, *y1 = y + NX_MM_PACK_ROWS * g1;
-        if (g < h) {
-            if (n_act == 1) q4_run(1, 1, nb, w0, w1, a, 1, y0, y1, ldy);
-            else if (n_act == 2) q4_run(2, 1, nb, w0, w1, a, 2, y0, y1, ldy);
-            else q4_run(0, 1, nb, w0, w1, a, n_act, y0, y1, ldy);
-        } else {
-            if (n_act == 1) q4_run(1, 0, nb, w0, w0, a, 1, y0, y0, ldy);
-            else if (n_act == 2) q4_run(2, 0, nb, w0, w0, a, 2, y0, y0, ldy);
-            else q4_run(0, 0, nb, w0, w0, a, n_act, y0, y0, ldy);
+/* ===== IQ4_XS x16 =====
+ * Per sub-block, both 8-row halves' codes turned into values by one vpshufb each, once for all
+ * the call's rows (16 vectors, in L1); VNNI takes the values + 128 unsigned in vpdpbusd from
+ * -128 * (the sub-block's activation code sum), which leaves the exact signed sum; AVX2 takes
+ * |value| x sign(x, value) in maddubs (no saturation: |value|, |x| <= 127), then madd. */
+#ifdef NX_PK_VNNI
+static const uint8_t k_iq4_lut[16] = {1, 24, 45, 63, 79, 93, 106, 118, 129, 141, 153, 166, 181, 197, 217, 241};
+#else
+static const uint8_t k_iq4_abs[16] = {127, 104, 83, 65, 49, 35, 22, 10, 1, 13, 25, 38, 53, 69, 89, 113};
+#endif
+/* Sub-block codes at cp into U[2k + h] (values 4k..4k+3 of rows 8h..8h+7; VNNI: + 128) and,
+ * for AVX2, their magnitudes into A. */
+AI void iq4xs_unpack(const uint8_t *cp, __m256i *U, __m256i *A) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+#ifdef NX_PK_VNNI
+    const __m256i lut = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)k_iq4_lut));
+    (void)A;
+#else
+    const __m256i lut = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)nx_mm_iq4_table));
+    const __m256i alut = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)k_iq4_abs));
+#endif
+#pragma GCC unroll 4
+    for (int kk = 0; kk < 4; kk++)
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            const __m256i v = _mm256_loadu_si256((const __m256i *)(cp + 64 * kk + 32 * h));
+            const __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+            U[2 * (2 * kk) + h] = _mm256_shuffle_epi8(lut, lo);
+            U[2 * (2 * kk + 1) + h] = _mm256_shuffle_epi8(lut, hi);
+#ifndef NX_PK_VNNI
+            A[2 * (2 * kk) + h] = _mm256_shuffle_epi8(alut, lo);
+            A[2 * (2 * kk + 1) + h] = _mm256_shuffle_epi8(alut, hi);
+#endif
         }
+}
+/* R (1 or 2) rows of one sub-block: q, bs at row 0's codes and group sums of it; t[2j + h]. */
+AI void iq4xs_rows(const int R, const __m256i *U, const __m256i *A, __m256 DS0, __m256 DS1, const uint8_t *q,
+                   int64_t qs, const int16_t *bs, int64_t bss, __m256 *t) {
+    __m256i I[2][2];
+#ifdef NX_PK_VNNI
+    __m256i J[2][2];
+    (void)A;
+    for (int j = 0; j < R; j++) {
+        I[j][0] = I[j][1] = _mm256_set1_epi32(-128 * ((int32_t)bs[j * bss] + bs[j * bss + 1]));
+        J[j][0] = J[j][1] = _mm256_setzero_si256();
+    }
+#else
+    const __m256i ones = _mm256_set1_epi16(1);
+    (void)bs, (void)bss;
+    for (int j = 0; j < R; j++) I[j][0] = I[j][1] = _mm256_setzero_si256();
+#endif
+#pragma GCC unroll 8
+    for (int k = 0; k < 8; k++)
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++)
+#pragma GCC unroll 2
+            for (int j = 0; j < R; j++) {
+                const __m256i x = bcast4(q + j * qs + 4 * k);
+#ifdef NX_PK_VNNI
+                if (k % 2) J[j][h] = _mm256_dpbusd_avx_epi32(J[j][h], U[2 * k + h], x);
+                else I[j][h] = _mm256_dpbusd_avx_epi32(I[j][h], U[2 * k + h], x);
+#else
+                const __m256i p = _mm256_maddubs_epi16(A[2 * k + h], _mm256_sign_epi8(x, U[2 * k + h]));
+                I[j][h] = _mm256_add_epi32(I[j][h], _mm256_madd_epi16(p, ones));
+                KEEP(I[j][h]);
+#endif
+            }
+#pragma GCC unroll 2
+    for (int j = 0; j < R; j++) {
+#ifdef NX_PK_VNNI
+        I[j][0] = _mm256_add_epi32(I[j][0], J[j][0]);
+        I[j][1] = _mm256_add_epi32(I[j][1], J[j][1]);
+#endif
+        t[2 * j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(I[j][0]), DS0, t[2 * j]);
+        t[2 * j + 1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(I[j][1]), DS1, t[2 * j + 1]);
     }
 }
+/* Super-block sb of one group for n rows (N = 1 or 2: that many; N = 0: any n <= NX_MM_TILE). */
+AI void iq4xs_block(const int N, const uint8_t *bp, const nx_mm_act *a, int64_t sb, int n, __m256 *acc) {
+    const int nn = N ? N : n;
+    const int64_t qs = a->q_stride, bss = a->bs_stride;
+    const __m256 dw0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)bp));
+    const __m256 dw1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(bp + 16)));
+    __m256 t[2 * NX_MM_TILE];
+    for (int r = 0; r < 2 * nn; r++) t[r] = _mm256_setzero_ps();
+    prefetch_k(bp, 192);
+#pragma GCC unroll 1
+    for (int j = 0; j < 8; j++) {
+        const uint8_t *cp = bp + 192 + 256 * j;
+        prefetch_k(cp, 256);
+        const __m256 DS0 = _mm256_mul_ps(dw0, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(bp + 32 + 16 * j)))));
+        const __m256 DS1 = _mm256_mul_ps(dw1, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(bp + 40 + 16 * j)))));
+        __m256i U[16], A[16];
+        iq4xs_unpack(cp, U, A);
+        const uint8_t *q = a->q + 256 * sb + 32 * j;
+        const int16_t *bs = a->bs + 16 * sb + 2 * j;
+        if (N) {
+            iq4xs_rows(N, U, A, DS0, DS1, q, qs, bs, bss, t);
+            continue;
+        }
+        int r = 0;
+#pragma GCC unroll 1
+        for (; r + 2 <= n; r += 2) iq4xs_rows(2, U, A, DS0, DS1, q + r * qs, qs, bs + r * bss, bss, t + 2 * r);
+        if (r < n) iq4xs_rows(1, U, A, DS0, DS1, q + r * qs, qs, bs + r * bss, bss, t + 2 * r);
+    }
+    for (int r = 0; r < nn; r++) {
+        const __m256 dx = _mm256_set1_ps(a->d[r * a->d_stride + sb]);
+        acc[2 * r] = _mm256_fmadd_ps(t[2 * r], dx, acc[2 * r]);
+        acc[2 * r + 1] = _mm256_fmadd_ps(t[2 * r + 1], dx, acc[2 * r + 1]);
+    }
+}
+PK_DRIVER(nx_mm_pk_iq4_xs, iq4xs_block, NX_MM_IQ4XSX16_BLOCK)
 
 /* ===== K-quant driver =====
  * The K-quant steps work one half (8 weight rows) of a block at a time: a half's 8 unpacked
@@ -330,12 +417,6 @@ void PK(nx_mm_pk_q4_0)(int64_t nb, const uint8_t *wp, int64_t n_groups, const nx
  * further ahead than Q8_0's: a K-quant block with 4+ rows takes longer than a DRAM miss.
  * The cases of 5 and 6 rows exist only where MAXR allows (the bound keeps NR <= MAXR for
  * the arrays; the guarded calls fold away). */
-#ifndef NX_MM_PREFETCH_K
-#define NX_MM_PREFETCH_K 4096
-#endif
-AI void prefetch_k(const uint8_t *p, size_t bytes) {
-    for (size_t o = 0; o < bytes; o += 64) _mm_prefetch((const char *)(p + NX_MM_PREFETCH_K + o), _MM_HINT_T0);
-}
 #define PK_KERNELS_K(fname, STEP, BLOCK, MAXR, PREFILL) PK_KERNELS_K_(fname, STEP, BLOCK, MAXR, PREFILL)   /* fname expanded first */
 #define PK_KERNELS_K_(fname, STEP, BLOCK, MAXR, PREFILL) \
     AI void fname##_run(const int NR, const int TWO, int64_t nb, const uint8_t *g0, const uint8_t *g1, \

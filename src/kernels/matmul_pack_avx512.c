@@ -459,6 +459,104 @@ AI void q5k_step2(const int NR, const uint8_t *b0, const uint8_t *b1, const nx_m
 PK_KERNELS(nx_mm_pk_q4_K_avx512_plain, q4k_step, q4k_step2, NX_MM_Q4KX16_BLOCK)
 PK_KERNELS(nx_mm_pk_q5_K_avx512_plain, q5k_step, q5k_step2, NX_MM_Q5KX16_BLOCK)
 
+/* ===== IQ4_XS x16 =====
+ * Per super-block: d*sc_j per sub-block (exact), shared by the rows. Per sub-block the 4 code
+ * vectors give 8 nibble vectors, and one vpshufb each turns them into the values + 128
+ * (unsigned); per row, 8 vpdpbusd from -128 * (the sub-block's activation code sum), which
+ * leaves the exact signed dot product, then one convert and one fma; one fma by d_x per
+ * super-block. */
+AI __m512i iq4_lut(void) {
+    static const uint8_t u[16] = {1, 24, 45, 63, 79, 93, 106, 118, 129, 141, 153, 166, 181, 197, 217, 241};
+    return _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)u));   /* nx_mm_iq4_table + 128 */
+}
+AI void iq4xs_head(const uint8_t *bp, __m512 *DS) {
+    const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)bp));
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; j++)
+        DS[j] = _mm512_mul_ps(dw, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(bp + 32 + 16 * j)))));
+}
+AI void iq4xs_codes(const uint8_t *cp, __m512i lut, __m512i *W) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+#pragma GCC unroll 4
+    for (int kk = 0; kk < 4; kk++) {
+        const __m512i v = _mm512_loadu_si512(cp + 64 * kk);
+        W[2 * kk] = _mm512_shuffle_epi8(lut, _mm512_and_si512(v, m4));
+        W[2 * kk + 1] = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(v, 4), m4));
+    }
+}
+/* -128 * (row r's code sum over sub-block j): the offset of the values + 128, exact */
+AI __m512i iq4xs_start(const nx_mm_act *a, int r, int64_t sb, int j) {
+    const int16_t *bs = a->bs + r * a->bs_stride + 16 * sb + 2 * j;
+    return _mm512_set1_epi32(-128 * ((int32_t)bs[0] + bs[1]));
+}
+AI void iq4xs_step(const int NR, const uint8_t *bp, const nx_mm_act *a, int64_t sb, __m512 *acc) {
+    const __m512i lut = iq4_lut(), zero = _mm512_setzero_si512();
+    __m512 t[8], DS[8];
+    prefetch_blk(bp, 192);
+    iq4xs_head(bp, DS);
+#pragma GCC unroll 8
+    for (int r = 0; r < NR; r++) t[r] = _mm512_setzero_ps();
+#pragma GCC unroll 1
+    for (int j = 0; j < 8; j++) {
+        const uint8_t *cp = bp + 192 + 256 * j;
+        prefetch_blk(cp, 256);
+        __m512i W[8];
+        iq4xs_codes(cp, lut, W);
+#pragma GCC unroll 8
+        for (int r = 0; r < NR; r++) {
+            const uint8_t *q = a->q + r * a->q_stride + 256 * sb + 32 * j;
+            __m512i I0 = iq4xs_start(a, r, sb, j), I1 = zero;
+#pragma GCC unroll 4
+            for (int k = 0; k < 8; k += 2) {
+                I0 = _mm512_dpbusd_epi32(I0, W[k], _mm512_set1_epi32((int)ld32(q + 4 * k)));
+                I1 = _mm512_dpbusd_epi32(I1, W[k + 1], _mm512_set1_epi32((int)ld32(q + 4 * k + 4)));
+            }
+            t[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(I0, I1)), DS[j], t[r]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < NR; r++) acc[r] = _mm512_fmadd_ps(t[r], _mm512_set1_ps(a->d[r * a->d_stride + sb]), acc[r]);
+}
+/* Both streams at once: each broadcast activation serves the two groups. */
+AI void iq4xs_step2(const int NR, const uint8_t *bp0, const uint8_t *bp1, const nx_mm_act *a, int64_t sb, __m512 *acc0,
+                    __m512 *acc1) {
+    const __m512i lut = iq4_lut();
+    __m512 t0[8], t1[8], DS0[8], DS1[8];
+    prefetch_blk(bp0, 192);
+    prefetch_blk(bp1, 192);
+    iq4xs_head(bp0, DS0);
+    iq4xs_head(bp1, DS1);
+#pragma GCC unroll 8
+    for (int r = 0; r < NR; r++) t0[r] = t1[r] = _mm512_setzero_ps();
+#pragma GCC unroll 1
+    for (int j = 0; j < 8; j++) {
+        const size_t off = 192 + (size_t)256 * j;
+        prefetch_blk(bp0 + off, 256);
+        prefetch_blk(bp1 + off, 256);
+        __m512i W0[8], W1[8];
+        iq4xs_codes(bp0 + off, lut, W0);
+        iq4xs_codes(bp1 + off, lut, W1);
+#pragma GCC unroll 8
+        for (int r = 0; r < NR; r++) {
+            const uint8_t *q = a->q + r * a->q_stride + 256 * sb + 32 * j;
+            const __m512i c = iq4xs_start(a, r, sb, j), zero = _mm512_setzero_si512();
+            __m512i I0 = c, I1 = c, J0 = zero, J1 = zero;
+#pragma GCC unroll 4
+            for (int k = 0; k < 8; k += 2) {
+                const __m512i x = _mm512_set1_epi32((int)ld32(q + 4 * k)), z = _mm512_set1_epi32((int)ld32(q + 4 * k + 4));
+                I0 = _mm512_dpbusd_epi32(I0, W0[k], x);
+                I1 = _mm512_dpbusd_epi32(I1, W1[k], x);
+                J0 = _mm512_dpbusd_epi32(J0, W0[k + 1], z);
+                J1 = _mm512_dpbusd_epi32(J1, W1[k + 1], z);
+            }
+            t0[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(I0, J0)), DS0[j], t0[r]);
+            t1[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(I1, J1)), DS1[j], t1[r]);
+        }
+    }
+    scale_rows2(NR, a, sb, t0, t1, acc0, acc1);
+}
+PK_KERNELS(nx_mm_pk_iq4_xs_avx512, iq4xs_step, iq4xs_step2, NX_MM_IQ4XSX16_BLOCK)
+
 /* Prefill, as q8_tile8: one group against one tile of 8 rows of the interleaved copy, the 8
  * partial sums t in registers, the scale vectors on the stack. k4_step's arithmetic exactly
  * (integer sums exact; t = cvt(Mn) * -dmin, then per sub-block fma(cvt(I), d*sc_j, t), then
