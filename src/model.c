@@ -71,7 +71,14 @@ nx_status nx_model_load(const char *path, const nx_model_params *params, nx_mode
     if (nx_model_key_int(m, "context_length", -1, &v) && v > 0 && v < (1ll << 31)) m->n_ctx_train = (int)v;
     if (nx_model_key_int(m, "embedding_length", -1, &v) && v > 0 && v < (1ll << 31)) m->n_embd = (int)v;
     m->impl = nx_arch_find(m->arch);
-    if (m->impl && m->impl->load(m, &err) != NX_OK) {
+    if (m->impl) {   /* packing's threads; none (one thread packs) is only slower */
+        nx_error terr = {0};
+        m->load_tp = nx_threadpool_create(m->params.n_threads, &terr);
+    }
+    const nx_status lst = m->impl ? m->impl->load(m, &err) : NX_OK;
+    nx_threadpool_free(m->load_tp);
+    m->load_tp = NULL;
+    if (lst != NX_OK) {
         nx_error_prefix(&err, "%s", path);
         nx_model_free(m);
         return nx_error_publish(&err);
@@ -143,7 +150,7 @@ void nx_model_pack_weight(nx_model *m, const nx_tensor *ct) {
     if (bytes >= huge) madvise(p, bytes, MADV_HUGEPAGE);   /* advice only */
     if (!owned_reserve(m)) { free(p); return; }
     m->owned[m->n_owned++] = p;
-    nx_matmul_pack(t, p);
+    nx_matmul_pack_tp(m->load_tp, t, p);
     t->packed = p;
     m->packed_bytes += bytes;
     const uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);

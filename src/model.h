@@ -28,6 +28,7 @@ struct nx_model {
     void **owned;         /* derived buffers freed with the model */
     size_t packed_bytes;  /* of them, the matmul weights' packed copies (nx_model_pack_weight) */
     size_t n_owned, cap_owned;
+    struct nx_threadpool *load_tp;   /* during nx_model_load only (packing); NULL: one thread */
 };
 
 /* A batch (nextn.h): parallel arrays of n rows. */

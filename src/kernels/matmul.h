@@ -105,6 +105,9 @@ nx_status nx_matmul_multi(nx_threadpool *tp, nx_matmul_scratch *scratch, const n
  * level has its kernel (else the unpacked data, which must stay readable). */
 size_t nx_matmul_pack_size(const nx_tensor *w);
 void nx_matmul_pack(const nx_tensor *w, void *dst);
+/* The same bytes, the groups split over tp's threads (tp NULL: this thread), so a large
+ * model's load packs at the speed of all its cores (the first touch of dst's pages too). */
+void nx_matmul_pack_tp(nx_threadpool *tp, const nx_tensor *w, void *dst);
 
 /* Read n bytes (64-byte aligned, n a multiple of 256) with the current level's widest loads;
  * returns a checksum so the reads are not optimised away. For bench-kernels' bandwidth figure. */

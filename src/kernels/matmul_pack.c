@@ -81,18 +81,27 @@ static void pack_q8_0(const uint8_t *src, size_t rb, uint8_t *bp, int64_t b) {
     }
 }
 
+/* One 32-value run stored as Q4_0 / IQ4_NL / IQ4_XS keep it (16 bytes: values 0..15 in the
+ * low nibbles, 16..31 in the high ones) into the x16 code vectors at dst, row l: byte
+ * 64kk + 4l + i = value 8kk + i | value 8kk + 4 + i << 4. */
+static void pack_nibbles32(const uint8_t *qs, uint8_t *dst, int l) {
+    uint8_t c[32];
+    for (int i = 0; i < 16; i++) {
+        c[i] = qs[i] & 15;
+        c[16 + i] = qs[i] >> 4;
+    }
+    for (int kk = 0; kk < 4; kk++)
+        for (int i = 0; i < 4; i++) dst[64 * kk + 4 * l + i] = (uint8_t)(c[8 * kk + i] | c[8 * kk + 4 + i] << 4);
+}
+
 /* Q4_0 x16 (matmul_impl.h): the 16 fp16 scales, then the stored nibbles regrouped so that
  * each 64-byte vector holds 4 consecutive values of the 16 rows (low nibbles) and the next 4
  * (high nibbles), as Q4_K x16's sub-blocks. The bytes equal the rows' Q4_0 blocks in number. */
 static void pack_q4_0(const uint8_t *src, size_t rb, uint8_t *bp, int64_t b) {
-    memset(bp, 0, NX_MM_Q40X16_BLOCK);
     for (int l = 0; l < NX_MM_PACK_ROWS; l++) {
         const nx_block_q4_0 *blk = (const void *)(src + (size_t)l * rb + (size_t)b * sizeof(nx_block_q4_0));
         memcpy(bp + 2 * l, &blk->d, 2);
-        for (int v = 0; v < 32; v++) {
-            const int code = v < 16 ? blk->qs[v] & 15 : blk->qs[v - 16] >> 4, k = v / 4;
-            bp[32 + 64 * (k / 2) + 4 * l + v % 4] |= (uint8_t)(code << (4 * (k % 2)));
-        }
+        pack_nibbles32(blk->qs, bp + 32, l);
     }
 }
 
@@ -107,10 +116,7 @@ static void pack_iq4_xs(const uint8_t *src, size_t rb, uint8_t *bp, int64_t b) {
         for (int j = 0; j < 8; j++) {
             const int ls = ((blk->scales_l[j / 2] >> (4 * (j % 2))) & 0xF) | (((blk->scales_h >> (2 * j)) & 3) << 4);
             bp[32 + 16 * j + l] = (uint8_t)(int8_t)(ls - 32);
-            for (int v = 0; v < 32; v++) {
-                const int code = v < 16 ? blk->qs[16 * j + v] & 15 : blk->qs[16 * j + v - 16] >> 4, k = v / 4;
-                bp[192 + 256 * j + 64 * (k / 2) + 4 * l + v % 4] |= (uint8_t)(code << (4 * (k % 2)));
-            }
+            pack_nibbles32(blk->qs + 16 * j, bp + 192 + 256 * j, l);
         }
     }
 }
@@ -133,23 +139,29 @@ static void pack_k4(bool q5, const uint8_t *src, size_t rb, uint8_t *bp, int64_t
             bp[64 + 16 * j + l] = sc[j];
             bp[192 + 16 * j + l] = m[j];
         }
-        for (int v = 0; v < 256; v++) {
-            const int c = v / 64, h = (v % 64) / 32, i = v % 32;
-            const uint8_t code = (uint8_t)((qs[32 * c + i] >> (4 * h)) & 15);
-            const int j = v / 32, k = (v % 32) / 4, kk = k / 2;
+        /* the codes (and fifth bits) in value order, then each packed byte written once */
+        uint8_t code[256], fifth[256];
+        for (int c = 0; c < 4; c++)   /* value 64c + 32h + i: nibble h of qs[32c + i] */
+            for (int i = 0; i < 32; i++) {
+                code[64 * c + i] = qs[32 * c + i] & 15;
+                code[64 * c + 32 + i] = qs[32 * c + i] >> 4;
+            }
+        if (q5)   /* value 32j + i: bit j of qh[i] */
+            for (int j = 0; j < 8; j++)
+                for (int i = 0; i < 32; i++) fifth[32 * j + i] = (uint8_t)((qh[i] >> j) & 1);
+        for (int j = 0; j < 8; j++) {
             uint8_t *sp = bp + 320 + sbs * (size_t)j;
-            sp[64 * kk + 4 * l + v % 4] |= (uint8_t)(code << (4 * (k % 2)));
-            if (q5) sp[256 + 4 * l + v % 4] |= (uint8_t)(((qh[i] >> (2 * c + h)) & 1) << k);
+            const uint8_t *cj = code + 32 * j, *fj = fifth + 32 * j;
+            for (int kk = 0; kk < 4; kk++)
+                for (int i = 0; i < 4; i++) sp[64 * kk + 4 * l + i] = (uint8_t)(cj[8 * kk + i] | cj[8 * kk + 4 + i] << 4);
+            if (q5)
+                for (int i = 0; i < 4; i++) {
+                    uint8_t bits = 0;
+                    for (int k = 0; k < 8; k++) bits |= (uint8_t)(fj[4 * k + i] << k);
+                    sp[256 + 4 * l + i] = bits;
+                }
         }
     }
-}
-
-/* The 6-bit code (q + 32, 0..63) of value v of a Q6_K block. */
-static int q6k_code(const nx_block_q6_K *b, int v) {
-    const int h = v / 128, k = (v % 128) / 32, i = v % 32;
-    const uint8_t *ql = b->ql + 64 * h, *qh = b->qh + 32 * h;
-    const int lo = k < 2 ? ql[32 * (k & 1) + i] & 0xF : ql[32 * (k & 1) + i] >> 4;
-    return lo | (((qh[i] >> (2 * k)) & 3) << 4);
 }
 
 /* Q6_K x16 (matmul_impl.h): d, the int8 scales in (g, g+1) pairs per row, then per group of
@@ -160,22 +172,35 @@ static void pack_q6_K(const uint8_t *src, size_t rb, uint8_t *bp, int64_t b) {
         const nx_block_q6_K *blk = (const void *)(src + (size_t)l * rb + (size_t)b * sizeof(nx_block_q6_K));
         memcpy(bp + 2 * l, &blk->d, 2);
         for (int g = 0; g < 16; g++) bp[32 + 32 * (g / 2) + 2 * l + g % 2] = (uint8_t)blk->scales[g];
-        for (int v = 0; v < 256; v++) {
-            const int c = q6k_code(blk, v), g = v / 16, k = (v % 16) / 4, i = v % 4;
+        uint8_t code[256];
+        for (int h = 0; h < 2; h++)   /* the 6-bit codes c = q + 32: value 128h + 32k + i has nibble k / 2 of
+                                         * ql[64h + 32(k % 2) + i] and bits 2k.. of qh[32h + i] */
+            for (int i = 0; i < 32; i++) {
+                const uint8_t l0 = blk->ql[64 * h + i], l1 = blk->ql[64 * h + 32 + i], hb = blk->qh[32 * h + i];
+                code[128 * h + i] = (uint8_t)((l0 & 15) | (hb & 3) << 4);
+                code[128 * h + 32 + i] = (uint8_t)((l1 & 15) | ((hb >> 2) & 3) << 4);
+                code[128 * h + 64 + i] = (uint8_t)((l0 >> 4) | ((hb >> 4) & 3) << 4);
+                code[128 * h + 96 + i] = (uint8_t)((l1 >> 4) | ((hb >> 6) & 3) << 4);
+            }
+        for (int g = 0; g < 16; g++) {
             uint8_t *gp = bp + 320 + 192 * g;
-            gp[64 * (k / 2) + 4 * l + i] |= (uint8_t)((c & 15) << (4 * (k % 2)));
-            gp[128 + 4 * l + i] |= (uint8_t)((c >> 4) << (2 * k));
+            const uint8_t *cg = code + 16 * g;
+            for (int i = 0; i < 4; i++) {
+                gp[4 * l + i] = (uint8_t)((cg[i] & 15) | (cg[4 + i] & 15) << 4);
+                gp[64 + 4 * l + i] = (uint8_t)((cg[8 + i] & 15) | (cg[12 + i] & 15) << 4);
+                gp[128 + 4 * l + i] = (uint8_t)(cg[i] >> 4 | (cg[4 + i] >> 4) << 2 | (cg[8 + i] >> 4) << 4 | (cg[12 + i] >> 4) << 6);
+            }
         }
     }
 }
 
-void nx_matmul_pack(const nx_tensor *w, void *dst) {
+/* Groups [g0, g1) of w's packed copy. */
+static void pack_groups(const nx_tensor *w, uint8_t *out, int64_t g0, int64_t g1) {
     int bv;
     size_t bb;
     if (!nx_mm_pack_format(w->type, &bv, &bb)) return;
-    const int64_t nb = w->ne[0] / bv, ng = w->ne[1] / NX_MM_PACK_ROWS;
-    uint8_t *out = dst;
-    for (int64_t g = 0; g < ng; g++) {
+    const int64_t nb = w->ne[0] / bv;
+    for (int64_t g = g0; g < g1; g++) {
         const uint8_t *src = (const uint8_t *)w->data + (size_t)(g * NX_MM_PACK_ROWS) * w->nb[1];
         for (int64_t b = 0; b < nb; b++) {
             uint8_t *bp = out + (size_t)(g * nb + b) * bb;
@@ -186,6 +211,21 @@ void nx_matmul_pack(const nx_tensor *w, void *dst) {
             else pack_q6_K(src, w->nb[1], bp, b);
         }
     }
+}
+
+void nx_matmul_pack(const nx_tensor *w, void *dst) { pack_groups(w, dst, 0, w->ne[1] / NX_MM_PACK_ROWS); }
+
+typedef struct { const nx_tensor *w; uint8_t *dst; int64_t ng; } pack_job;
+
+static void pack_task(void *arg, int ith, int nth) {
+    const pack_job *j = arg;
+    pack_groups(j->w, j->dst, j->ng * ith / nth, j->ng * (ith + 1) / nth);
+}
+
+void nx_matmul_pack_tp(nx_threadpool *tp, const nx_tensor *w, void *dst) {
+    pack_job j = {.w = w, .dst = dst, .ng = w->ne[1] / NX_MM_PACK_ROWS};
+    if (!tp || j.ng < 64) { nx_matmul_pack(w, dst); return; }   /* small: not worth a hand-off */
+    nx_threadpool_run(tp, pack_task, &j);
 }
 
 /* ===== Scalar references (the contracts, one lane at a time) ===== */
