@@ -10,7 +10,7 @@
  *   - extreme codes (all-0x00/0xFF/0x80/0x7F weights, activations at +-127): no int16 /
  *     int32 saturation in the SIMD kernels' integer sums (== scalar, batches 1..9);
  *   - bad arguments give errors, not crashes;
- *   - packed Q8_0 / Q4_0 / Q4_K / Q5_K / Q6_K / IQ4_XS x16 weights (AVX2 and AVX-512): the packed contract bit for bit,
+ *   - packed Q8_0 / Q4_0 / IQ4_NL / Q4_K / Q5_K / Q6_K / IQ4_XS x16 weights (AVX2 and AVX-512): the packed contract bit for bit,
  *     batch / thread invariance, up to prefill batches of 512 (the AVX-512 interleaved tiles);
  *     the AVX-512 level once more with AMX where the machine has it (Q8_0 prefill tiles).
  * Weights are random bytes with sane scale fields, so every code pattern is exercised.
@@ -614,6 +614,7 @@ static void test_cpu_env(void) {
         CHECK(nx_mm_pick_pkernel(NX_TYPE_Q6_K) == (v == NX_CPU_AVX2_VNNI ? nx_mm_pk_q6_K_avx2vnni : nx_mm_pk_q6_K_avx2));
         CHECK(nx_mm_pick_pkernel(NX_TYPE_Q4_0) == (v == NX_CPU_AVX2_VNNI ? nx_mm_pk_q4_0_avx2vnni : nx_mm_pk_q4_0_avx2));
         CHECK(nx_mm_pick_pkernel(NX_TYPE_IQ4_XS) == (v == NX_CPU_AVX2_VNNI ? nx_mm_pk_iq4_xs_avx2vnni : nx_mm_pk_iq4_xs_avx2));
+        CHECK(nx_mm_pick_pkernel(NX_TYPE_IQ4_NL) == (v == NX_CPU_AVX2_VNNI ? nx_mm_pk_iq4_nl_avx2vnni : nx_mm_pk_iq4_nl_avx2));
         bool listed = false;
         for (int i = 0; i < n; i++) listed |= lv[i] == NX_CPU_AVX2_VNNI;
         CHECK(listed == (v == NX_CPU_AVX2_VNNI));
@@ -695,7 +696,7 @@ static void test_quantize_levels(void) {
  * contract too. At the scalar level: no packed size, and a tensor carrying a packed copy
  * computes exactly what the unpacked tensor does. */
 static void packed_reference(const wmat *m, const float *x, int64_t n_rows, int64_t ldx, float *y, int64_t ldy) {
-    const int64_t n_in = m->n_in, B = m->type == NX_TYPE_Q8_0 || m->type == NX_TYPE_Q4_0 ? 32 : 256, nb = n_in / B;
+    const int64_t n_in = m->n_in, B = m->type == NX_TYPE_Q8_0 || m->type == NX_TYPE_Q4_0 || m->type == NX_TYPE_IQ4_NL ? 32 : 256, nb = n_in / B;
     uint8_t *q = malloc((size_t)n_in);
     float *d = malloc(sizeof(float) * (size_t)nb);
     int16_t *bs = malloc(sizeof(int16_t) * (size_t)nb * 16);
@@ -706,13 +707,16 @@ static void packed_reference(const wmat *m, const float *x, int64_t n_rows, int6
             float acc = 0.0f;
             for (int64_t b = 0; b < nb; b++) {
                 if (B == 32) {
-                    const bool q4 = m->type == NX_TYPE_Q4_0;   /* value i: nibble i % 16 of byte i % 16, minus 8 */
-                    const uint8_t *blk = row + (q4 ? 18 : 34) * b;
+                    /* Q4_0 / IQ4_NL value i: nibble i / 16 of byte i % 16, minus 8 or by the table */
+                    const bool q4 = m->type == NX_TYPE_Q4_0, nl = m->type == NX_TYPE_IQ4_NL;
+                    const uint8_t *blk = row + (q4 || nl ? 18 : 34) * b;
                     nx_half h;
                     memcpy(&h, blk, 2);
                     int32_t I = 0;
-                    for (int i = 0; i < 32; i++)
-                        I += (q4 ? ((blk[2 + i % 16] >> (4 * (i / 16))) & 15) - 8 : (int32_t)(int8_t)blk[2 + i]) * (int8_t)q[32 * b + i];
+                    for (int i = 0; i < 32; i++) {
+                        const int c = (blk[2 + i % 16] >> (4 * (i / 16))) & 15;
+                        I += (q4 ? c - 8 : nl ? nx_iq4nl_values[c] : (int32_t)(int8_t)blk[2 + i]) * (int8_t)q[32 * b + i];
+                    }
                     const float sc = nx_half_to_f32(h) * d[b];
                     acc = fmaf((float)I, sc, acc);
                     continue;
@@ -826,7 +830,7 @@ static void check_amx_direct(int64_t n_in, int64_t n_out, const void *pk, const 
 
 static void check_packed(nx_type type, int64_t n_in, int64_t n_out, bool extreme, nx_threadpool **tp) {
     const int64_t ldx = n_in + 5, ldy = n_out + 3;
-    const int B = type == NX_TYPE_Q8_0 || type == NX_TYPE_Q4_0 ? 32 : 256;
+    const int B = type == NX_TYPE_Q8_0 || type == NX_TYPE_Q4_0 || type == NX_TYPE_IQ4_NL ? 32 : 256;
     size_t bb;
     CHECK(nx_mm_pack_format(type, NULL, &bb));
     wmat m;
@@ -835,7 +839,8 @@ static void check_packed(nx_type type, int64_t n_in, int64_t n_out, bool extreme
         for (int64_t o = 0; o < 8; o++)
             for (int64_t b = 0; b < n_in / B; b++) {
                 if (type == NX_TYPE_Q8_0) memset(m.wbytes + m.rb * (size_t)o + 34 * b + 2, o % 2 ? 0x80 : 0x7F, 32);
-                else if (type == NX_TYPE_Q4_0) memset(m.wbytes + m.rb * (size_t)o + 18 * b + 2, o % 2 ? 0x00 : 0xFF, 16);   /* -8, 7 */
+                else if (type == NX_TYPE_Q4_0 || type == NX_TYPE_IQ4_NL)   /* -8, 7 / -127, 113 */
+                    memset(m.wbytes + m.rb * (size_t)o + 18 * b + 2, o % 2 ? 0x00 : 0xFF, 16);
                 else if (type == NX_TYPE_Q4_K) memset(m.wbytes + m.rb * (size_t)o + 144 * b + 4, 0xFF, 140);   /* sc = m = 63, codes 15 */
                 else if (type == NX_TYPE_Q5_K) memset(m.wbytes + m.rb * (size_t)o + 176 * b + 4, 0xFF, 172);   /* codes 31 */
                 else if (type == NX_TYPE_IQ4_XS)   /* scales 31 and values 113, or -32 and -127 */
@@ -871,7 +876,8 @@ static void check_packed(nx_type type, int64_t n_in, int64_t n_out, bool extreme
             }
             nx_mm_act act = {.q = q, .d = d, .bs = bs, .cs = cs};
             (type == NX_TYPE_Q4_K ? nx_mm_pk_q4_K_scalar : type == NX_TYPE_Q5_K ? nx_mm_pk_q5_K_scalar : type == NX_TYPE_Q6_K ? nx_mm_pk_q6_K_scalar
-             : type == NX_TYPE_Q4_0 ? nx_mm_pk_q4_0_scalar : type == NX_TYPE_IQ4_XS ? nx_mm_pk_iq4_xs_scalar : nx_mm_pk_q8_0_scalar)(
+             : type == NX_TYPE_Q4_0 ? nx_mm_pk_q4_0_scalar : type == NX_TYPE_IQ4_XS ? nx_mm_pk_iq4_xs_scalar
+             : type == NX_TYPE_IQ4_NL ? nx_mm_pk_iq4_nl_scalar : nx_mm_pk_q8_0_scalar)(
                 n_in / B, pk, n_out / 16, &act, 1, y, ldy);
             CHECK_MSG(same_bits(y, ref + r * ldy, (size_t)n_out), "%s scalar packed reference row %d", nx_type_name(type), r);
         }
@@ -997,7 +1003,7 @@ static void check_packed_batches(nx_type type, int64_t n_in, int64_t n_out, nx_t
     enum { R = 512 };
     float *x = make_x(R, ldx);
     float *ref = malloc(sizeof(float) * R * (size_t)ldy), *y = malloc(sizeof(float) * R * (size_t)ldy);
-    const int B = type == NX_TYPE_Q8_0 || type == NX_TYPE_Q4_0 ? 32 : 256;
+    const int B = type == NX_TYPE_Q8_0 || type == NX_TYPE_Q4_0 || type == NX_TYPE_IQ4_NL ? 32 : 256;
     const size_t want = (size_t)(n_out / 16) * (size_t)(n_in / B) * bb;
     void *pk = aligned_alloc(64, (want + 63) / 64 * 64);
     { nx_tensor t = m.w; t.packed = NULL; nx_matmul_pack(&t, pk); }
@@ -1091,6 +1097,9 @@ static void test_packed(void) {
     check_packed(NX_TYPE_Q4_0, 32, 16, false, tp);
     check_packed(NX_TYPE_Q4_0, 96, 48, true, tp);
     check_packed(NX_TYPE_Q4_0, 1024, 64, false, tp);
+    check_packed(NX_TYPE_IQ4_NL, 32, 16, false, tp);
+    check_packed(NX_TYPE_IQ4_NL, 96, 48, true, tp);
+    check_packed(NX_TYPE_IQ4_NL, 1024, 64, false, tp);
     check_packed(NX_TYPE_Q4_K, 256, 16, false, tp);
     check_packed(NX_TYPE_Q4_K, 512, 48, true, tp);
     check_packed(NX_TYPE_Q4_K, 1024, 32, false, tp);
@@ -1105,6 +1114,7 @@ static void test_packed(void) {
     check_packed(NX_TYPE_IQ4_XS, 1024, 32, false, tp);
     check_packed_batches(NX_TYPE_Q8_0, 512, 48, tp);
     check_packed_batches(NX_TYPE_Q4_0, 512, 48, tp);
+    check_packed_batches(NX_TYPE_IQ4_NL, 512, 48, tp);
     check_packed_batches(NX_TYPE_Q4_K, 512, 48, tp);
     check_packed_batches(NX_TYPE_Q5_K, 512, 32, tp);
     check_packed_batches(NX_TYPE_Q6_K, 512, 48, tp);

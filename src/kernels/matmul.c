@@ -76,7 +76,7 @@ static bool q4k_permuted(nx_type type) { return NX_MM_X86 && type == NX_TYPE_Q4_
 
 /* The prefill copy of the AVX-512 packed kernels (matmul_impl.h: qi, ci): bytes for n_rows
  * rows (whole tiles only; the rows past the last whole tile run from the plain layout). */
-static bool pk_b32(nx_type t) { return t == NX_TYPE_Q8_0 || t == NX_TYPE_Q4_0; }   /* packed, 32-value blocks: cs */
+static bool pk_b32(nx_type t) { return t == NX_TYPE_Q8_0 || t == NX_TYPE_Q4_0 || t == NX_TYPE_IQ4_NL; }   /* packed, 32-value blocks: cs */
 static bool itile_type(nx_type t) {
     return NX_MM_X86 && (pk_b32(t) || t == NX_TYPE_Q4_K || t == NX_TYPE_Q5_K || t == NX_TYPE_Q6_K);
 }

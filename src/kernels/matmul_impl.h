@@ -101,6 +101,8 @@ static inline nx_mm_act nx_mm_act_rows(const nx_mm_act *a, int64_t r) {
  *   kk = 0..3, 64 bytes: byte 4l + i holds in its low nibble the stored code (q + 8) of value
  *   8kk + i of row l and in its high nibble that of value 8kk + 4 + i. Q8_0 x16's contract with
  *   I_b = sum (code - 8) * x (exact; the kernels start it from cs / 16 = -8 * sum x).
+ * IQ4_NL x16: Q4_0 x16's bytes (the same block fields), Q8_0 x16's contract with
+ *   I_b = sum nx_mm_iq4_table[code] * x (exact).
  * Q4_K x16 (2368 bytes): d[16], dmin[16] (fp16), sc[8][16], m[8][16] (the 6-bit scales and
  *   mins, bytes, [sub-block][row]), then for sub-block j and kk = 0..3, 64 bytes at
  *   320 + 256j + 64kk: byte 4l + i holds in its low nibble the code of value 32j + 8kk + i of
@@ -154,6 +156,10 @@ NX_MM_PK_DECL(nx_mm_pk_q4_0_scalar)
 NX_MM_PK_DECL(nx_mm_pk_q4_0_avx2)
 NX_MM_PK_DECL(nx_mm_pk_q4_0_avx2vnni)
 NX_MM_PK_DECL(nx_mm_pk_q4_0_avx512)
+NX_MM_PK_DECL(nx_mm_pk_iq4_nl_scalar)
+NX_MM_PK_DECL(nx_mm_pk_iq4_nl_avx2)
+NX_MM_PK_DECL(nx_mm_pk_iq4_nl_avx2vnni)
+NX_MM_PK_DECL(nx_mm_pk_iq4_nl_avx512)
 NX_MM_PK_DECL(nx_mm_pk_q4_K_scalar)
 NX_MM_PK_DECL(nx_mm_pk_q4_K_avx2)
 NX_MM_PK_DECL(nx_mm_pk_q4_K_avx2vnni)

@@ -25,7 +25,7 @@ bool nx_mm_pack_format(nx_type type, int *block_values, size_t *block_bytes) {
     size_t bb;
     switch (type) {
     case NX_TYPE_Q8_0: bv = 32; bb = NX_MM_Q8X16_BLOCK; break;
-    case NX_TYPE_Q4_0: bv = 32; bb = NX_MM_Q40X16_BLOCK; break;
+    case NX_TYPE_Q4_0: case NX_TYPE_IQ4_NL: bv = 32; bb = NX_MM_Q40X16_BLOCK; break;
     case NX_TYPE_Q4_K: bv = 256; bb = NX_MM_Q4KX16_BLOCK; break;
     case NX_TYPE_Q5_K: bv = 256; bb = NX_MM_Q5KX16_BLOCK; break;
     case NX_TYPE_Q6_K: bv = 256; bb = NX_MM_Q6KX16_BLOCK; break;
@@ -50,6 +50,8 @@ nx_mm_pkernel nx_mm_pick_pkernel(nx_type type) {
              : v ? nx_mm_pk_q8_0_avx2vnni : v2 ? nx_mm_pk_q8_0_avx2 : NULL;
     case NX_TYPE_Q4_0:   /* no AMX kernel: its codes would need unpacking into tile rows */
         return l == NX_CPU_AVX512 ? nx_mm_pk_q4_0_avx512 : v ? nx_mm_pk_q4_0_avx2vnni : v2 ? nx_mm_pk_q4_0_avx2 : NULL;
+    case NX_TYPE_IQ4_NL:
+        return l == NX_CPU_AVX512 ? nx_mm_pk_iq4_nl_avx512 : v ? nx_mm_pk_iq4_nl_avx2vnni : v2 ? nx_mm_pk_iq4_nl_avx2 : NULL;
     case NX_TYPE_Q4_K: return l == NX_CPU_AVX512 ? nx_mm_pk_q4_K_avx512 : v ? nx_mm_pk_q4_K_avx2vnni : v2 ? nx_mm_pk_q4_K_avx2 : NULL;
     case NX_TYPE_Q5_K: return l == NX_CPU_AVX512 ? nx_mm_pk_q5_K_avx512 : v ? nx_mm_pk_q5_K_avx2vnni : v2 ? nx_mm_pk_q5_K_avx2 : NULL;
     case NX_TYPE_Q6_K: return l == NX_CPU_AVX512 ? nx_mm_pk_q6_K_avx512 : v ? nx_mm_pk_q6_K_avx2vnni : v2 ? nx_mm_pk_q6_K_avx2 : NULL;
@@ -205,7 +207,7 @@ static void pack_groups(const nx_tensor *w, uint8_t *out, int64_t g0, int64_t g1
         for (int64_t b = 0; b < nb; b++) {
             uint8_t *bp = out + (size_t)(g * nb + b) * bb;
             if (w->type == NX_TYPE_Q8_0) pack_q8_0(src, w->nb[1], bp, b);
-            else if (w->type == NX_TYPE_Q4_0) pack_q4_0(src, w->nb[1], bp, b);
+            else if (w->type == NX_TYPE_Q4_0 || w->type == NX_TYPE_IQ4_NL) pack_q4_0(src, w->nb[1], bp, b);   /* same fields */
             else if (w->type == NX_TYPE_Q4_K || w->type == NX_TYPE_Q5_K) pack_k4(w->type == NX_TYPE_Q5_K, src, w->nb[1], bp, b);
             else if (w->type == NX_TYPE_IQ4_XS) pack_iq4_xs(src, w->nb[1], bp, b);
             else pack_q6_K(src, w->nb[1], bp, b);
@@ -260,7 +262,8 @@ void nx_mm_pk_q8_0_scalar(int64_t nb, const uint8_t *wp, int64_t n_groups, const
     }
 }
 
-void nx_mm_pk_q4_0_scalar(int64_t nb, const uint8_t *wp, int64_t n_groups, const nx_mm_act *a, int n_act,
+/* Q4_0 (NL = 0: code - 8) and IQ4_NL (NL = 1: the table's value) x16. */
+static void pk_q4x_scalar(bool nl, int64_t nb, const uint8_t *wp, int64_t n_groups, const nx_mm_act *a, int n_act,
                           float *y, int64_t ldy) {
     for (int64_t g = 0; g < n_groups; g++) {
         const uint8_t *gp = wp + (size_t)g * (size_t)nb * NX_MM_Q40X16_BLOCK;
@@ -273,8 +276,10 @@ void nx_mm_pk_q4_0_scalar(int64_t nb, const uint8_t *wp, int64_t n_groups, const
                     const uint8_t *bp = gp + (size_t)b * NX_MM_Q40X16_BLOCK;
                     int32_t I = 0;
                     for (int k = 0; k < 8; k++)
-                        for (int j = 0; j < 4; j++)
-                            I += (((bp[32 + 64 * (k / 2) + 4 * l + j] >> (4 * (k % 2))) & 15) - 8) * q[32 * b + 4 * k + j];
+                        for (int j = 0; j < 4; j++) {
+                            const int c = (bp[32 + 64 * (k / 2) + 4 * l + j] >> (4 * (k % 2))) & 15;
+                            I += (nl ? nx_mm_iq4_table[c] : c - 8) * q[32 * b + 4 * k + j];
+                        }
                     const float s = ld_half(bp + 2 * l) * d[b];
                     acc = fmaf((float)I, s, acc);
                 }
@@ -282,6 +287,14 @@ void nx_mm_pk_q4_0_scalar(int64_t nb, const uint8_t *wp, int64_t n_groups, const
             }
         }
     }
+}
+void nx_mm_pk_q4_0_scalar(int64_t nb, const uint8_t *wp, int64_t n_groups, const nx_mm_act *a, int n_act, float *y,
+                          int64_t ldy) {
+    pk_q4x_scalar(false, nb, wp, n_groups, a, n_act, y, ldy);
+}
+void nx_mm_pk_iq4_nl_scalar(int64_t nb, const uint8_t *wp, int64_t n_groups, const nx_mm_act *a, int n_act, float *y,
+                            int64_t ldy) {
+    pk_q4x_scalar(true, nb, wp, n_groups, a, n_act, y, ldy);
 }
 
 static void pk_k4_scalar(bool q5, int64_t nsb, const uint8_t *wp, int64_t n_groups, const nx_mm_act *a, int n_act,

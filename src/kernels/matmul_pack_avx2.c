@@ -293,6 +293,27 @@ AI void q4_block(const int N, const uint8_t *bp, const nx_mm_act *a, int64_t b, 
 
 PK_DRIVER(nx_mm_pk_q4_0, q4_block, NX_MM_Q40X16_BLOCK)
 
+/* IQ4_NL x16 (Q4_0 x16's bytes, values by table): each block turned into a Q8_0 x16 block in
+ * L1 (the scales, then the values by one vpshufb per code vector), which Q8_0's kernel takes as
+ * it is (both contracts are fma((float)I_b, d_w*d_x, acc) with I_b the exact dot product). */
+AI void nl_block(const int N, const uint8_t *bp, const nx_mm_act *a, int64_t b, int n, __m256 *acc) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    const __m256i lut = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)nx_mm_iq4_table));
+    __m256i blk[NX_MM_Q8X16_BLOCK / 32];
+    prefetch_blk(bp, NX_MM_Q40X16_BLOCK);
+    blk[0] = _mm256_loadu_si256((const __m256i *)bp);   /* the 16 fp16 scales */
+#pragma GCC unroll 4
+    for (int kk = 0; kk < 4; kk++)
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            const __m256i v = _mm256_loadu_si256((const __m256i *)(bp + 32 + 64 * kk + 32 * h));
+            blk[1 + 2 * (2 * kk) + h] = _mm256_shuffle_epi8(lut, _mm256_and_si256(v, m4));
+            blk[1 + 2 * (2 * kk + 1) + h] = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(v, 4), m4));
+        }
+    q8_block(N, (const uint8_t *)blk, a, b, n, acc);
+}
+PK_DRIVER(nx_mm_pk_iq4_nl, nl_block, NX_MM_Q40X16_BLOCK)
+
 /* ===== IQ4_XS x16 =====
  * Per sub-block, both 8-row halves' codes turned into values by one vpshufb each, once for all
  * the call's rows (16 vectors, in L1); VNNI takes the values + 128 unsigned in vpdpbusd from

@@ -193,29 +193,39 @@ static void q8_tile8(int64_t nb, const uint8_t *g, const uint8_t *qi, const uint
     _mm512_storeu_ps(y + 7 * ldy, acc7);
 }
 
-/* ===== Q4_0 x16 =====
- * Q8_0's kernels with the stored codes u = q + 8 (nibbles, two vectors per 64-byte load) in
- * place of the flipped ones: vpdpbusd takes them unsigned as they are, and each row's sum
- * starts at cs / 16 = -8 * (sum of its codes), which takes the offset out exactly. */
-AI void q4_codes(const uint8_t *bp, __m512i *W) {
-    const __m512i m4 = _mm512_set1_epi8(0x0F);
+/* ===== Q4_0 / IQ4_NL x16 =====
+ * Q8_0's kernels with the stored codes (nibbles, two vectors per 64-byte load) in place of the
+ * flipped ones. Q4_0 (NL = 0): the codes u = q + 8 as they are, each row's sum from cs / 16 =
+ * -8 * (sum of its codes); IQ4_NL (NL = 1): one vpshufb gives the values + 128, the sum from
+ * cs = -128 * (sum of its codes). Either way the offset comes out exactly. */
+AI __m512i iq4_lut(void) {
+    static const uint8_t u[16] = {1, 24, 45, 63, 79, 93, 106, 118, 129, 141, 153, 166, 181, 197, 217, 241};
+    return _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)u));   /* nx_mm_iq4_table + 128 */
+}
+AI void q4_codes(const int NL, const uint8_t *bp, __m512i *W) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F), lut = iq4_lut();
 #pragma GCC unroll 4
     for (int kk = 0; kk < 4; kk++) {
         const __m512i v = _mm512_loadu_si512(bp + 32 + 64 * kk);
         W[2 * kk] = _mm512_and_si512(v, m4);
         W[2 * kk + 1] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+        if (NL) {
+            W[2 * kk] = _mm512_shuffle_epi8(lut, W[2 * kk]);
+            W[2 * kk + 1] = _mm512_shuffle_epi8(lut, W[2 * kk + 1]);
+        }
     }
 }
-AI void q4_step(const int NR, const uint8_t *bp, const nx_mm_act *a, int64_t b, __m512 *acc) {
+AI int32_t q4_cs(const int NL, int32_t cs) { return NL ? cs : cs / 16; }
+AI void q4x_step(const int NL, const int NR, const uint8_t *bp, const nx_mm_act *a, int64_t b, __m512 *acc) {
     const __m512i zero = _mm512_setzero_si512();
     prefetch_blk(bp, NX_MM_Q40X16_BLOCK);
     const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)bp));
     __m512i W[8];
-    q4_codes(bp, W);
+    q4_codes(NL, bp, W);
 #pragma GCC unroll 8
     for (int r = 0; r < NR; r++) {
         const uint8_t *q = a->q + r * a->q_stride + 32 * b;
-        __m512i I0 = _mm512_set1_epi32(a->cs[r * a->cs_stride + b] / 16), I1 = zero;
+        __m512i I0 = _mm512_set1_epi32(q4_cs(NL, a->cs[r * a->cs_stride + b])), I1 = zero;
 #pragma GCC unroll 4
         for (int k = 0; k < 8; k += 2) {
             I0 = _mm512_dpbusd_epi32(I0, W[k], _mm512_set1_epi32((int)ld32(q + 4 * k)));
@@ -225,18 +235,19 @@ AI void q4_step(const int NR, const uint8_t *bp, const nx_mm_act *a, int64_t b, 
         acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(I0, I1)), S, acc[r]);
     }
 }
-AI void q4_step2(const int NR, const uint8_t *bp0, const uint8_t *bp1, const nx_mm_act *a, int64_t b, __m512 *acc0, __m512 *acc1) {
+AI void q4x_step2(const int NL, const int NR, const uint8_t *bp0, const uint8_t *bp1, const nx_mm_act *a, int64_t b,
+                  __m512 *acc0, __m512 *acc1) {
     prefetch_blk(bp0, NX_MM_Q40X16_BLOCK);
     prefetch_blk(bp1, NX_MM_Q40X16_BLOCK);
     const __m512 dw0 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)bp0));
     const __m512 dw1 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)bp1));
     __m512i W0[8], W1[8];
-    q4_codes(bp0, W0);
-    q4_codes(bp1, W1);
+    q4_codes(NL, bp0, W0);
+    q4_codes(NL, bp1, W1);
 #pragma GCC unroll 8
     for (int r = 0; r < NR; r++) {
         const uint8_t *q = a->q + r * a->q_stride + 32 * b;
-        __m512i I0 = _mm512_set1_epi32(a->cs[r * a->cs_stride + b] / 16), I1 = I0, J0 = _mm512_setzero_si512(), J1 = J0;
+        __m512i I0 = _mm512_set1_epi32(q4_cs(NL, a->cs[r * a->cs_stride + b])), I1 = I0, J0 = _mm512_setzero_si512(), J1 = J0;
 #pragma GCC unroll 4
         for (int k = 0; k < 8; k += 2) {
             const __m512i x = _mm512_set1_epi32((int)ld32(q + 4 * k)), z = _mm512_set1_epi32((int)ld32(q + 4 * k + 4));
@@ -250,11 +261,21 @@ AI void q4_step2(const int NR, const uint8_t *bp0, const uint8_t *bp1, const nx_
         acc1[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(I1, J1)), _mm512_mul_ps(dw1, dx), acc1[r]);
     }
 }
+AI void q4_step(const int NR, const uint8_t *bp, const nx_mm_act *a, int64_t b, __m512 *acc) { q4x_step(0, NR, bp, a, b, acc); }
+AI void nl_step(const int NR, const uint8_t *bp, const nx_mm_act *a, int64_t b, __m512 *acc) { q4x_step(1, NR, bp, a, b, acc); }
+AI void q4_step2(const int NR, const uint8_t *b0, const uint8_t *b1, const nx_mm_act *a, int64_t b, __m512 *acc0, __m512 *acc1) {
+    q4x_step2(0, NR, b0, b1, a, b, acc0, acc1);
+}
+AI void nl_step2(const int NR, const uint8_t *b0, const uint8_t *b1, const nx_mm_act *a, int64_t b, __m512 *acc0, __m512 *acc1) {
+    q4x_step2(1, NR, b0, b1, a, b, acc0, acc1);
+}
 NX_MM_PK_DECL(nx_mm_pk_q4_0_avx512_plain)
+NX_MM_PK_DECL(nx_mm_pk_iq4_nl_avx512_plain)
 PK_KERNELS(nx_mm_pk_q4_0_avx512_plain, q4_step, q4_step2, NX_MM_Q40X16_BLOCK)
+PK_KERNELS(nx_mm_pk_iq4_nl_avx512_plain, nl_step, nl_step2, NX_MM_Q40X16_BLOCK)
 
-/* Prefill, as q8_tile8 (the same rows, from cs[r] / 16). */
-static void q4_tile8(int64_t nb, const uint8_t *g, const uint8_t *qi, const uint8_t *ci, float *y, int64_t ldy) {
+/* Prefill, as q8_tile8 (the same rows, from q4_cs). */
+AI void q4x_tile8(const int NL, int64_t nb, const uint8_t *g, const uint8_t *qi, const uint8_t *ci, float *y, int64_t ldy) {
     __m512 acc0 = _mm512_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0, acc4 = acc0, acc5 = acc0, acc6 = acc0, acc7 = acc0;
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *bp = g + (size_t)b * NX_MM_Q40X16_BLOCK, *q = qi + 256 * b;
@@ -262,11 +283,11 @@ static void q4_tile8(int64_t nb, const uint8_t *g, const uint8_t *qi, const uint
         const float *d = (const float *)(ci + 64 * b + 32);
         int32_t cs[8];
 #pragma GCC unroll 8
-        for (int r = 0; r < 8; r++) cs[r] = cs0[r] / 16;
+        for (int r = 0; r < 8; r++) cs[r] = q4_cs(NL, cs0[r]);
         prefetch_blk(bp, NX_MM_Q40X16_BLOCK);
         const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)bp));
         __m512i W[8];
-        q4_codes(bp, W);
+        q4_codes(NL, bp, W);
         const __m512i W0 = W[0], W1 = W[1], W2 = W[2], W3 = W[3], W4 = W[4], W5 = W[5], W6 = W[6], W7 = W[7];
         Q8T_ROW(0); Q8T_ROW(1); Q8T_ROW(2); Q8T_ROW(3);
         Q8T_ROW(4); Q8T_ROW(5); Q8T_ROW(6); Q8T_ROW(7);
@@ -279,6 +300,12 @@ static void q4_tile8(int64_t nb, const uint8_t *g, const uint8_t *qi, const uint
     _mm512_storeu_ps(y + 5 * ldy, acc5);
     _mm512_storeu_ps(y + 6 * ldy, acc6);
     _mm512_storeu_ps(y + 7 * ldy, acc7);
+}
+static void q4_tile8(int64_t nb, const uint8_t *g, const uint8_t *qi, const uint8_t *ci, float *y, int64_t ldy) {
+    q4x_tile8(0, nb, g, qi, ci, y, ldy);
+}
+static void nl_tile8(int64_t nb, const uint8_t *g, const uint8_t *qi, const uint8_t *ci, float *y, int64_t ldy) {
+    q4x_tile8(1, nb, g, qi, ci, y, ldy);
 }
 
 /* ===== Q4_K x16 =====
@@ -465,10 +492,6 @@ PK_KERNELS(nx_mm_pk_q5_K_avx512_plain, q5k_step, q5k_step2, NX_MM_Q5KX16_BLOCK)
  * (unsigned); per row, 8 vpdpbusd from -128 * (the sub-block's activation code sum), which
  * leaves the exact signed dot product, then one convert and one fma; one fma by d_x per
  * super-block. */
-AI __m512i iq4_lut(void) {
-    static const uint8_t u[16] = {1, 24, 45, 63, 79, 93, 106, 118, 129, 141, 153, 166, 181, 197, 217, 241};
-    return _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)u));   /* nx_mm_iq4_table + 128 */
-}
 AI void iq4xs_head(const uint8_t *bp, __m512 *DS) {
     const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)bp));
 #pragma GCC unroll 8
@@ -649,6 +672,7 @@ static void q5k_tile8(int64_t nb, const uint8_t *g, const uint8_t *qi, const uin
     }
 PK_TILED(nx_mm_pk_q8_0_avx512, q8_tile8, NX_MM_Q8X16_BLOCK)
 PK_TILED(nx_mm_pk_q4_0_avx512, q4_tile8, NX_MM_Q40X16_BLOCK)
+PK_TILED(nx_mm_pk_iq4_nl_avx512, nl_tile8, NX_MM_Q40X16_BLOCK)
 PK_TILED(nx_mm_pk_q4_K_avx512, q4k_tile8, NX_MM_Q4KX16_BLOCK)
 PK_TILED(nx_mm_pk_q5_K_avx512, q5k_tile8, NX_MM_Q5KX16_BLOCK)
 
