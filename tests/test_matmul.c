@@ -10,7 +10,7 @@
  *   - extreme codes (all-0x00/0xFF/0x80/0x7F weights, activations at +-127): no int16 /
  *     int32 saturation in the SIMD kernels' integer sums (== scalar, batches 1..9);
  *   - bad arguments give errors, not crashes;
- *   - packed Q8_0 / Q4_0 / IQ4_NL / Q4_K / Q5_K / Q6_K / IQ4_XS x16 weights (AVX2 and AVX-512): the packed contract bit for bit,
+ *   - packed Q8_0 / Q4_0 / IQ4_NL / Q4_K / Q5_K / Q6_K / IQ4_XS / F32 / F16 / BF16 x16 weights (AVX2 and AVX-512): the packed contract bit for bit,
  *     batch / thread invariance, up to prefill batches of 512 (the AVX-512 interleaved tiles);
  *     the AVX-512 level once more with AMX where the machine has it (Q8_0 prefill tiles).
  * Weights are random bytes with sane scale fields, so every code pattern is exercised.
@@ -695,7 +695,17 @@ static void test_quantize_levels(void) {
  * 1..3 threads; close to the unpacked kernels; the scalar packed reference equal to the
  * contract too. At the scalar level: no packed size, and a tensor carrying a packed copy
  * computes exactly what the unpacked tensor does. */
+static bool float_type(nx_type t) { return t == NX_TYPE_F32 || t == NX_TYPE_F16 || t == NX_TYPE_BF16; }
 static void packed_reference(const wmat *m, const float *x, int64_t n_rows, int64_t ldx, float *y, int64_t ldy) {
+    if (float_type(m->type)) {   /* one fma chain over the inputs in order */
+        for (int64_t r = 0; r < n_rows; r++)
+            for (int64_t o = 0; o < m->n_out; o++) {
+                float acc = 0.0f;
+                for (int64_t i = 0; i < m->n_in; i++) acc = fmaf(m->wf[o * m->n_in + i], x[r * ldx + i], acc);
+                y[r * ldy + o] = acc;
+            }
+        return;
+    }
     const int64_t n_in = m->n_in, B = m->type == NX_TYPE_Q8_0 || m->type == NX_TYPE_Q4_0 || m->type == NX_TYPE_IQ4_NL ? 32 : 256, nb = n_in / B;
     uint8_t *q = malloc((size_t)n_in);
     float *d = malloc(sizeof(float) * (size_t)nb);
@@ -830,7 +840,7 @@ static void check_amx_direct(int64_t n_in, int64_t n_out, const void *pk, const 
 
 static void check_packed(nx_type type, int64_t n_in, int64_t n_out, bool extreme, nx_threadpool **tp) {
     const int64_t ldx = n_in + 5, ldy = n_out + 3;
-    const int B = type == NX_TYPE_Q8_0 || type == NX_TYPE_Q4_0 || type == NX_TYPE_IQ4_NL ? 32 : 256;
+    const int B = type == NX_TYPE_Q8_0 || type == NX_TYPE_Q4_0 || type == NX_TYPE_IQ4_NL || float_type(type) ? 32 : 256;
     size_t bb;
     CHECK(nx_mm_pack_format(type, NULL, &bb));
     wmat m;
@@ -868,6 +878,13 @@ static void check_packed(nx_type type, int64_t n_in, int64_t n_out, bool extreme
         int16_t *bs = malloc(sizeof(int16_t) * (size_t)(n_in / 16));
         int32_t *cs = malloc(sizeof(int32_t) * (size_t)(n_in / 32));
         for (int r = 0; r < 3; r++) {
+            if (float_type(type)) {
+                nx_mm_act act = {.x = x + r * ldx, .ldx = ldx};
+                (type == NX_TYPE_F32 ? nx_mm_pk_f32_scalar : type == NX_TYPE_F16 ? nx_mm_pk_f16_scalar : nx_mm_pk_bf16_scalar)(
+                    n_in / B, pk, n_out / 16, &act, 1, y, ldy);
+                CHECK_MSG(same_bits(y, ref + r * ldy, (size_t)n_out), "%s scalar packed reference row %d", nx_type_name(type), r);
+                continue;
+            }
             nx_mm_quantize_scalar(x + r * ldx, n_in, B, 0, q, d, NULL, B == 256 ? bs : NULL);
             for (int64_t b = 0; b < n_in / 32; b++) {
                 int32_t sum = 0;
@@ -1003,7 +1020,7 @@ static void check_packed_batches(nx_type type, int64_t n_in, int64_t n_out, nx_t
     enum { R = 512 };
     float *x = make_x(R, ldx);
     float *ref = malloc(sizeof(float) * R * (size_t)ldy), *y = malloc(sizeof(float) * R * (size_t)ldy);
-    const int B = type == NX_TYPE_Q8_0 || type == NX_TYPE_Q4_0 || type == NX_TYPE_IQ4_NL ? 32 : 256;
+    const int B = type == NX_TYPE_Q8_0 || type == NX_TYPE_Q4_0 || type == NX_TYPE_IQ4_NL || float_type(type) ? 32 : 256;
     const size_t want = (size_t)(n_out / 16) * (size_t)(n_in / B) * bb;
     void *pk = aligned_alloc(64, (want + 63) / 64 * 64);
     { nx_tensor t = m.w; t.packed = NULL; nx_matmul_pack(&t, pk); }
@@ -1112,6 +1129,9 @@ static void test_packed(void) {
     check_packed(NX_TYPE_IQ4_XS, 256, 16, false, tp);
     check_packed(NX_TYPE_IQ4_XS, 512, 48, true, tp);
     check_packed(NX_TYPE_IQ4_XS, 1024, 32, false, tp);
+    check_packed(NX_TYPE_F32, 32, 16, false, tp);
+    check_packed(NX_TYPE_F16, 96, 48, false, tp);
+    check_packed(NX_TYPE_BF16, 1024, 32, false, tp);
     check_packed_batches(NX_TYPE_Q8_0, 512, 48, tp);
     check_packed_batches(NX_TYPE_Q4_0, 512, 48, tp);
     check_packed_batches(NX_TYPE_IQ4_NL, 512, 48, tp);
@@ -1119,6 +1139,7 @@ static void test_packed(void) {
     check_packed_batches(NX_TYPE_Q5_K, 512, 32, tp);
     check_packed_batches(NX_TYPE_Q6_K, 512, 48, tp);
     check_packed_batches(NX_TYPE_IQ4_XS, 512, 48, tp);
+    check_packed_batches(NX_TYPE_F16, 512, 48, tp);
     nx_threadpool_free(tp[0]);
     nx_threadpool_free(tp[1]);
 }

@@ -121,6 +121,10 @@ static inline nx_mm_act nx_mm_act_rows(const nx_mm_act *a, int64_t r) {
  *   of row l. Per pair and super-block: t = (float)C * (-32 d) with C = sum_g sc_g*bs[g]
  *   (exact), then for g = 0..15 t = fma((float)I_g, d*sc_g, t) (I_g = sum c*x over the
  *   group, exact), then acc = fma(t, d_x, acc).
+ * F32 / F16 / BF16 x16 (2048 / 1024 / 1024 bytes per 32 inputs): for k = 0..31 the 16 rows'
+ *   weights at input 32b + k side by side (64 or 32 bytes, row order, the stored bits). Per pair:
+ *   acc = fma((float)w_k, x_k, acc) over the inputs k in order from acc = 0 (one chain; the
+ *   conversions are exact). Activations: the float rows (x, ldx).
  * IQ4_XS x16 (2240 bytes): d[16] (fp16); at 32 the signed sub-block scales ls - 32, bytes
  *   [sub-block j][row l] (128 bytes); 32 bytes of padding (the codes start on a cache line); then
  *   for sub-block j and kk = 0..3, 64 bytes at 192 + 256j + 64kk: byte 4l + i holds in its low
@@ -137,6 +141,8 @@ static inline nx_mm_act nx_mm_act_rows(const nx_mm_act *a, int64_t r) {
 #define NX_MM_Q5KX16_BLOCK 2880
 #define NX_MM_Q6KX16_BLOCK 3392
 #define NX_MM_IQ4XSX16_BLOCK 2240
+#define NX_MM_F32X16_BLOCK 2048
+#define NX_MM_F16X16_BLOCK 1024
 typedef void (*nx_mm_pkernel)(int64_t nb, const uint8_t *wp, int64_t n_groups, const nx_mm_act *a, int n_act,
                               float *y, int64_t ldy);
 /* The layout of a type: values per block and packed bytes per (group, block); false: none. */
@@ -172,6 +178,18 @@ NX_MM_PK_DECL(nx_mm_pk_q6_K_scalar)
 NX_MM_PK_DECL(nx_mm_pk_q6_K_avx2)
 NX_MM_PK_DECL(nx_mm_pk_q6_K_avx2vnni)
 NX_MM_PK_DECL(nx_mm_pk_q6_K_avx512)
+NX_MM_PK_DECL(nx_mm_pk_f32_scalar)
+NX_MM_PK_DECL(nx_mm_pk_f32_avx2)
+NX_MM_PK_DECL(nx_mm_pk_f32_avx2vnni)
+NX_MM_PK_DECL(nx_mm_pk_f32_avx512)
+NX_MM_PK_DECL(nx_mm_pk_f16_scalar)
+NX_MM_PK_DECL(nx_mm_pk_f16_avx2)
+NX_MM_PK_DECL(nx_mm_pk_f16_avx2vnni)
+NX_MM_PK_DECL(nx_mm_pk_f16_avx512)
+NX_MM_PK_DECL(nx_mm_pk_bf16_scalar)
+NX_MM_PK_DECL(nx_mm_pk_bf16_avx2)
+NX_MM_PK_DECL(nx_mm_pk_bf16_avx2vnni)
+NX_MM_PK_DECL(nx_mm_pk_bf16_avx512)
 NX_MM_PK_DECL(nx_mm_pk_iq4_xs_scalar)
 NX_MM_PK_DECL(nx_mm_pk_iq4_xs_avx2)
 NX_MM_PK_DECL(nx_mm_pk_iq4_xs_avx2vnni)

@@ -30,6 +30,8 @@ bool nx_mm_pack_format(nx_type type, int *block_values, size_t *block_bytes) {
     case NX_TYPE_Q5_K: bv = 256; bb = NX_MM_Q5KX16_BLOCK; break;
     case NX_TYPE_Q6_K: bv = 256; bb = NX_MM_Q6KX16_BLOCK; break;
     case NX_TYPE_IQ4_XS: bv = 256; bb = NX_MM_IQ4XSX16_BLOCK; break;
+    case NX_TYPE_F32: bv = 32; bb = NX_MM_F32X16_BLOCK; break;
+    case NX_TYPE_F16: case NX_TYPE_BF16: bv = 32; bb = NX_MM_F16X16_BLOCK; break;
     default: return false;
     }
     if (block_values) *block_values = bv;
@@ -57,6 +59,9 @@ nx_mm_pkernel nx_mm_pick_pkernel(nx_type type) {
     case NX_TYPE_Q6_K: return l == NX_CPU_AVX512 ? nx_mm_pk_q6_K_avx512 : v ? nx_mm_pk_q6_K_avx2vnni : v2 ? nx_mm_pk_q6_K_avx2 : NULL;
     case NX_TYPE_IQ4_XS:
         return l == NX_CPU_AVX512 ? nx_mm_pk_iq4_xs_avx512 : v ? nx_mm_pk_iq4_xs_avx2vnni : v2 ? nx_mm_pk_iq4_xs_avx2 : NULL;
+    case NX_TYPE_F32: return l == NX_CPU_AVX512 ? nx_mm_pk_f32_avx512 : v ? nx_mm_pk_f32_avx2vnni : v2 ? nx_mm_pk_f32_avx2 : NULL;
+    case NX_TYPE_F16: return l == NX_CPU_AVX512 ? nx_mm_pk_f16_avx512 : v ? nx_mm_pk_f16_avx2vnni : v2 ? nx_mm_pk_f16_avx2 : NULL;
+    case NX_TYPE_BF16: return l == NX_CPU_AVX512 ? nx_mm_pk_bf16_avx512 : v ? nx_mm_pk_bf16_avx2vnni : v2 ? nx_mm_pk_bf16_avx2 : NULL;
     default: return NULL;
     }
 #endif
@@ -196,6 +201,14 @@ static void pack_q6_K(const uint8_t *src, size_t rb, uint8_t *bp, int64_t b) {
     }
 }
 
+/* Float x16 (matmul_impl.h): per input k of the block, the 16 rows' stored weights side by side. */
+static void pack_float(const uint8_t *src, size_t rb, uint8_t *bp, int64_t b, size_t es) {
+    for (int l = 0; l < NX_MM_PACK_ROWS; l++) {
+        const uint8_t *row = src + (size_t)l * rb + (size_t)b * 32 * es;
+        for (int k = 0; k < 32; k++) memcpy(bp + (size_t)k * NX_MM_PACK_ROWS * es + (size_t)l * es, row + (size_t)k * es, es);
+    }
+}
+
 /* Groups [g0, g1) of w's packed copy. */
 static void pack_groups(const nx_tensor *w, uint8_t *out, int64_t g0, int64_t g1) {
     int bv;
@@ -210,6 +223,8 @@ static void pack_groups(const nx_tensor *w, uint8_t *out, int64_t g0, int64_t g1
             else if (w->type == NX_TYPE_Q4_0 || w->type == NX_TYPE_IQ4_NL) pack_q4_0(src, w->nb[1], bp, b);   /* same fields */
             else if (w->type == NX_TYPE_Q4_K || w->type == NX_TYPE_Q5_K) pack_k4(w->type == NX_TYPE_Q5_K, src, w->nb[1], bp, b);
             else if (w->type == NX_TYPE_IQ4_XS) pack_iq4_xs(src, w->nb[1], bp, b);
+            else if (w->type == NX_TYPE_F32) pack_float(src, w->nb[1], bp, b, 4);
+            else if (w->type == NX_TYPE_F16 || w->type == NX_TYPE_BF16) pack_float(src, w->nb[1], bp, b, 2);
             else pack_q6_K(src, w->nb[1], bp, b);
         }
     }
@@ -410,4 +425,41 @@ void nx_mm_pk_iq4_xs_scalar(int64_t nsb, const uint8_t *wp, int64_t n_groups, co
             }
         }
     }
+}
+
+/* Float x16: (float)w as the kernels convert it (exact). */
+static float pk_wf(nx_type t, const uint8_t *p) {
+    if (t == NX_TYPE_F32) { float f; memcpy(&f, p, 4); return f; }
+    uint16_t h;
+    memcpy(&h, p, 2);
+    if (t == NX_TYPE_F16) return nx_half_to_f32(h);
+    const uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+static void pk_float_scalar(nx_type t, int64_t nb, const uint8_t *wp, int64_t n_groups, const nx_mm_act *a, int n_act,
+                            float *y, int64_t ldy) {
+    const size_t es = t == NX_TYPE_F32 ? 4 : 2, bb = 32 * NX_MM_PACK_ROWS * es;
+    for (int64_t g = 0; g < n_groups; g++) {
+        const uint8_t *gp = wp + (size_t)g * (size_t)nb * bb;
+        for (int r = 0; r < n_act; r++) {
+            const float *x = a->x + r * a->ldx;
+            for (int l = 0; l < NX_MM_PACK_ROWS; l++) {
+                float acc = 0.0f;
+                for (int64_t k = 0; k < 32 * nb; k++)
+                    acc = fmaf(pk_wf(t, gp + (size_t)k * NX_MM_PACK_ROWS * es + (size_t)l * es), x[k], acc);
+                y[r * ldy + NX_MM_PACK_ROWS * g + l] = acc;
+            }
+        }
+    }
+}
+void nx_mm_pk_f32_scalar(int64_t nb, const uint8_t *wp, int64_t n_groups, const nx_mm_act *a, int n_act, float *y, int64_t ldy) {
+    pk_float_scalar(NX_TYPE_F32, nb, wp, n_groups, a, n_act, y, ldy);
+}
+void nx_mm_pk_f16_scalar(int64_t nb, const uint8_t *wp, int64_t n_groups, const nx_mm_act *a, int n_act, float *y, int64_t ldy) {
+    pk_float_scalar(NX_TYPE_F16, nb, wp, n_groups, a, n_act, y, ldy);
+}
+void nx_mm_pk_bf16_scalar(int64_t nb, const uint8_t *wp, int64_t n_groups, const nx_mm_act *a, int n_act, float *y, int64_t ldy) {
+    pk_float_scalar(NX_TYPE_BF16, nb, wp, n_groups, a, n_act, y, ldy);
 }

@@ -731,3 +731,34 @@ AI void q6k_step(const int NR, const uint8_t *bp, const nx_mm_act *a, int64_t sb
 #define NX_Q6_MAXR 6
 #endif
 PK_KERNELS_K(PK(nx_mm_pk_q6_K), q6k_step, NX_MM_Q6KX16_BLOCK, NX_Q6_MAXR, (nx_mm_pkernel)0)
+
+/* ===== F32 / F16 / BF16 x16 =====
+ * Per input k: the two 8-row halves' weights (converted exactly), one broadcast of each
+ * activation row's x_k and two fmas: the contract's chain, the rows in lanes. Passes of at most
+ * 4 rows (8 accumulators, 2 weight vectors) through PK_KERNELS_K's driver. */
+AI __m256 fw8(const int T, const uint8_t *p) {
+    if (T == NX_TYPE_F32) return _mm256_loadu_ps((const float *)p);
+    const __m128i h = _mm_loadu_si128((const __m128i *)p);
+    if (T == NX_TYPE_F16) return _mm256_cvtph_ps(h);
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+AI void fl_step(const int T, const int NR, const uint8_t *bp, const nx_mm_act *a, int64_t b, __m256 *acc) {
+    const int es = T == NX_TYPE_F32 ? 64 : 32;
+    prefetch_k(bp, (size_t)32 * es);
+#pragma GCC unroll 4
+    for (int k = 0; k < 32; k++) {
+        const __m256 w0 = fw8(T, bp + k * es), w1 = fw8(T, bp + k * es + es / 2);
+#pragma GCC unroll 4
+        for (int r = 0; r < NR; r++) {
+            const __m256 x = _mm256_set1_ps(a->x[r * a->ldx + 32 * b + k]);
+            acc[2 * r] = _mm256_fmadd_ps(w0, x, acc[2 * r]);
+            acc[2 * r + 1] = _mm256_fmadd_ps(w1, x, acc[2 * r + 1]);
+        }
+    }
+}
+AI void f32_step(const int NR, const uint8_t *bp, const nx_mm_act *a, int64_t b, __m256 *acc) { fl_step(NX_TYPE_F32, NR, bp, a, b, acc); }
+AI void f16_step(const int NR, const uint8_t *bp, const nx_mm_act *a, int64_t b, __m256 *acc) { fl_step(NX_TYPE_F16, NR, bp, a, b, acc); }
+AI void bf16_step(const int NR, const uint8_t *bp, const nx_mm_act *a, int64_t b, __m256 *acc) { fl_step(NX_TYPE_BF16, NR, bp, a, b, acc); }
+PK_KERNELS_K(PK(nx_mm_pk_f32), f32_step, NX_MM_F32X16_BLOCK, 4, (nx_mm_pkernel)0)
+PK_KERNELS_K(PK(nx_mm_pk_f16), f16_step, NX_MM_F16X16_BLOCK, 4, (nx_mm_pkernel)0)
+PK_KERNELS_K(PK(nx_mm_pk_bf16), bf16_step, NX_MM_F16X16_BLOCK, 4, (nx_mm_pkernel)0)

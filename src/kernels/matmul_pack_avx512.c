@@ -580,6 +580,53 @@ AI void iq4xs_step2(const int NR, const uint8_t *bp0, const uint8_t *bp1, const 
 }
 PK_KERNELS(nx_mm_pk_iq4_xs_avx512, iq4xs_step, iq4xs_step2, NX_MM_IQ4XSX16_BLOCK)
 
+/* ===== F32 / F16 / BF16 x16 =====
+ * Per input k: the 16 rows' weights in one vector (converted exactly), one broadcast of each
+ * activation row's x_k and one fma: the contract's chain, the rows in lanes. */
+AI __m512 fw16(const int T, const uint8_t *p) {
+    if (T == NX_TYPE_F32) return _mm512_loadu_ps((const float *)p);
+    const __m256i h = _mm256_loadu_si256((const __m256i *)p);
+    if (T == NX_TYPE_F16) return _mm512_cvtph_ps(h);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+AI void fl_step(const int T, const int NR, const uint8_t *bp, const nx_mm_act *a, int64_t b, __m512 *acc) {
+    const int es = T == NX_TYPE_F32 ? 64 : 32;
+    prefetch_blk(bp, (size_t)32 * es);
+#pragma GCC unroll 4
+    for (int k = 0; k < 32; k++) {
+        const __m512 w = fw16(T, bp + k * es);
+#pragma GCC unroll 8
+        for (int r = 0; r < NR; r++) acc[r] = _mm512_fmadd_ps(w, _mm512_set1_ps(a->x[r * a->ldx + 32 * b + k]), acc[r]);
+    }
+}
+AI void fl_step2(const int T, const int NR, const uint8_t *bp0, const uint8_t *bp1, const nx_mm_act *a, int64_t b,
+                 __m512 *acc0, __m512 *acc1) {
+    const int es = T == NX_TYPE_F32 ? 64 : 32;
+    prefetch_blk(bp0, (size_t)32 * es);
+    prefetch_blk(bp1, (size_t)32 * es);
+#pragma GCC unroll 4
+    for (int k = 0; k < 32; k++) {
+        const __m512 w0 = fw16(T, bp0 + k * es), w1 = fw16(T, bp1 + k * es);
+#pragma GCC unroll 8
+        for (int r = 0; r < NR; r++) {
+            const __m512 x = _mm512_set1_ps(a->x[r * a->ldx + 32 * b + k]);
+            acc0[r] = _mm512_fmadd_ps(w0, x, acc0[r]);
+            acc1[r] = _mm512_fmadd_ps(w1, x, acc1[r]);
+        }
+    }
+}
+#define FL_STEPS(tn, T) \
+    AI void tn##_step(const int NR, const uint8_t *bp, const nx_mm_act *a, int64_t b, __m512 *acc) { fl_step(T, NR, bp, a, b, acc); } \
+    AI void tn##_step2(const int NR, const uint8_t *b0, const uint8_t *b1, const nx_mm_act *a, int64_t b, __m512 *acc0, __m512 *acc1) { \
+        fl_step2(T, NR, b0, b1, a, b, acc0, acc1); \
+    }
+FL_STEPS(f32, NX_TYPE_F32)
+FL_STEPS(f16, NX_TYPE_F16)
+FL_STEPS(bf16, NX_TYPE_BF16)
+PK_KERNELS(nx_mm_pk_f32_avx512, f32_step, f32_step2, NX_MM_F32X16_BLOCK)
+PK_KERNELS(nx_mm_pk_f16_avx512, f16_step, f16_step2, NX_MM_F16X16_BLOCK)
+PK_KERNELS(nx_mm_pk_bf16_avx512, bf16_step, bf16_step2, NX_MM_F16X16_BLOCK)
+
 /* Prefill, as q8_tile8: one group against one tile of 8 rows of the interleaved copy, the 8
  * partial sums t in registers, the scale vectors on the stack. k4_step's arithmetic exactly
  * (integer sums exact; t = cvt(Mn) * -dmin, then per sub-block fma(cvt(I), d*sc_j, t), then
