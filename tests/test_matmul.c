@@ -951,6 +951,45 @@ static void check_packed(nx_type type, int64_t n_in, int64_t n_out, bool extreme
     wmat_free(&m);
 }
 
+/* A 3-D expert stack {n_in, n_out, X} packs as X 2-D copies back to back: each expert's bytes
+ * equal its own 2-D view's packed copy, with one thread or split over a pool (groups counted
+ * across the experts); a stack whose experts are not contiguous gets none. */
+static void test_packed_experts(void) {
+    nx_error err = {0};
+    nx_threadpool *tp = nx_threadpool_create(2, &err);
+    CHECK(tp);
+    static const nx_type ts[] = {NX_TYPE_Q4_K, NX_TYPE_Q8_0, NX_TYPE_BF16};
+    for (size_t k = 0; k < sizeof ts / sizeof ts[0]; k++) {
+        const int64_t n_in = 256, n_out = 512, X = 3;
+        size_t rb;
+        uint8_t *w = make_weights(ts[k], n_in, n_out * X, &rb);
+        const int64_t ne[3] = {n_in, n_out, X};
+        nx_tensor t;
+        CHECK(nx_tensor_init(&t, "exps", ts[k], 3, ne, w));
+        if (!nx_mm_pick_pkernel(ts[k])) { CHECK(nx_matmul_pack_size(&t) == 0); free(w); continue; }
+        const size_t slice = nx_matmul_pack_slice_size(&t), bytes = nx_matmul_pack_size(&t);
+        CHECK(slice > 0 && bytes == slice * (size_t)X);
+        uint8_t *pk = aligned_alloc(64, (bytes + 63) / 64 * 64), *pk2 = aligned_alloc(64, (bytes + 63) / 64 * 64);
+        uint8_t *one = aligned_alloc(64, (slice + 63) / 64 * 64);
+        nx_matmul_pack(&t, pk);
+        nx_matmul_pack_tp(tp, &t, pk2);
+        CHECK(memcmp(pk, pk2, bytes) == 0);
+        for (int64_t e = 0; e < X; e++) {
+            nx_tensor v;
+            const int64_t ne2[2] = {n_in, n_out};
+            CHECK(nx_tensor_init(&v, "expert", ts[k], 2, ne2, w + (size_t)e * rb * (size_t)n_out));
+            CHECK(nx_matmul_pack_size(&v) == slice);
+            nx_matmul_pack(&v, one);
+            CHECK_MSG(memcmp(one, pk + (size_t)e * slice, slice) == 0, "%s expert %lld", nx_type_name(ts[k]), (long long)e);
+        }
+        nx_tensor gap = t;   /* experts not back to back: no packed copy */
+        gap.nb[2] += 64;
+        CHECK(nx_matmul_pack_size(&gap) == 0);
+        free(pk); free(pk2); free(one); free(w);
+    }
+    nx_threadpool_free(tp);
+}
+
 /* Packed K-quants of different types in one nx_matmul_multi (a Q4_K_M layer's projections: one
  * quantization of x, one pass of the pool, threads split by weight bytes): every output bit for
  * bit the one-call-each result, at decode, verify and prefill row counts, 1 to 3 threads, on every
@@ -1163,6 +1202,7 @@ int main(void) {
     RUN(test_float_order);
     RUN(test_stream_read);
     RUN(test_packed);
+    RUN(test_packed_experts);
     RUN(test_multi_kquants);
     RUN(test_wide_rows);
     return test_summary();

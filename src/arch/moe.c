@@ -1,6 +1,7 @@
 /* moe.c — routed-expert execution (see moe.h). */
 #include "arch/moe.h"
 #include <string.h>
+#include "kernels/matmul.h"
 #include "kernels/ops.h"
 
 nx_tensor nx_moe_expert_view(const nx_tensor *t, int e) {
@@ -9,7 +10,8 @@ nx_tensor nx_moe_expert_view(const nx_tensor *t, int e) {
     v.ne[2] = v.ne[3] = 1;
     v.data = (char *)t->data + (size_t)e * t->nb[2];
     v.nbytes = t->nb[2];
-    v.packed = NULL;   /* a packed copy covers the whole tensor, not this expert */
+    /* the whole stack's packed copy holds one 2-D copy per expert (matmul.h) */
+    v.packed = t->packed ? (const char *)t->packed + (size_t)e * nx_matmul_pack_slice_size(t) : NULL;
     return v;
 }
 

@@ -105,6 +105,10 @@ nx_status nx_matmul_multi(nx_threadpool *tp, nx_matmul_scratch *scratch, const n
  * level has its kernel (else the unpacked data, which must stay readable). */
 size_t nx_matmul_pack_size(const nx_tensor *w);
 void nx_matmul_pack(const nx_tensor *w, void *dst);
+/* A 3-D stack of experts {n_in, n_out, X} packs as X 2-D copies back to back, each this many
+ * bytes (0: w's type or 2-D shape has no packed layout); expert e's copy starts at
+ * packed + e * nx_matmul_pack_slice_size(w) (arch/moe.c: nx_moe_expert_view). */
+size_t nx_matmul_pack_slice_size(const nx_tensor *w);
 /* The same bytes, the groups split over tp's threads (tp NULL: this thread), so a large
  * model's load packs at the speed of all its cores (the first touch of dst's pages too). */
 void nx_matmul_pack_tp(nx_threadpool *tp, const nx_tensor *w, void *dst);

@@ -67,16 +67,24 @@ nx_mm_pkernel nx_mm_pick_pkernel(nx_type type) {
 #endif
 }
 
+size_t nx_matmul_pack_slice_size(const nx_tensor *w) {
+    int bv;
+    size_t bb;
+    if (!w || !nx_mm_pack_format(w->type, &bv, &bb) || w->ne[0] <= 0 || w->ne[0] % bv || w->ne[1] <= 0 ||
+        w->ne[1] % NX_MM_PACK_ROWS)
+        return 0;
+    return (size_t)(w->ne[1] / NX_MM_PACK_ROWS) * (size_t)(w->ne[0] / bv) * bb;
+}
+
 size_t nx_matmul_pack_size(const nx_tensor *w) {
     const char *env = getenv("NEXTN_REPACK");
     if (env && !strcmp(env, "0")) return 0;
-    int bv;
-    size_t bb;
-    if (!w || !w->data || !nx_mm_pick_pkernel(w->type) || !nx_mm_pack_format(w->type, &bv, &bb)) return 0;
-    if (w->ne[2] != 1 || w->ne[3] != 1 || w->ne[0] <= 0 || w->ne[0] % bv || w->ne[1] <= 0 ||
-        w->ne[1] % NX_MM_PACK_ROWS || w->nb[1] != nx_row_size(w->type, w->ne[0]))
+    if (!w || !w->data || !nx_mm_pick_pkernel(w->type)) return 0;
+    /* 2-D, or 3-D expert stacks (one 2-D copy per expert, back to back), rows contiguous */
+    if (w->ne[2] < 1 || w->ne[3] != 1 || w->nb[1] != nx_row_size(w->type, w->ne[0]) ||
+        (w->ne[2] > 1 && w->nb[2] != w->nb[1] * (size_t)w->ne[1]))
         return 0;
-    return (size_t)(w->ne[1] / NX_MM_PACK_ROWS) * (size_t)(w->ne[0] / bv) * bb;
+    return nx_matmul_pack_slice_size(w) * (size_t)w->ne[2];
 }
 
 /* Q8_0 x16: per block, the 16 fp16 scales, then for k = 0..7 the codes 4k..4k+3 of rows 0..15. */
@@ -209,16 +217,17 @@ static void pack_float(const uint8_t *src, size_t rb, uint8_t *bp, int64_t b, si
     }
 }
 
-/* Groups [g0, g1) of w's packed copy. */
+/* Groups [g0, g1) of w's packed copy, counted over all its 2-D slices (experts) in order. */
 static void pack_groups(const nx_tensor *w, uint8_t *out, int64_t g0, int64_t g1) {
     int bv;
     size_t bb;
     if (!nx_mm_pack_format(w->type, &bv, &bb)) return;
-    const int64_t nb = w->ne[0] / bv;
-    for (int64_t g = g0; g < g1; g++) {
-        const uint8_t *src = (const uint8_t *)w->data + (size_t)(g * NX_MM_PACK_ROWS) * w->nb[1];
+    const int64_t nb = w->ne[0] / bv, ng = w->ne[1] / NX_MM_PACK_ROWS;
+    for (int64_t gg = g0; gg < g1; gg++) {
+        const int64_t e = gg / ng, g = gg % ng;
+        const uint8_t *src = (const uint8_t *)w->data + (size_t)e * w->nb[2] + (size_t)(g * NX_MM_PACK_ROWS) * w->nb[1];
         for (int64_t b = 0; b < nb; b++) {
-            uint8_t *bp = out + (size_t)(g * nb + b) * bb;
+            uint8_t *bp = out + (size_t)(gg * nb + b) * bb;
             if (w->type == NX_TYPE_Q8_0) pack_q8_0(src, w->nb[1], bp, b);
             else if (w->type == NX_TYPE_Q4_0 || w->type == NX_TYPE_IQ4_NL) pack_q4_0(src, w->nb[1], bp, b);   /* same fields */
             else if (w->type == NX_TYPE_Q4_K || w->type == NX_TYPE_Q5_K) pack_k4(w->type == NX_TYPE_Q5_K, src, w->nb[1], bp, b);
@@ -230,7 +239,9 @@ static void pack_groups(const nx_tensor *w, uint8_t *out, int64_t g0, int64_t g1
     }
 }
 
-void nx_matmul_pack(const nx_tensor *w, void *dst) { pack_groups(w, dst, 0, w->ne[1] / NX_MM_PACK_ROWS); }
+static int64_t pack_n_groups(const nx_tensor *w) { return w->ne[1] / NX_MM_PACK_ROWS * (w->ne[2] > 1 ? w->ne[2] : 1); }
+
+void nx_matmul_pack(const nx_tensor *w, void *dst) { pack_groups(w, dst, 0, pack_n_groups(w)); }
 
 typedef struct { const nx_tensor *w; uint8_t *dst; int64_t ng; } pack_job;
 
@@ -240,7 +251,7 @@ static void pack_task(void *arg, int ith, int nth) {
 }
 
 void nx_matmul_pack_tp(nx_threadpool *tp, const nx_tensor *w, void *dst) {
-    pack_job j = {.w = w, .dst = dst, .ng = w->ne[1] / NX_MM_PACK_ROWS};
+    pack_job j = {.w = w, .dst = dst, .ng = pack_n_groups(w)};
     if (!tp || j.ng < 64) { nx_matmul_pack(w, dst); return; }   /* small: not worth a hand-off */
     nx_threadpool_run(tp, pack_task, &j);
 }
