@@ -264,21 +264,28 @@ static float ld_half(const uint8_t *p) {
     return nx_half_to_f32(h);
 }
 
-void nx_mm_pk_q8_0_scalar(int64_t nb, const uint8_t *wp, int64_t n_groups, const nx_mm_act *a, int n_act,
+/* The 32-value layouts' weight value (exact): Q8_0's stored code, Q4_0's code - 8, IQ4_NL's
+ * table value; value 4k + j of row l of the block at bp. */
+static int b32_value(nx_type t, const uint8_t *bp, int l, int k, int j) {
+    if (t == NX_TYPE_Q8_0) return (int8_t)bp[32 + 64 * k + 4 * l + j];
+    const int c = (bp[32 + 64 * (k / 2) + 4 * l + j] >> (4 * (k % 2))) & 15;
+    return t == NX_TYPE_Q4_0 ? c - 8 : nx_mm_iq4_table[c];
+}
+static void pk_b32_scalar(nx_type t, int64_t nb, const uint8_t *wp, int64_t n_groups, const nx_mm_act *a, int n_act,
                           float *y, int64_t ldy) {
+    const size_t bb = t == NX_TYPE_Q8_0 ? NX_MM_Q8X16_BLOCK : NX_MM_Q40X16_BLOCK;
     for (int64_t g = 0; g < n_groups; g++) {
-        const uint8_t *gp = wp + (size_t)g * (size_t)nb * NX_MM_Q8X16_BLOCK;
+        const uint8_t *gp = wp + (size_t)g * (size_t)nb * bb;
         for (int r = 0; r < n_act; r++) {
             const int8_t *q = (const int8_t *)(a->q + r * a->q_stride);
             const float *d = a->d + r * a->d_stride;
             for (int l = 0; l < NX_MM_PACK_ROWS; l++) {
                 float acc = 0.0f;
                 for (int64_t b = 0; b < nb; b++) {
-                    const uint8_t *bp = gp + (size_t)b * NX_MM_Q8X16_BLOCK;
+                    const uint8_t *bp = gp + (size_t)b * bb;
                     int32_t I = 0;
                     for (int k = 0; k < 8; k++)
-                        for (int j = 0; j < 4; j++)
-                            I += (int32_t)(int8_t)bp[32 + 64 * k + 4 * l + j] * q[32 * b + 4 * k + j];
+                        for (int j = 0; j < 4; j++) I += b32_value(t, bp, l, k, j) * q[32 * b + 4 * k + j];
                     const float s = ld_half(bp + 2 * l) * d[b];   /* one rounding, as the SIMD multiply */
                     acc = fmaf((float)I, s, acc);                  /* one rounding, as the SIMD fma */
                 }
@@ -287,40 +294,17 @@ void nx_mm_pk_q8_0_scalar(int64_t nb, const uint8_t *wp, int64_t n_groups, const
         }
     }
 }
-
-/* Q4_0 (NL = 0: code - 8) and IQ4_NL (NL = 1: the table's value) x16. */
-static void pk_q4x_scalar(bool nl, int64_t nb, const uint8_t *wp, int64_t n_groups, const nx_mm_act *a, int n_act,
-                          float *y, int64_t ldy) {
-    for (int64_t g = 0; g < n_groups; g++) {
-        const uint8_t *gp = wp + (size_t)g * (size_t)nb * NX_MM_Q40X16_BLOCK;
-        for (int r = 0; r < n_act; r++) {
-            const int8_t *q = (const int8_t *)(a->q + r * a->q_stride);
-            const float *d = a->d + r * a->d_stride;
-            for (int l = 0; l < NX_MM_PACK_ROWS; l++) {
-                float acc = 0.0f;
-                for (int64_t b = 0; b < nb; b++) {
-                    const uint8_t *bp = gp + (size_t)b * NX_MM_Q40X16_BLOCK;
-                    int32_t I = 0;
-                    for (int k = 0; k < 8; k++)
-                        for (int j = 0; j < 4; j++) {
-                            const int c = (bp[32 + 64 * (k / 2) + 4 * l + j] >> (4 * (k % 2))) & 15;
-                            I += (nl ? nx_mm_iq4_table[c] : c - 8) * q[32 * b + 4 * k + j];
-                        }
-                    const float s = ld_half(bp + 2 * l) * d[b];
-                    acc = fmaf((float)I, s, acc);
-                }
-                y[r * ldy + NX_MM_PACK_ROWS * g + l] = acc;
-            }
-        }
-    }
+void nx_mm_pk_q8_0_scalar(int64_t nb, const uint8_t *wp, int64_t n_groups, const nx_mm_act *a, int n_act, float *y,
+                          int64_t ldy) {
+    pk_b32_scalar(NX_TYPE_Q8_0, nb, wp, n_groups, a, n_act, y, ldy);
 }
 void nx_mm_pk_q4_0_scalar(int64_t nb, const uint8_t *wp, int64_t n_groups, const nx_mm_act *a, int n_act, float *y,
                           int64_t ldy) {
-    pk_q4x_scalar(false, nb, wp, n_groups, a, n_act, y, ldy);
+    pk_b32_scalar(NX_TYPE_Q4_0, nb, wp, n_groups, a, n_act, y, ldy);
 }
 void nx_mm_pk_iq4_nl_scalar(int64_t nb, const uint8_t *wp, int64_t n_groups, const nx_mm_act *a, int n_act, float *y,
                             int64_t ldy) {
-    pk_q4x_scalar(true, nb, wp, n_groups, a, n_act, y, ldy);
+    pk_b32_scalar(NX_TYPE_IQ4_NL, nb, wp, n_groups, a, n_act, y, ldy);
 }
 
 static void pk_k4_scalar(bool q5, int64_t nsb, const uint8_t *wp, int64_t n_groups, const nx_mm_act *a, int n_act,

@@ -157,10 +157,12 @@ AI void q8_block(const int N, const uint8_t *bp, const nx_mm_act *a, int64_t b, 
  * one group (TWO = 0) or two (g0, g1: two weight streams keep more DRAM reads in flight),
  * blocks in order (the per-pair float order of the contract), BLOCKFN(N, bp, a, b, n, acc) per
  * block; n_act of 1 and 2 get bodies of their own. */
-#define PK_DRIVER(fname, BLOCKFN, BLOCK) \
+/* fname##_run: one group (TWO = 0) or two (g0, g1), blocks in order, BLOCKFN(N, bp, a, b, n,
+ * acc) per block into 2 accumulators per row (ACC of them at most), then n rows stored. */
+#define PK_RUN(fname, BLOCKFN, BLOCK, ACC) \
     AI void fname##_run(const int N, const int TWO, int64_t nb, const uint8_t *g0, const uint8_t *g1, \
                         const nx_mm_act *a, int n, float *y0, float *y1, int64_t ldy) { \
-        __m256 acc0[2 * NX_MM_TILE], acc1[2 * NX_MM_TILE]; \
+        __m256 acc0[ACC], acc1[ACC]; \
         for (int r = 0; r < 2 * n; r++) acc0[r] = acc1[r] = _mm256_setzero_ps(); \
         for (int64_t b = 0; b < nb; b++) { \
             BLOCKFN(N, g0 + (size_t)b * (BLOCK), a, b, n, acc0); \
@@ -174,7 +176,9 @@ AI void q8_block(const int N, const uint8_t *bp, const nx_mm_act *a, int64_t b, 
                 _mm256_storeu_ps(y1 + r * ldy + 8, acc1[2 * r + 1]); \
             } \
         } \
-    } \
+    }
+#define PK_DRIVER(fname, BLOCKFN, BLOCK) \
+    PK_RUN(fname, BLOCKFN, BLOCK, 2 * NX_MM_TILE) \
     void PK(fname)(int64_t nb, const uint8_t *wp, int64_t n_groups, const nx_mm_act *a, int n_act, float *y, \
                    int64_t ldy) { \
         const size_t gs = (size_t)nb * (BLOCK); \
@@ -440,22 +444,14 @@ PK_DRIVER(nx_mm_pk_iq4_xs, iq4xs_block, NX_MM_IQ4XSX16_BLOCK)
  * the arrays; the guarded calls fold away). */
 #define PK_KERNELS_K(fname, STEP, BLOCK, MAXR, PREFILL) PK_KERNELS_K_(fname, STEP, BLOCK, MAXR, PREFILL)   /* fname expanded first */
 #define PK_KERNELS_K_(fname, STEP, BLOCK, MAXR, PREFILL) \
+    AI void fname##_blk(const int NR, const uint8_t *bp, const nx_mm_act *a, int64_t b, int n, __m256 *acc) { \
+        (void)n; \
+        STEP(NR, bp, a, b, acc); \
+    } \
+    PK_RUN(fname##_k, fname##_blk, BLOCK, 2 * (MAXR)) \
     AI void fname##_run(const int NR, const int TWO, int64_t nb, const uint8_t *g0, const uint8_t *g1, \
                         const nx_mm_act *a, float *y0, float *y1, int64_t ldy) { \
-        __m256 acc0[2 * (MAXR)], acc1[2 * (MAXR)]; \
-        for (int r = 0; r < 2 * NR; r++) acc0[r] = acc1[r] = _mm256_setzero_ps(); \
-        for (int64_t b = 0; b < nb; b++) { \
-            STEP(NR, g0 + (size_t)b * (BLOCK), a, b, acc0); \
-            if (TWO) STEP(NR, g1 + (size_t)b * (BLOCK), a, b, acc1); \
-        } \
-        for (int r = 0; r < NR; r++) { \
-            _mm256_storeu_ps(y0 + r * ldy, acc0[2 * r]); \
-            _mm256_storeu_ps(y0 + r * ldy + 8, acc0[2 * r + 1]); \
-            if (TWO) { \
-                _mm256_storeu_ps(y1 + r * ldy, acc1[2 * r]); \
-                _mm256_storeu_ps(y1 + r * ldy + 8, acc1[2 * r + 1]); \
-            } \
-        } \
+        fname##_k_run(NR, TWO, nb, g0, g1, a, NR, y0, y1, ldy); \
     } \
     static void fname##_pass(int nr, int two, int64_t nb, const uint8_t *g0, const uint8_t *g1, const nx_mm_act *a, \
                              float *y0, float *y1, int64_t ldy) { \

@@ -443,11 +443,39 @@ AI void scale_rows2(const int NR, const nx_mm_act *a, int64_t sb, const __m512 *
     }
 }
 
+/* -128 * (row r's code sum over sub-block j): the offset of the values + 128, exact */
+AI __m512i iq4xs_start(const nx_mm_act *a, int r, int64_t sb, int j) {
+    const int16_t *bs = a->bs + r * a->bs_stride + 16 * sb + 2 * j;
+    return _mm512_set1_epi32(-128 * ((int32_t)bs[0] + bs[1]));
+}
+/* Sub-block j of both streams for NR rows (W0, W1: their 8 code vectors, values 4k..4k+3 in
+ * W[k]): each broadcast activation serves both; the exact sums, from 0 or (OFS: IQ4_XS's values
+ * + 128) from iq4xs_start, then t = fma(cvt(I), DS, t). */
+AI void sub_rows2(const int NR, const int OFS, const __m512i *W0, const __m512i *W1, const nx_mm_act *a, int64_t sb,
+                  int j, __m512 DS0, __m512 DS1, __m512 *t0, __m512 *t1) {
+    const __m512i zero = _mm512_setzero_si512();
+#pragma GCC unroll 8
+    for (int r = 0; r < NR; r++) {
+        const uint8_t *q = a->q + r * a->q_stride + 256 * sb + 32 * j;
+        const __m512i c = OFS ? iq4xs_start(a, r, sb, j) : zero;
+        __m512i I0 = c, I1 = c, J0 = zero, J1 = zero;
+#pragma GCC unroll 4
+        for (int k = 0; k < 8; k += 2) {
+            const __m512i x = _mm512_set1_epi32((int)ld32(q + 4 * k)), z = _mm512_set1_epi32((int)ld32(q + 4 * k + 4));
+            I0 = _mm512_dpbusd_epi32(I0, W0[k], x);
+            I1 = _mm512_dpbusd_epi32(I1, W1[k], x);
+            J0 = _mm512_dpbusd_epi32(J0, W0[k + 1], z);
+            J1 = _mm512_dpbusd_epi32(J1, W1[k + 1], z);
+        }
+        t0[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(I0, J0)), DS0, t0[r]);
+        t1[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(I1, J1)), DS1, t1[r]);
+    }
+}
+
 /* Both streams at once, as q8_step2: each broadcast activation (and group-sum pair) serves
  * the two groups; per stream k4_step's arithmetic exactly. */
 AI void k4_step2(const int Q5, const int NR, const uint8_t *bp0, const uint8_t *bp1, const nx_mm_act *a, int64_t sb,
                  __m512 *acc0, __m512 *acc1) {
-    const __m512i zero = _mm512_setzero_si512();
     __m512 t0[8], t1[8], DS0[8], DS1[8], ndm0, ndm1;
     __m512i MD0[8], MD1[8];
     prefetch_blk(bp0, 320);
@@ -463,21 +491,7 @@ AI void k4_step2(const int Q5, const int NR, const uint8_t *bp0, const uint8_t *
         __m512i W0[8], W1[8];
         k4_codes(Q5, bp0 + off, W0);
         k4_codes(Q5, bp1 + off, W1);
-#pragma GCC unroll 8
-        for (int r = 0; r < NR; r++) {
-            const uint8_t *q = a->q + r * a->q_stride + 256 * sb + 32 * j;
-            __m512i I0 = zero, I1 = zero, J0 = zero, J1 = zero;
-#pragma GCC unroll 4
-            for (int k = 0; k < 8; k += 2) {
-                const __m512i x = _mm512_set1_epi32((int)ld32(q + 4 * k)), z = _mm512_set1_epi32((int)ld32(q + 4 * k + 4));
-                I0 = _mm512_dpbusd_epi32(I0, W0[k], x);
-                I1 = _mm512_dpbusd_epi32(I1, W1[k], x);
-                J0 = _mm512_dpbusd_epi32(J0, W0[k + 1], z);
-                J1 = _mm512_dpbusd_epi32(J1, W1[k + 1], z);
-            }
-            t0[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(I0, J0)), DS0[j], t0[r]);
-            t1[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(I1, J1)), DS1[j], t1[r]);
-        }
+        sub_rows2(NR, 0, W0, W1, a, sb, j, DS0[j], DS1[j], t0, t1);
     }
     scale_rows2(NR, a, sb, t0, t1, acc0, acc1);
 }
@@ -506,11 +520,6 @@ AI void iq4xs_codes(const uint8_t *cp, __m512i lut, __m512i *W) {
         W[2 * kk] = _mm512_shuffle_epi8(lut, _mm512_and_si512(v, m4));
         W[2 * kk + 1] = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(v, 4), m4));
     }
-}
-/* -128 * (row r's code sum over sub-block j): the offset of the values + 128, exact */
-AI __m512i iq4xs_start(const nx_mm_act *a, int r, int64_t sb, int j) {
-    const int16_t *bs = a->bs + r * a->bs_stride + 16 * sb + 2 * j;
-    return _mm512_set1_epi32(-128 * ((int32_t)bs[0] + bs[1]));
 }
 AI void iq4xs_step(const int NR, const uint8_t *bp, const nx_mm_act *a, int64_t sb, __m512 *acc) {
     const __m512i lut = iq4_lut(), zero = _mm512_setzero_si512();
@@ -559,22 +568,7 @@ AI void iq4xs_step2(const int NR, const uint8_t *bp0, const uint8_t *bp1, const 
         __m512i W0[8], W1[8];
         iq4xs_codes(bp0 + off, lut, W0);
         iq4xs_codes(bp1 + off, lut, W1);
-#pragma GCC unroll 8
-        for (int r = 0; r < NR; r++) {
-            const uint8_t *q = a->q + r * a->q_stride + 256 * sb + 32 * j;
-            const __m512i c = iq4xs_start(a, r, sb, j), zero = _mm512_setzero_si512();
-            __m512i I0 = c, I1 = c, J0 = zero, J1 = zero;
-#pragma GCC unroll 4
-            for (int k = 0; k < 8; k += 2) {
-                const __m512i x = _mm512_set1_epi32((int)ld32(q + 4 * k)), z = _mm512_set1_epi32((int)ld32(q + 4 * k + 4));
-                I0 = _mm512_dpbusd_epi32(I0, W0[k], x);
-                I1 = _mm512_dpbusd_epi32(I1, W1[k], x);
-                J0 = _mm512_dpbusd_epi32(J0, W0[k + 1], z);
-                J1 = _mm512_dpbusd_epi32(J1, W1[k + 1], z);
-            }
-            t0[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(I0, J0)), DS0[j], t0[r]);
-            t1[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(I1, J1)), DS1[j], t1[r]);
-        }
+        sub_rows2(NR, 1, W0, W1, a, sb, j, DS0[j], DS1[j], t0, t1);
     }
     scale_rows2(NR, a, sb, t0, t1, acc0, acc1);
 }
