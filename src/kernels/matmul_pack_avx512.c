@@ -90,17 +90,14 @@ AI void prefetch_blk(const uint8_t *p, size_t bytes) {
  * every activation row; per activation row, 8 vpdpbusd with its broadcast 4-byte groups (two
  * chains, for latency) start from cs = -128 * sum(codes), which cancels the flip exactly.
  * Then one convert, one scale product and one fma for 16 weight rows. */
-AI void q8_step(const int NR, const uint8_t *bp, const nx_mm_act *a, int64_t b, __m512 *acc) {
-    const __m512i flip = _mm512_set1_epi8((char)0x80), zero = _mm512_setzero_si512();
-    prefetch_blk(bp, NX_MM_Q8X16_BLOCK);
-    const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)bp));
-    __m512i W[8];
-#pragma GCC unroll 8
-    for (int k = 0; k < 8; k++) W[k] = _mm512_xor_si512(_mm512_loadu_si512(bp + 32 + 64 * k), flip);
+/* The rows of one 32-value block of one stream (W: the unsigned codes), each row's sums from
+ * cs / DIV (the offset of the codes, exact); then Q8_0 x16's float step. */
+AI void b32_rows(const int NR, const int DIV, const __m512i *W, __m512 dw, const nx_mm_act *a, int64_t b, __m512 *acc) {
+    const __m512i zero = _mm512_setzero_si512();
 #pragma GCC unroll 8
     for (int r = 0; r < NR; r++) {
         const uint8_t *q = a->q + r * a->q_stride + 32 * b;
-        __m512i I0 = _mm512_set1_epi32(a->cs[r * a->cs_stride + b]), I1 = zero;
+        __m512i I0 = _mm512_set1_epi32(a->cs[r * a->cs_stride + b] / DIV), I1 = zero;
 #pragma GCC unroll 4
         for (int k = 0; k < 8; k += 2) {
             I0 = _mm512_dpbusd_epi32(I0, W[k], _mm512_set1_epi32((int)ld32(q + 4 * k)));
@@ -108,6 +105,37 @@ AI void q8_step(const int NR, const uint8_t *bp, const nx_mm_act *a, int64_t b, 
         }
         const __m512 S = _mm512_mul_ps(dw, _mm512_set1_ps(a->d[r * a->d_stride + b]));
         acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(I0, I1)), S, acc[r]);
+    }
+}
+AI void q8_step(const int NR, const uint8_t *bp, const nx_mm_act *a, int64_t b, __m512 *acc) {
+    const __m512i flip = _mm512_set1_epi8((char)0x80);
+    prefetch_blk(bp, NX_MM_Q8X16_BLOCK);
+    const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)bp));
+    __m512i W[8];
+#pragma GCC unroll 8
+    for (int k = 0; k < 8; k++) W[k] = _mm512_xor_si512(_mm512_loadu_si512(bp + 32 + 64 * k), flip);
+    b32_rows(NR, 1, W, dw, a, b, acc);
+}
+/* The rows of one 32-value block of both streams (W0, W1: the unsigned codes): each row's sums
+ * from cs / DIV (the offset of the codes, exact), each broadcast activation serving both
+ * streams; then Q8_0 x16's float step. */
+AI void b32_rows2(const int NR, const int DIV, const __m512i *W0, const __m512i *W1, __m512 dw0, __m512 dw1,
+                  const nx_mm_act *a, int64_t b, __m512 *acc0, __m512 *acc1) {
+#pragma GCC unroll 8
+    for (int r = 0; r < NR; r++) {
+        const uint8_t *q = a->q + r * a->q_stride + 32 * b;
+        __m512i I0 = _mm512_set1_epi32(a->cs[r * a->cs_stride + b] / DIV), I1 = I0, J0 = _mm512_setzero_si512(), J1 = J0;
+#pragma GCC unroll 4
+        for (int k = 0; k < 8; k += 2) {
+            const __m512i x = _mm512_set1_epi32((int)ld32(q + 4 * k)), z = _mm512_set1_epi32((int)ld32(q + 4 * k + 4));
+            I0 = _mm512_dpbusd_epi32(I0, W0[k], x);
+            I1 = _mm512_dpbusd_epi32(I1, W1[k], x);
+            J0 = _mm512_dpbusd_epi32(J0, W0[k + 1], z);
+            J1 = _mm512_dpbusd_epi32(J1, W1[k + 1], z);
+        }
+        const __m512 dx = _mm512_set1_ps(a->d[r * a->d_stride + b]);
+        acc0[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(I0, J0)), _mm512_mul_ps(dw0, dx), acc0[r]);
+        acc1[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(I1, J1)), _mm512_mul_ps(dw1, dx), acc1[r]);
     }
 }
 /* Both streams of a pass at once: each broadcast activation serves the two groups' weight
@@ -125,22 +153,7 @@ AI void q8_step2(const int NR, const uint8_t *bp0, const uint8_t *bp1, const nx_
         W0[k] = _mm512_xor_si512(_mm512_loadu_si512(bp0 + 32 + 64 * k), flip);
         W1[k] = _mm512_xor_si512(_mm512_loadu_si512(bp1 + 32 + 64 * k), flip);
     }
-#pragma GCC unroll 8
-    for (int r = 0; r < NR; r++) {
-        const uint8_t *q = a->q + r * a->q_stride + 32 * b;
-        __m512i I0 = _mm512_set1_epi32(a->cs[r * a->cs_stride + b]), I1 = I0, J0 = _mm512_setzero_si512(), J1 = J0;
-#pragma GCC unroll 4
-        for (int k = 0; k < 8; k += 2) {
-            const __m512i x = _mm512_set1_epi32((int)ld32(q + 4 * k)), z = _mm512_set1_epi32((int)ld32(q + 4 * k + 4));
-            I0 = _mm512_dpbusd_epi32(I0, W0[k], x);
-            I1 = _mm512_dpbusd_epi32(I1, W1[k], x);
-            J0 = _mm512_dpbusd_epi32(J0, W0[k + 1], z);
-            J1 = _mm512_dpbusd_epi32(J1, W1[k + 1], z);
-        }
-        const __m512 dx = _mm512_set1_ps(a->d[r * a->d_stride + b]);
-        acc0[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(I0, J0)), _mm512_mul_ps(dw0, dx), acc0[r]);
-        acc1[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(I1, J1)), _mm512_mul_ps(dw1, dx), acc1[r]);
-    }
+    b32_rows2(NR, 1, W0, W1, dw0, dw1, a, b, acc0, acc1);
 }
 NX_MM_PK_DECL(nx_mm_pk_q8_0_avx512_plain)
 PK_KERNELS(nx_mm_pk_q8_0_avx512_plain, q8_step, q8_step2, NX_MM_Q8X16_BLOCK)
@@ -161,6 +174,13 @@ PK_KERNELS(nx_mm_pk_q8_0_avx512_plain, q8_step, q8_step2, NX_MM_Q8X16_BLOCK)
         I = _mm512_dpbusd_epi32(I, W6, _mm512_set1_epi32((int)ld32(q + 32 * (r) + 24))); \
         J = _mm512_dpbusd_epi32(J, W7, _mm512_set1_epi32((int)ld32(q + 32 * (r) + 28))); \
         acc##r = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(I, J)), _mm512_mul_ps(dw, _mm512_set1_ps(d[r])), acc##r); \
+    } while (0)
+/* A tile's 8 rows of 16 outputs (acc0..acc7) to y, ldy apart. */
+#define TILE8_STORE() do { \
+        _mm512_storeu_ps(y, acc0); _mm512_storeu_ps(y + ldy, acc1); \
+        _mm512_storeu_ps(y + 2 * ldy, acc2); _mm512_storeu_ps(y + 3 * ldy, acc3); \
+        _mm512_storeu_ps(y + 4 * ldy, acc4); _mm512_storeu_ps(y + 5 * ldy, acc5); \
+        _mm512_storeu_ps(y + 6 * ldy, acc6); _mm512_storeu_ps(y + 7 * ldy, acc7); \
     } while (0)
 
 static void q8_tile8(int64_t nb, const uint8_t *g, const uint8_t *qi, const uint8_t *ci, float *y, int64_t ldy) {
@@ -183,14 +203,7 @@ static void q8_tile8(int64_t nb, const uint8_t *g, const uint8_t *qi, const uint
         Q8T_ROW(0); Q8T_ROW(1); Q8T_ROW(2); Q8T_ROW(3);
         Q8T_ROW(4); Q8T_ROW(5); Q8T_ROW(6); Q8T_ROW(7);
     }
-    _mm512_storeu_ps(y, acc0);
-    _mm512_storeu_ps(y + ldy, acc1);
-    _mm512_storeu_ps(y + 2 * ldy, acc2);
-    _mm512_storeu_ps(y + 3 * ldy, acc3);
-    _mm512_storeu_ps(y + 4 * ldy, acc4);
-    _mm512_storeu_ps(y + 5 * ldy, acc5);
-    _mm512_storeu_ps(y + 6 * ldy, acc6);
-    _mm512_storeu_ps(y + 7 * ldy, acc7);
+    TILE8_STORE();
 }
 
 /* ===== Q4_0 / IQ4_NL x16 =====
@@ -217,23 +230,11 @@ AI void q4_codes(const int NL, const uint8_t *bp, __m512i *W) {
 }
 AI int32_t q4_cs(const int NL, int32_t cs) { return NL ? cs : cs / 16; }
 AI void q4x_step(const int NL, const int NR, const uint8_t *bp, const nx_mm_act *a, int64_t b, __m512 *acc) {
-    const __m512i zero = _mm512_setzero_si512();
     prefetch_blk(bp, NX_MM_Q40X16_BLOCK);
     const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)bp));
     __m512i W[8];
     q4_codes(NL, bp, W);
-#pragma GCC unroll 8
-    for (int r = 0; r < NR; r++) {
-        const uint8_t *q = a->q + r * a->q_stride + 32 * b;
-        __m512i I0 = _mm512_set1_epi32(q4_cs(NL, a->cs[r * a->cs_stride + b])), I1 = zero;
-#pragma GCC unroll 4
-        for (int k = 0; k < 8; k += 2) {
-            I0 = _mm512_dpbusd_epi32(I0, W[k], _mm512_set1_epi32((int)ld32(q + 4 * k)));
-            I1 = _mm512_dpbusd_epi32(I1, W[k + 1], _mm512_set1_epi32((int)ld32(q + 4 * k + 4)));
-        }
-        const __m512 S = _mm512_mul_ps(dw, _mm512_set1_ps(a->d[r * a->d_stride + b]));
-        acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(I0, I1)), S, acc[r]);
-    }
+    b32_rows(NR, NL ? 1 : 16, W, dw, a, b, acc);
 }
 AI void q4x_step2(const int NL, const int NR, const uint8_t *bp0, const uint8_t *bp1, const nx_mm_act *a, int64_t b,
                   __m512 *acc0, __m512 *acc1) {
@@ -244,22 +245,7 @@ AI void q4x_step2(const int NL, const int NR, const uint8_t *bp0, const uint8_t 
     __m512i W0[8], W1[8];
     q4_codes(NL, bp0, W0);
     q4_codes(NL, bp1, W1);
-#pragma GCC unroll 8
-    for (int r = 0; r < NR; r++) {
-        const uint8_t *q = a->q + r * a->q_stride + 32 * b;
-        __m512i I0 = _mm512_set1_epi32(q4_cs(NL, a->cs[r * a->cs_stride + b])), I1 = I0, J0 = _mm512_setzero_si512(), J1 = J0;
-#pragma GCC unroll 4
-        for (int k = 0; k < 8; k += 2) {
-            const __m512i x = _mm512_set1_epi32((int)ld32(q + 4 * k)), z = _mm512_set1_epi32((int)ld32(q + 4 * k + 4));
-            I0 = _mm512_dpbusd_epi32(I0, W0[k], x);
-            I1 = _mm512_dpbusd_epi32(I1, W1[k], x);
-            J0 = _mm512_dpbusd_epi32(J0, W0[k + 1], z);
-            J1 = _mm512_dpbusd_epi32(J1, W1[k + 1], z);
-        }
-        const __m512 dx = _mm512_set1_ps(a->d[r * a->d_stride + b]);
-        acc0[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(I0, J0)), _mm512_mul_ps(dw0, dx), acc0[r]);
-        acc1[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(I1, J1)), _mm512_mul_ps(dw1, dx), acc1[r]);
-    }
+    b32_rows2(NR, NL ? 1 : 16, W0, W1, dw0, dw1, a, b, acc0, acc1);
 }
 AI void q4_step(const int NR, const uint8_t *bp, const nx_mm_act *a, int64_t b, __m512 *acc) { q4x_step(0, NR, bp, a, b, acc); }
 AI void nl_step(const int NR, const uint8_t *bp, const nx_mm_act *a, int64_t b, __m512 *acc) { q4x_step(1, NR, bp, a, b, acc); }
@@ -292,14 +278,7 @@ AI void q4x_tile8(const int NL, int64_t nb, const uint8_t *g, const uint8_t *qi,
         Q8T_ROW(0); Q8T_ROW(1); Q8T_ROW(2); Q8T_ROW(3);
         Q8T_ROW(4); Q8T_ROW(5); Q8T_ROW(6); Q8T_ROW(7);
     }
-    _mm512_storeu_ps(y, acc0);
-    _mm512_storeu_ps(y + ldy, acc1);
-    _mm512_storeu_ps(y + 2 * ldy, acc2);
-    _mm512_storeu_ps(y + 3 * ldy, acc3);
-    _mm512_storeu_ps(y + 4 * ldy, acc4);
-    _mm512_storeu_ps(y + 5 * ldy, acc5);
-    _mm512_storeu_ps(y + 6 * ldy, acc6);
-    _mm512_storeu_ps(y + 7 * ldy, acc7);
+    TILE8_STORE();
 }
 static void q4_tile8(int64_t nb, const uint8_t *g, const uint8_t *qi, const uint8_t *ci, float *y, int64_t ldy) {
     q4x_tile8(0, nb, g, qi, ci, y, ldy);
