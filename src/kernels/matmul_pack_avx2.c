@@ -36,12 +36,18 @@ AI uint32_t ld32(const void *p) { uint32_t v; memcpy(&v, p, 4); return v; }
 AI void prefetch_blk(const uint8_t *p, size_t bytes) {
     for (size_t o = 0; o < bytes; o += 64) _mm_prefetch((const char *)(p + NX_MM_PREFETCH + o), _MM_HINT_T0);
 }
-/* The K-quants' and IQ4_XS's distance: a block with 4+ rows takes longer than a DRAM miss. */
+/* The K-quants', IQ4_XS's and the floats' distance: a block with 4+ rows takes longer than a
+ * DRAM miss. From 2 rows on into L2 (T1): their reads were served one after another when the
+ * L1 fill buffers held them (2-4 rows 1.06-1.16x faster in the model, Qwen3.5-0.8B-shaped
+ * Q4_K_M, Zen 4 at NEXTN_CPU=avx2, 2 threads); Q8_0 / Q4_0 gained nothing and keep T0. */
 #ifndef NX_MM_PREFETCH_K
 #define NX_MM_PREFETCH_K 4096
 #endif
-AI void prefetch_k(const uint8_t *p, size_t bytes) {
-    for (size_t o = 0; o < bytes; o += 64) _mm_prefetch((const char *)(p + NX_MM_PREFETCH_K + o), _MM_HINT_T0);
+AI void prefetch_k(const int NR, const uint8_t *p, size_t bytes) {
+    if (NR >= 2)
+        for (size_t o = 0; o < bytes; o += 64) _mm_prefetch((const char *)(p + NX_MM_PREFETCH_K + o), _MM_HINT_T1);
+    else
+        for (size_t o = 0; o < bytes; o += 64) _mm_prefetch((const char *)(p + NX_MM_PREFETCH_K + o), _MM_HINT_T0);
 }
 AI __m256i bcast4(const void *p) { return _mm256_set1_epi32((int)ld32(p)); }
 /* An optimization barrier on a vector: GCC otherwise reassociates a row's 16 integer adds
@@ -403,11 +409,11 @@ AI void iq4xs_block(const int N, const uint8_t *bp, const nx_mm_act *a, int64_t 
     const __m256 dw1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(bp + 16)));
     __m256 t[2 * NX_MM_TILE];
     for (int r = 0; r < 2 * nn; r++) t[r] = _mm256_setzero_ps();
-    prefetch_k(bp, 192);
+    prefetch_k(n, bp, 192);
 #pragma GCC unroll 1
     for (int j = 0; j < 8; j++) {
         const uint8_t *cp = bp + 192 + 256 * j;
-        prefetch_k(cp, 256);
+        prefetch_k(n, cp, 256);
         const __m256 DS0 = _mm256_mul_ps(dw0, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(bp + 32 + 16 * j)))));
         const __m256 DS1 = _mm256_mul_ps(dw1, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(bp + 40 + 16 * j)))));
         __m256i U[16], A[16];
@@ -525,7 +531,7 @@ AI void k4_half(const int Q5, const int NR, const int h, const uint8_t *bp, cons
     const __m256 ndm = neg(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(bp + 32 + 16 * h))));
     __m256 t[6];
     __m256i mn[6];
-    if (!h) prefetch_k(bp, 320);   /* the rest per sub-block: a burst of 37 prefetches stalls on the fill buffers */
+    if (!h) prefetch_k(NR, bp, 320);   /* the rest per sub-block: a burst of 37 prefetches stalls on the fill buffers */
     for (int r = 0; r < NR; r++) mn[r] = _mm256_setzero_si256();
 #pragma GCC unroll 8
     for (int j = 0; j < 8; j++) {   /* Mn = sum_j m_j * (bs[2j] + bs[2j+1]): (m_j, m_j) pairs madd the bs pairs */
@@ -547,7 +553,7 @@ AI void k4_half(const int Q5, const int NR, const int h, const uint8_t *bp, cons
 #pragma GCC unroll 8
             for (int k = 0; k < 8; k++) W[k] = _mm256_load_si256(u + k);
         } else {
-            if (!h) prefetch_k(cp, Q5 ? 320 : 256);
+            if (!h) prefetch_k(NR, cp, Q5 ? 320 : 256);
             k4_codes(Q5, cp, h, W);
         }
         const __m256 D = _mm256_mul_ps(dw, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(bp + 64 + 16 * j + 8 * h)))));
@@ -606,7 +612,7 @@ AI void q5k_step(const int NR, const uint8_t *bp, const nx_mm_act *a, int64_t sb
  * one super-block at a time, their float accumulators in memory: the same ops per (weight
  * row, activation row) in the same order. */
 AI void k4_unpack(const int Q5, const uint8_t *bp, __m256i *ub) {
-    prefetch_k(bp, Q5 ? NX_MM_Q5KX16_BLOCK : NX_MM_Q4KX16_BLOCK);
+    prefetch_k(1, bp, Q5 ? NX_MM_Q5KX16_BLOCK : NX_MM_Q4KX16_BLOCK);
 #pragma GCC unroll 1
     for (int j = 0; j < 8; j++) {
         const uint8_t *cp = bp + 320 + (Q5 ? 320 : 256) * j;
@@ -670,7 +676,7 @@ AI void q6k_half(const int NR, const int h, const uint8_t *bp, const nx_mm_act *
     const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(bp + 16 * h)));
     __m256 t[6];
     __m256i c[6];
-    if (!h) prefetch_k(bp, 320);
+    if (!h) prefetch_k(NR, bp, 320);
     for (int r = 0; r < NR; r++) c[r] = _mm256_setzero_si256();
 #pragma GCC unroll 8
     for (int p = 0; p < 8; p++) {
@@ -689,7 +695,7 @@ AI void q6k_half(const int NR, const int h, const uint8_t *bp, const nx_mm_act *
         for (int e = 0; e < 2; e++) {
             const int g = 2 * p + e;
             const uint8_t *gp = bp + 320 + 192 * g;
-            if (!h) prefetch_k(gp, 192);
+            if (!h) prefetch_k(NR, gp, 192);
             const __m256i L0 = _mm256_loadu_si256((const __m256i *)(gp + 32 * h));
             const __m256i L1 = _mm256_loadu_si256((const __m256i *)(gp + 64 + 32 * h));
             const __m256i H = _mm256_loadu_si256((const __m256i *)(gp + 128 + 32 * h));
@@ -740,7 +746,7 @@ AI __m256 fw8(const int T, const uint8_t *p) {
 }
 AI void fl_step(const int T, const int NR, const uint8_t *bp, const nx_mm_act *a, int64_t b, __m256 *acc) {
     const int es = T == NX_TYPE_F32 ? 64 : 32;
-    prefetch_k(bp, (size_t)32 * es);
+    prefetch_k(NR, bp, (size_t)32 * es);
 #pragma GCC unroll 4
     for (int k = 0; k < 32; k++) {
         const __m256 w0 = fw8(T, bp + k * es), w1 = fw8(T, bp + k * es + es / 2);
