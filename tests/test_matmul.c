@@ -797,18 +797,22 @@ static void packed_reference(const wmat *m, const float *x, int64_t n_rows, int6
 
 /* The packed tests' passes: every level, then the AVX-512 level with AMX (skipped where the
  * machine or the OS has none). Sets the level and the AMX switch; false: pass not run here. */
-#define PK_PASSES (sizeof k_levels / sizeof k_levels[0] + 1)
+/* The levels, then AVX-512 with AMX, then AVX-512 with the BF16 dot products (each where the
+ * machine has it); every other pass has both off. */
+#define PK_PASSES (sizeof k_levels / sizeof k_levels[0] + 2)
 static bool pk_pass(size_t l, const char **name) {
-    const bool amx = l == PK_PASSES - 1;
-    const nx_cpu_level lv = amx ? NX_CPU_AVX512 : k_levels[l];
-    *name = amx ? "avx512+amx" : nx_cpu_level_name(lv);
-    return nx_cpu_set_level(lv) == lv && nx_cpu_set_amx(amx) == amx;
+    const bool amx = l == PK_PASSES - 2, bfd = l == PK_PASSES - 1;
+    const nx_cpu_level lv = amx || bfd ? NX_CPU_AVX512 : k_levels[l];
+    *name = amx ? "avx512+amx" : bfd ? "avx512+bf16dot" : nx_cpu_level_name(lv);
+    return nx_cpu_set_level(lv) == lv && nx_cpu_set_amx(amx) == amx && nx_cpu_set_bf16dot(bfd) == bfd;
 }
 
-/* Packed tests leave the AVX-512 level with AMX allowed (where present), the default. */
+/* Packed tests leave the AVX-512 level with AMX and the BF16 dot products allowed (where
+ * present), the default. */
 static void pk_restore(void) {
     nx_cpu_set_level(NX_CPU_AVX512);
     nx_cpu_set_amx(1);
+    nx_cpu_set_bf16dot(1);
 }
 
 #if NX_MM_X86
@@ -919,12 +923,28 @@ static void check_packed(nx_type type, int64_t n_in, int64_t n_out, bool extreme
         const size_t bytes = nx_matmul_pack_size(&m.w);
         CHECK_MSG(bytes == want, "%s pack size %zu at %s", nx_type_name(type), bytes, lname);
         CHECK(run_mm(NULL, &m, x, R, ldx, yu, ldy) == NX_OK);
+        float *want_y = ref;   /* what every batch, pass and thread must give bit for bit */
+        if (nx_cpu_bf16dot() && type == NX_TYPE_BF16) {
+            /* the BF16 dot products' own contract (matmul_impl.h): one batch of all rows is
+             * its reference, within bf16 rounding of the activations (2^-8 relative each, the
+             * products exact) plus f32 sums of the f32 contract */
+            want_y = malloc(sizeof(float) * R * (size_t)ldy);
+            CHECK(run_mm(NULL, &mp, x, R, ldx, want_y, ldy) == NX_OK);
+            for (int r = 0; r < R; r++)
+                for (int64_t o = 0; o < n_out; o++) {
+                    double mag = 0;
+                    for (int64_t i = 0; i < n_in; i++) mag += fabs((double)m.wf[o * n_in + i] * x[r * ldx + i]);
+                    CHECK_MSG(fabs(want_y[r * ldy + o] - ref[r * ldy + o]) <= 0x1p-7 * mag + 1e-30,
+                              "bf16dot vs the f32 contract r %d o %lld: %g vs %g", r, (long long)o, want_y[r * ldy + o],
+                              ref[r * ldy + o]);
+                }
+        }
         for (int n = 1; n <= R; n = n == 20 ? R : n + 1)
             for (int th = 0; th < 3; th++) {
                 for (int64_t i = 0; i < R * ldy; i++) y[i] = NAN;
                 CHECK(run_mm(th ? tp[th - 1] : NULL, &mp, x, n, ldx, y, ldy) == NX_OK);
                 for (int r = 0; r < n; r++)
-                    CHECK_MSG(same_bits(y + r * ldy, ref + r * ldy, (size_t)n_out), "packed %s %lldx%lld %s batch %d row %d threads %d",
+                    CHECK_MSG(same_bits(y + r * ldy, want_y + r * ldy, (size_t)n_out), "packed %s %lldx%lld %s batch %d row %d threads %d",
                               nx_type_name(type), (long long)n_in, (long long)n_out, lname, n, r, th + 1);
                 CHECK(isnan(y[n_out]));   /* padding untouched */
             }
@@ -932,7 +952,8 @@ static void check_packed(nx_type type, int64_t n_in, int64_t n_out, bool extreme
             for (int64_t o = 0; o < n_out; o++) {
                 double mag = 0;
                 for (int64_t i = 0; i < n_in; i++) mag += fabs((double)m.wf[o * n_in + i] * x[r * ldx + i]);
-                CHECK_MSG(fabs(ref[r * ldy + o] - yu[r * ldy + o]) <= 2e-5 * mag + 1e-6, "packed vs unpacked %s r %d o %lld",
+                CHECK_MSG(fabs(want_y[r * ldy + o] - yu[r * ldy + o]) <= (want_y != ref ? 0x1p-7 : 2e-5) * mag + 1e-6,
+                          "packed vs unpacked %s r %d o %lld",
                           nx_type_name(type), r, (long long)o);
             }
         /* two packed weights in one dispatch == one call each */
@@ -940,8 +961,10 @@ static void check_packed(nx_type type, int64_t n_in, int64_t n_out, bool extreme
         nx_mm_out outs[2] = {{&mp.w, y, ldy}, {&mp.w, y2, n_out}};
         nx_error err = {0};
         CHECK(nx_matmul_multi(tp[0], NULL, outs, 2, x, 9, ldx, &err) == NX_OK);
-        for (int r = 0; r < 9; r++) CHECK(same_bits(y + r * ldy, ref + r * ldy, (size_t)n_out) && same_bits(y2 + r * n_out, ref + r * ldy, (size_t)n_out));
+        for (int r = 0; r < 9; r++)
+            CHECK(same_bits(y + r * ldy, want_y + r * ldy, (size_t)n_out) && same_bits(y2 + r * n_out, want_y + r * ldy, (size_t)n_out));
         free(y2);
+        if (want_y != ref) free(want_y);
         setenv("NEXTN_REPACK", "0", 1);
         CHECK(nx_matmul_pack_size(&m.w) == 0);
         unsetenv("NEXTN_REPACK");
@@ -1070,6 +1093,11 @@ static void check_packed_batches(nx_type type, int64_t n_in, int64_t n_out, nx_t
     for (size_t l = 0; l < PK_PASSES; l++) {
         const char *lname;
         if (!pk_pass(l, &lname) || !nx_mm_pick_pkernel(type)) continue;
+        float *want_y = ref;   /* the BF16 dot products: their own one-batch result (check_packed) */
+        if (nx_cpu_bf16dot() && type == NX_TYPE_BF16) {
+            want_y = malloc(sizeof(float) * R * (size_t)ldy);
+            CHECK(run_mm(NULL, &mp, x, R, ldx, want_y, ldy) == NX_OK);
+        }
         for (size_t bi = 0; bi < sizeof batches / sizeof batches[0]; bi++)
             for (int th = 0; th < 3; th++) {
                 const int n = batches[bi];
@@ -1077,11 +1105,12 @@ static void check_packed_batches(nx_type type, int64_t n_in, int64_t n_out, nx_t
                 CHECK(run_mm(th ? tp[th - 1] : NULL, &mp, x + (R - n) * ldx, n, ldx, y, ldy) == NX_OK);
                 int bad = -1;
                 for (int r = 0; r < n && bad < 0; r++)
-                    if (!same_bits(y + r * ldy, ref + (R - n + r) * ldy, (size_t)n_out)) bad = r;
+                    if (!same_bits(y + r * ldy, want_y + (R - n + r) * ldy, (size_t)n_out)) bad = r;
                 CHECK_MSG(bad < 0, "packed %s %lldx%lld %s batch %d row %d threads %d", nx_type_name(type),
                           (long long)n_in, (long long)n_out, lname, n, bad, th + 1);
                 CHECK(isnan(y[n_out]));
             }
+        if (want_y != ref) free(want_y);
     }
     pk_restore();
     free(pk); free(x); free(ref); free(y);
@@ -1142,6 +1171,7 @@ static void test_wide_rows(void) {
 }
 
 static void test_packed(void) {
+    fprintf(stderr, "  bf16 dot products: %s\n", nx_cpu_has_avx512bf16() ? "present: the AVX-512 passes run again with them (BF16 by its own contract)" : "not on this machine: those passes skipped");
     fprintf(stderr, "  amx: %s\n", nx_cpu_amx_detected() ? "present: the AVX-512 passes run again with AMX"
                                                          : "not on this machine (or not granted by the OS): AMX passes skipped");
     nx_error terr = {0};
@@ -1179,6 +1209,7 @@ static void test_packed(void) {
     check_packed_batches(NX_TYPE_Q6_K, 512, 48, tp);
     check_packed_batches(NX_TYPE_IQ4_XS, 512, 48, tp);
     check_packed_batches(NX_TYPE_F16, 512, 48, tp);
+    check_packed_batches(NX_TYPE_BF16, 512, 48, tp);
     nx_threadpool_free(tp[0]);
     nx_threadpool_free(tp[1]);
 }

@@ -655,9 +655,9 @@ int nx_cmd_bench(int argc, char **argv) {
     const bool hwm_reset = reset_hwm();
     printf("model: %s (%s, %.2f MiB, loaded in %.2f s)\n", a.model, nx_model_arch(e.m),
            (double)nx_cli_model_weight_bytes(e.m) / (1 << 20), t_load);
-    printf("cpu: %s kernels%s, %d threads; read bandwidth %.1f GB/s (%ld MiB buffer, %d threads side by side, fastest of 8 passes per 32 MiB chunk)\n",
-           nx_cpu_level_name(nx_cpu_level_get()), nx_cpu_amx() ? " + amx prefill" : "", e.n_threads, e.bw_gbps, bw_mib,
-           e.n_threads);
+    printf("cpu: %s kernels%s%s, %d threads; read bandwidth %.1f GB/s (%ld MiB buffer, %d threads side by side, fastest of 8 passes per 32 MiB chunk)\n",
+           nx_cpu_level_name(nx_cpu_level_get()), nx_cpu_amx() ? " + amx prefill" : "", nx_cpu_bf16dot() ? " + bf16 dot" : "",
+           e.n_threads, e.bw_gbps, bw_mib, e.n_threads);
     printf("decode streams %.2f MiB of weights per token -> speed of light %.1f tok/s\n",
            (double)e.bytes_per_token / (1 << 20), e.bw_gbps > 0 ? e.bw_gbps * 1e9 / (double)e.bytes_per_token : 0.0);
     const nx_ctx_memory mem = nx_ctx_memory_info(e.ctx);

@@ -23,6 +23,7 @@
 static atomic_int g_level = -1;     /* the CPU feature table: level in effect, -1 = not yet set */
 static atomic_int g_amx_hw = -1;    /* AMX-INT8 usable by this process: -1 = not yet asked */
 static atomic_int g_amx_on = -1;    /* AMX allowed (NEXTN_AMX / nx_cpu_set_amx): -1 = not yet read */
+static atomic_int g_bf16dot_on = -1;   /* BF16 dot products allowed (NEXTN_BF16DOT / nx_cpu_set_bf16dot) */
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
@@ -153,6 +154,21 @@ int nx_cpu_amx(void) {
     if (on < 0) {
         const char *env = getenv("NEXTN_AMX");
         on = nx_cpu_set_amx(!(env && !strcmp(env, "0")));
+    }
+    return on && nx_cpu_level_get() == NX_CPU_AVX512;
+}
+
+int nx_cpu_set_bf16dot(int on) {
+    const int v = on && nx_cpu_has_avx512bf16();
+    atomic_store(&g_bf16dot_on, v);
+    return v;
+}
+
+int nx_cpu_bf16dot(void) {
+    int on = atomic_load(&g_bf16dot_on);
+    if (on < 0) {
+        const char *env = getenv("NEXTN_BF16DOT");
+        on = nx_cpu_set_bf16dot(!(env && !strcmp(env, "0")));
     }
     return on && nx_cpu_level_get() == NX_CPU_AVX512;
 }

@@ -46,5 +46,12 @@ int          nx_cpu_amx_detected(void);
 int          nx_cpu_amx(void);               /* in effect now */
 /* Allow (where detected) or forbid AMX; returns whether it is allowed now (tests cover both). */
 int          nx_cpu_set_amx(int on);
+/* BF16 weights through VDPBF16PS (AVX512_BF16: Zen 4, Sapphire Rapids and later): the
+ * activations rounded to bf16, as llama.cpp does for BF16 weights, for twice the products per
+ * instruction of the f32 fmas. In effect only at NX_CPU_AVX512 where the CPU has AVX512_BF16,
+ * and unless NEXTN_BF16DOT=0 (or nx_cpu_set_bf16dot(0)); the kernels' contract is in
+ * matmul_impl.h. Returns as nx_cpu_amx / nx_cpu_set_amx. */
+int          nx_cpu_bf16dot(void);
+int          nx_cpu_set_bf16dot(int on);
 
 #endif

@@ -190,6 +190,13 @@ NX_MM_PK_DECL(nx_mm_pk_bf16_scalar)
 NX_MM_PK_DECL(nx_mm_pk_bf16_avx2)
 NX_MM_PK_DECL(nx_mm_pk_bf16_avx2vnni)
 NX_MM_PK_DECL(nx_mm_pk_bf16_avx512)
+/* BF16 x16 through VDPBF16PS (AVX512_BF16; picked only where nx_cpu_bf16dot()). Its own
+ * contract, not the scalar one's bits (as llama.cpp, which rounds a BF16 matmul's activations to
+ * bf16): per (weight row, activation row), x rounded to bf16 (VCVTNE2PS2BF16: nearest even),
+ * then for each block's input pairs (2p, 2p+1), p = 0..15 in order, one VDPBF16PS step into one
+ * accumulator from 0 (the instruction's own rounding and denormal flushing). The same for every
+ * batch size, pass and thread (tested), and within a bound of the f32 contract. */
+NX_MM_PK_DECL(nx_mm_pk_bf16_avx512bf16)
 NX_MM_PK_DECL(nx_mm_pk_iq4_xs_scalar)
 NX_MM_PK_DECL(nx_mm_pk_iq4_xs_avx2)
 NX_MM_PK_DECL(nx_mm_pk_iq4_xs_avx2vnni)

@@ -61,7 +61,7 @@ nx_mm_pkernel nx_mm_pick_pkernel(nx_type type) {
         return l == NX_CPU_AVX512 ? nx_mm_pk_iq4_xs_avx512 : v ? nx_mm_pk_iq4_xs_avx2vnni : v2 ? nx_mm_pk_iq4_xs_avx2 : NULL;
     case NX_TYPE_F32: return l == NX_CPU_AVX512 ? nx_mm_pk_f32_avx512 : v ? nx_mm_pk_f32_avx2vnni : v2 ? nx_mm_pk_f32_avx2 : NULL;
     case NX_TYPE_F16: return l == NX_CPU_AVX512 ? nx_mm_pk_f16_avx512 : v ? nx_mm_pk_f16_avx2vnni : v2 ? nx_mm_pk_f16_avx2 : NULL;
-    case NX_TYPE_BF16: return l == NX_CPU_AVX512 ? nx_mm_pk_bf16_avx512 : v ? nx_mm_pk_bf16_avx2vnni : v2 ? nx_mm_pk_bf16_avx2 : NULL;
+    case NX_TYPE_BF16: return l == NX_CPU_AVX512 ? (nx_cpu_bf16dot() ? nx_mm_pk_bf16_avx512bf16 : nx_mm_pk_bf16_avx512) : v ? nx_mm_pk_bf16_avx2vnni : v2 ? nx_mm_pk_bf16_avx2 : NULL;
     default: return NULL;
     }
 #endif

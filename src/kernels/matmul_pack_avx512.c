@@ -616,6 +616,57 @@ PK_KERNELS(nx_mm_pk_f32_avx512, f32_step, f32_step2, NX_MM_F32X16_BLOCK)
 PK_KERNELS(nx_mm_pk_f16_avx512, f16_step, f16_step2, NX_MM_F16X16_BLOCK)
 PK_KERNELS(nx_mm_pk_bf16_avx512, bf16_step, bf16_step2, NX_MM_F16X16_BLOCK)
 
+/* BF16 x16 through VDPBF16PS (matmul_impl.h: its contract). Per block, each activation row's
+ * 32 inputs rounded to bf16 pairs once (a 64-byte stack row: one convert, one store) and
+ * broadcast from there; per input pair p the two stored 32-byte rows (inputs 2p, 2p + 1)
+ * interleaved by one vpermw into each weight row's (w_2p, w_2p+1) dword, shared by the rows and
+ * the passes' activation rows. Twice the products of an f32 fma per instruction: a 16-row
+ * prefill call ran 2.2x faster in the kernel alone (Zen 4). */
+#pragma GCC push_options
+#pragma GCC target("avx512bf16")
+AI void bfd_x(const int NR, const nx_mm_act *a, int64_t b, uint32_t (*xs)[16]) {
+#pragma GCC unroll 8
+    for (int r = 0; r < NR; r++) {
+        const float *x = a->x + r * a->ldx + 32 * b;
+        _mm512_storeu_si512(xs[r], (__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(x + 16), _mm512_loadu_ps(x)));
+    }
+}
+AI __m512i bfd_w(const uint8_t *bp, int p) {
+    const __m512i idx = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6, 21, 5, 20,
+                                         4, 19, 3, 18, 2, 17, 1, 16, 0);
+    return _mm512_permutexvar_epi16(idx, _mm512_loadu_si512(bp + 64 * p));
+}
+AI void bfd_step(const int NR, const uint8_t *bp, const nx_mm_act *a, int64_t b, __m512 *acc) {
+    uint32_t xs[8][16];
+    prefetch_rows(NR, bp, 1024);
+    bfd_x(NR, a, b, xs);
+#pragma GCC unroll 4
+    for (int p = 0; p < 16; p++) {
+        const __m512bh w = (__m512bh)bfd_w(bp, p);
+#pragma GCC unroll 8
+        for (int r = 0; r < NR; r++) acc[r] = _mm512_dpbf16_ps(acc[r], w, (__m512bh)_mm512_set1_epi32((int)xs[r][p]));
+    }
+}
+AI void bfd_step2(const int NR, const uint8_t *bp0, const uint8_t *bp1, const nx_mm_act *a, int64_t b, __m512 *acc0,
+                  __m512 *acc1) {
+    uint32_t xs[8][16];
+    prefetch_rows(NR, bp0, 1024);
+    prefetch_rows(NR, bp1, 1024);
+    bfd_x(NR, a, b, xs);
+#pragma GCC unroll 4
+    for (int p = 0; p < 16; p++) {
+        const __m512bh w0 = (__m512bh)bfd_w(bp0, p), w1 = (__m512bh)bfd_w(bp1, p);
+#pragma GCC unroll 8
+        for (int r = 0; r < NR; r++) {
+            const __m512bh x = (__m512bh)_mm512_set1_epi32((int)xs[r][p]);
+            acc0[r] = _mm512_dpbf16_ps(acc0[r], w0, x);
+            acc1[r] = _mm512_dpbf16_ps(acc1[r], w1, x);
+        }
+    }
+}
+PK_KERNELS(nx_mm_pk_bf16_avx512bf16, bfd_step, bfd_step2, NX_MM_F16X16_BLOCK)
+#pragma GCC pop_options
+
 /* Prefill, as q8_tile8: one group against one tile of 8 rows of the interleaved copy, the 8
  * partial sums t in registers, the scale vectors on the stack. k4_step's arithmetic exactly
  * (integer sums exact; t = cvt(Mn) * -dmin, then per sub-block fma(cvt(I), d*sc_j, t), then
