@@ -149,14 +149,18 @@ int nx_cpu_set_amx(int on) {
     return v;
 }
 
-int nx_cpu_amx(void) {
-    int on = atomic_load(&g_amx_on);
+/* An AVX-512 extra in effect: allowed (its switch, read from env_name = "0" or not on first
+ * use through set) and the AVX-512 level in effect. */
+static int avx512_extra(atomic_int *g, const char *env_name, int (*set)(int)) {
+    int on = atomic_load(g);
     if (on < 0) {
-        const char *env = getenv("NEXTN_AMX");
-        on = nx_cpu_set_amx(!(env && !strcmp(env, "0")));
+        const char *env = getenv(env_name);
+        on = set(!(env && !strcmp(env, "0")));
     }
     return on && nx_cpu_level_get() == NX_CPU_AVX512;
 }
+
+int nx_cpu_amx(void) { return avx512_extra(&g_amx_on, "NEXTN_AMX", nx_cpu_set_amx); }
 
 int nx_cpu_set_bf16dot(int on) {
     const int v = on && nx_cpu_has_avx512bf16();
@@ -164,14 +168,7 @@ int nx_cpu_set_bf16dot(int on) {
     return v;
 }
 
-int nx_cpu_bf16dot(void) {
-    int on = atomic_load(&g_bf16dot_on);
-    if (on < 0) {
-        const char *env = getenv("NEXTN_BF16DOT");
-        on = nx_cpu_set_bf16dot(!(env && !strcmp(env, "0")));
-    }
-    return on && nx_cpu_level_get() == NX_CPU_AVX512;
-}
+int nx_cpu_bf16dot(void) { return avx512_extra(&g_bf16dot_on, "NEXTN_BF16DOT", nx_cpu_set_bf16dot); }
 
 nx_cpu_level nx_cpu_set_level(nx_cpu_level level) {
     nx_cpu_level hw = nx_cpu_level_detected();
