@@ -168,6 +168,41 @@ static void test_fused_exact(void) {
     CHECK(nx_dot(xa, xb, 0) == 0.0f);
 }
 
+/* nx_conv_silu at every level: bit for bit the composition of that level's nx_mul, nx_add and
+ * nx_silu in tap order (the forward's old sequence), with y aliasing the window's last row
+ * too; K from 1 to 4, every length of LENS and a 128-channel block with a wider weight stride. */
+static void test_conv_silu(void) {
+    enum { KM = 4 };
+    static float win[KM * MAXN], w[KM * (MAXN + 8)], acc[MAXN], p[MAXN], want[MAXN], alias[KM * MAXN];
+    nx_cpu_level lv[NX_CPU_MAX_LEVELS];
+    int nl = levels(lv);
+    for (int li = 0; li <= N_LENS; li++) {
+        const int n = li < N_LENS ? LENS[li] : 128;
+        const long ws = li < N_LENS ? n : 6144;   /* the model's conv weights: [K][channels] */
+        if ((size_t)(KM - 1) * (size_t)ws + (size_t)n > sizeof w / sizeof w[0]) continue;
+        fill(win, KM * n, -3, 3);
+        fill(w, (int)((KM - 1) * ws + n), -1, 1);
+        for (int K = 1; K <= KM; K++)
+            for (int l = 0; l < nl; l++) {
+                nx_cpu_set_level(lv[l]);
+                nx_mul(acc, win, w, n);
+                for (int j = 1; j < K; j++) {
+                    nx_mul(p, win + (size_t)j * n, w + (size_t)j * ws, n);
+                    nx_add(acc, acc, p, n);
+                }
+                nx_silu(want, acc, n);
+                nx_conv_silu(got, win, w, ws, K, n);
+                CHECK_MSG(memcmp(got, want, sizeof(float) * (size_t)n) == 0, "conv_silu n=%d K=%d level %s", n, K,
+                          nx_cpu_level_name(lv[l]));
+                memcpy(alias, win, sizeof(float) * (size_t)(K * n));
+                nx_conv_silu(alias + (size_t)(K - 1) * n, alias, w, ws, K, n);
+                CHECK_MSG(memcmp(alias + (size_t)(K - 1) * n, want, sizeof(float) * (size_t)n) == 0,
+                          "conv_silu in place n=%d K=%d level %s", n, K, nx_cpu_level_name(lv[l]));
+            }
+    }
+    nx_cpu_set_level(nx_cpu_level_detected());
+}
+
 /* ===== accuracy sweeps against double precision (every level) ===== */
 
 static void test_accuracy_sweeps(void) {
@@ -675,6 +710,7 @@ int main(void) {
     RUN(test_simd_vs_scalar_unary);
     RUN(test_gelu);
     RUN(test_fused_exact);
+    RUN(test_conv_silu);
     RUN(test_accuracy_sweeps);
     RUN(test_known_values);
     RUN(test_norms);

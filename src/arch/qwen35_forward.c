@@ -21,6 +21,7 @@
 #include "core/fp16.h"
 
 #define QW_FFN_ROWS 64
+#define QW_CONV_SLIDE 16   /* rows a conv window slides before its taps move back (dn_conv_block) */
 #define QW_PAR_MIN 4096   /* element-wise work below this many values stays on the caller */
 
 /* A token's inputs to one V head's recurrence: q, k of its K head, v, beta, decay. */
@@ -70,10 +71,10 @@ nx_status qw_scratch_create(const qw_model *qm, int n, int n_ctx, int n_threads,
     s->b2 = malloc(sb2 * sizeof(float));
     s->b3 = malloc(N * sb3 * sizeof(float));
     s->b4 = malloc(N * sb4 * sizeof(float));
-    /* per thread: attention scores, a head's gate / norm rows, a conv block's taps + output, a
+    /* per thread: attention scores, a head's gate / norm rows, a conv block's sliding window, a
      * row's RoPE cache */
     s->thr_stride = (maxz(maxz(nx_attend_work_floats(hp->n_head, hp->n_head_kv, (int)D), 3 * maxz(D, (size_t)hp->dv)),
-                          maxz((K + 1) * maxz((size_t)hp->dk, (size_t)hp->dv), (size_t)hp->n_rot)) + 15) & ~(size_t)15;
+                          maxz((QW_CONV_SLIDE + K) * maxz((size_t)hp->dk, (size_t)hp->dv), (size_t)hp->n_rot)) + 15) & ~(size_t)15;
     s->thr = malloc((size_t)n_threads * s->thr_stride * sizeof(float));
     s->dn_toks_stride = (size_t)NX_SNAPSHOT_MAX + N;
     s->dn_toks = malloc((size_t)n_threads * s->dn_toks_stride * sizeof *s->dn_toks);
@@ -334,36 +335,38 @@ static void dn_conv_block(const conv_job *j, int c0, int bw, bool qk, float *win
     const nx_ubatch *ub = j->ub;
     const int K = hp->d_conv, C = hp->conv_dim, rl = j->L->rec_layer;
     const size_t rb = (size_t)bw * sizeof(float);
-    float *y = win + (size_t)(K - 1) * bw, *p = y + bw;   /* win: [K-1][bw] taps, then y, p: [bw] */
-    const nx_ops_impl *ops = nx_ops_get();
+    /* win: a sliding window of QW_CONV_SLIDE + K - 1 rows of bw; the taps of the current row are
+     * rows at..at+K-2 and the row itself goes to at+K-1, so a row costs one copy in, and the
+     * last K-1 rows move back to the front once per QW_CONV_SLIDE rows (a move per row was ~1%
+     * of a prefill) */
     const float *w = j->L->conv_t + c0;
     const bool log = nx_kv_deferred(j->kv);
     for (int g = 0; g < ub->n_groups; g++) {
         const int sq = ub->grp_seq[g], t0 = ub->grp_off[g], t1 = ub->grp_off[g + 1];
         const float *src = nx_kv_conv(j->kv, sq, rl, ub->rec_src[ub->order[t0]]) + c0;
         for (int jj = 0; jj < K - 1; jj++) memcpy(win + (size_t)jj * bw, src + (size_t)jj * C, rb);
+        int at = 0;
         for (int t = t0; t < t1; t++) {
             const int r = ub->order[t];
             float *mr = j->m + (size_t)r * C + c0;
-            if (K > 1) {   /* per channel: y = x0*w0, then y += xj*wj in tap order (a product, then a sum) */
-                ops->mul(y, win, w, bw);
-                for (int jj = 1; jj < K - 1; jj++) {
-                    ops->mul(p, win + (size_t)jj * bw, w + (size_t)jj * C, bw);
-                    ops->add(y, y, p, bw);
+            /* per channel: silu(x0*w0 + x1*w1 + ...) in tap order, the row itself the last tap
+             * (a product, then a sum, each rounded: nx_conv_silu) */
+            if (K > 1) {
+                if (at == QW_CONV_SLIDE) {
+                    memmove(win, win + (size_t)at * bw, (size_t)(K - 1) * rb);
+                    at = 0;
                 }
-                ops->mul(p, mr, w + (size_t)(K - 1) * C, bw);
-                ops->add(y, y, p, bw);
-                memmove(win, win + bw, (size_t)(K - 2) * rb);
-                memcpy(win + (size_t)(K - 2) * bw, mr, rb);
+                memcpy(win + (size_t)(at + K - 1) * bw, mr, rb);
+                nx_conv_silu(mr, win + (size_t)at * bw, w, C, K, bw);
+                at++;
             } else {
-                ops->mul(y, mr, w, bw);
+                nx_conv_silu(mr, mr, w, C, 1, bw);
             }
             const int dst = ub->rec_dst[r];
             if (K > 1 && (dst >= 0 || t == t1 - 1)) {
                 float *d = nx_kv_conv(j->kv, sq, rl, dst) + c0;
-                for (int jj = 0; jj < K - 1; jj++) memcpy(d + (size_t)jj * C, win + (size_t)jj * bw, rb);
+                for (int jj = 0; jj < K - 1; jj++) memcpy(d + (size_t)jj * C, win + (size_t)(at + jj) * bw, rb);
             }
-            nx_silu(mr, y, bw);
             if (qk) nx_l2norm(mr, mr, bw, hp->eps);
             if (log && ub->rec_log[g])
                 memcpy(nx_kv_log_next(j->kv, sq, j->L->rec_layer, ub->rec_done[g] + t - t0) + c0, mr, rb);

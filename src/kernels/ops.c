@@ -154,13 +154,21 @@ static float s_dot(const float *a, const float *b, int n) {
     return acc[0];
 }
 
+static void s_conv_silu(float *y, const float *x, const float *w, long w_stride, int K, int n) {
+    for (int c = 0; c < n; c++) {
+        float a = x[c] * w[c];
+        for (int j = 1; j < K; j++) a = a + x[(size_t)j * (size_t)n + (size_t)c] * w[(size_t)j * (size_t)w_stride + (size_t)c];
+        y[c] = a / (1.0f + expf(-a));
+    }
+}
+
 const nx_ops_impl nx_ops_scalar = {
     .sumsq = s_sumsq, .scale_mul = s_scale_mul, .max = s_max, .exp_sum = s_exp_sum,
     .scale_add = s_scale_add, .argmax = s_argmax, .topk = s_topk, .rope_neox = s_rope_neox,
     .exp = s_exp, .tanh = s_tanh, .sigmoid = s_sigmoid, .silu = s_silu, .gelu = s_gelu,
     .softplus = s_softplus, .softcap = s_softcap, .swiglu = s_swiglu, .geglu = s_geglu,
     .add = s_add, .mul = s_mul, .scale = s_scale, .axpy = s_axpy, .mul_add = s_mul_add,
-    .dot = s_dot,
+    .dot = s_dot, .conv_silu = s_conv_silu,
 };
 
 /* ===== Dispatch ===== */
@@ -355,3 +363,6 @@ void nx_mul_add(float *y, const float *a, const float *b, const float *c, int n)
     if (n > 0) nx_ops_get()->mul_add(y, a, b, c, n);
 }
 float nx_dot(const float *a, const float *b, int n) { return n > 0 ? nx_ops_get()->dot(a, b, n) : 0.0f; }
+void nx_conv_silu(float *y, const float *x, const float *w, long w_stride, int K, int n) {
+    if (n > 0 && K > 0) nx_ops_get()->conv_silu(y, x, w, w_stride, K, n);
+}

@@ -38,6 +38,14 @@ void nx_rmsnorm_rows(float *y, const float *x, const float *w, int n, int n_rows
 /* y = x / max(||x||_2, eps)   (ggml_l2_norm; Gated DeltaNet's q/k normalisation). */
 void nx_l2norm(float *y, const float *x, int n, float eps);
 
+/* One step of a causal depthwise convolution, then SiLU (Gated DeltaNet's and Mamba's conv):
+ * y[c] = silu(((x_0[c]*w_0[c] + x_1[c]*w_1[c]) + ...) + x_{K-1}[c]*w_{K-1}[c]) for c < n, with
+ * x_j = x + j*n (the window's K rows, oldest first) and w_j = w + j*w_stride; each product and
+ * each sum rounded on its own as nx_mul / nx_add round them, in tap order, so at every level
+ * the bits are those of nx_mul + nx_add + nx_silu at that level (one pass instead of 2K; a
+ * prefill makes one call per row and channel block). K >= 1; y may alias x_{K-1}. */
+void nx_conv_silu(float *y, const float *x, const float *w, long w_stride, int K, int n);
+
 /* ===== RoPE ===== */
 
 typedef enum nx_rope_mode {
@@ -146,6 +154,7 @@ typedef struct nx_ops_impl {
     void (*axpy)(float *y, const float *x, float a, int n);
     void (*mul_add)(float *y, const float *a, const float *b, const float *c, int n);
     float (*dot)(const float *a, const float *b, int n);
+    void (*conv_silu)(float *y, const float *x, const float *w, long w_stride, int K, int n);
 } nx_ops_impl;
 
 extern const nx_ops_impl nx_ops_scalar;

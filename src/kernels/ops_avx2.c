@@ -157,6 +157,35 @@ BINARY(o_mul, _mm256_mul_ps(va, vb))
 BINARY(o_swiglu, _mm256_mul_ps(v_silu(va), vb))
 BINARY(o_geglu, _mm256_mul_ps(v_gelu(va), vb))
 
+/* nx_conv_silu: the taps' products and sums as o_mul / o_add round them, then v_silu (the
+ * barriers keep the compiler from contracting a product and its sum into one fma) */
+#define NOFMA(v) __asm__("" : "+x"(v))
+static void o_conv_silu(float *y, const float *x, const float *w, long w_stride, int K, int n) {
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 a = _mm256_mul_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(w + i));
+        NOFMA(a);
+        for (int j = 1; j < K; j++) {
+            __m256 pr = _mm256_mul_ps(_mm256_loadu_ps(x + (size_t)j * (size_t)n + i),
+                                      _mm256_loadu_ps(w + (size_t)j * (size_t)w_stride + i));
+            NOFMA(pr);
+            a = _mm256_add_ps(a, pr);
+        }
+        _mm256_storeu_ps(y + i, v_silu(a));
+    }
+    if (i < n) {
+        __m256i m = tail_mask(n - i);
+        __m256 a = _mm256_mul_ps(LD(x + i, m), LD(w + i, m));
+        NOFMA(a);
+        for (int j = 1; j < K; j++) {
+            __m256 pr = _mm256_mul_ps(LD(x + (size_t)j * (size_t)n + i, m), LD(w + (size_t)j * (size_t)w_stride + i, m));
+            NOFMA(pr);
+            a = _mm256_add_ps(a, pr);
+        }
+        ST(y + i, m, v_silu(a));
+    }
+}
+
 static void o_softcap(float *y, const float *x, int n, float cap) {
     const __m256 c = _mm256_set1_ps(cap);
     for (int i = 0; i < n; i += 8) {
@@ -344,7 +373,7 @@ const nx_ops_impl nx_ops_avx2 = {
     .exp = o_exp, .tanh = o_tanh, .sigmoid = o_sigmoid, .silu = o_silu, .gelu = o_gelu,
     .softplus = o_softplus, .softcap = o_softcap, .swiglu = o_swiglu, .geglu = o_geglu,
     .add = o_add, .mul = o_mul, .scale = o_scale, .axpy = o_axpy, .mul_add = o_mul_add,
-    .dot = o_dot,
+    .dot = o_dot, .conv_silu = o_conv_silu,
 };
 
 #else

@@ -150,6 +150,35 @@ BINARY(o_mul, _mm512_mul_ps(va, vb))
 BINARY(o_swiglu, _mm512_mul_ps(v_silu(va), vb))
 BINARY(o_geglu, _mm512_mul_ps(v_gelu(va), vb))
 
+/* nx_conv_silu: the taps' products and sums as o_mul / o_add round them, then v_silu (the
+ * barriers keep the compiler from contracting a product and its sum into one fma) */
+#define NOFMA(v) __asm__("" : "+v"(v))
+static void o_conv_silu(float *y, const float *x, const float *w, long w_stride, int K, int n) {
+    int i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m512 a = _mm512_mul_ps(_mm512_loadu_ps(x + i), _mm512_loadu_ps(w + i));
+        NOFMA(a);
+        for (int j = 1; j < K; j++) {
+            __m512 pr = _mm512_mul_ps(_mm512_loadu_ps(x + (size_t)j * (size_t)n + i),
+                                      _mm512_loadu_ps(w + (size_t)j * (size_t)w_stride + i));
+            NOFMA(pr);
+            a = _mm512_add_ps(a, pr);
+        }
+        _mm512_storeu_ps(y + i, v_silu(a));
+    }
+    if (i < n) {
+        __mmask16 m = tail_mask(n - i);
+        __m512 a = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + i), _mm512_maskz_loadu_ps(m, w + i));
+        NOFMA(a);
+        for (int j = 1; j < K; j++) {
+            __m512 pr = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + (size_t)j * (size_t)n + i), _mm512_maskz_loadu_ps(m, w + (size_t)j * (size_t)w_stride + i));
+            NOFMA(pr);
+            a = _mm512_add_ps(a, pr);
+        }
+        _mm512_mask_storeu_ps(y + i, m, v_silu(a));
+    }
+}
+
 static void o_softcap(float *y, const float *x, int n, float cap) {
     const __m512 c = _mm512_set1_ps(cap);
     int i = 0;
@@ -343,7 +372,7 @@ const nx_ops_impl nx_ops_avx512 = {
     .exp = o_exp, .tanh = o_tanh, .sigmoid = o_sigmoid, .silu = o_silu, .gelu = o_gelu,
     .softplus = o_softplus, .softcap = o_softcap, .swiglu = o_swiglu, .geglu = o_geglu,
     .add = o_add, .mul = o_mul, .scale = o_scale, .axpy = o_axpy, .mul_add = o_mul_add,
-    .dot = o_dot,
+    .dot = o_dot, .conv_silu = o_conv_silu,
 };
 
 #else

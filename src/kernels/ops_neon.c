@@ -162,6 +162,24 @@ BINARY(o_mul, vmulq_f32(va, vb))
 BINARY(o_swiglu, vmulq_f32(v_silu(va), vb))
 BINARY(o_geglu, vmulq_f32(v_gelu(va), vb))
 
+/* nx_conv_silu: the taps' products and sums as o_mul / o_add round them, then v_silu */
+static void o_conv_silu(float *y, const float *x, const float *w, long w_stride, int K, int n) {
+    int i = 0;
+    for (; i + 4 <= n; i += 4) {
+        float32x4_t a = vmulq_f32(vld1q_f32(x + i), vld1q_f32(w + i));
+        for (int j = 1; j < K; j++)
+            a = vaddq_f32(a, vmulq_f32(vld1q_f32(x + (size_t)j * (size_t)n + i), vld1q_f32(w + (size_t)j * (size_t)w_stride + i)));
+        vst1q_f32(y + i, v_silu(a));
+    }
+    if (i < n) {
+        float32x4_t a = vmulq_f32(ld_tail(x + i, n - i), ld_tail(w + i, n - i));
+        for (int j = 1; j < K; j++)
+            a = vaddq_f32(a, vmulq_f32(ld_tail(x + (size_t)j * (size_t)n + i, n - i),
+                                       ld_tail(w + (size_t)j * (size_t)w_stride + i, n - i)));
+        st_tail(y + i, n - i, v_silu(a));
+    }
+}
+
 static void o_softcap(float *y, const float *x, int n, float cap) {
     const float32x4_t c = vdupq_n_f32(cap);
     int i = 0;
@@ -347,5 +365,5 @@ const nx_ops_impl nx_ops_neon = {
     .exp = o_exp, .tanh = o_tanh, .sigmoid = o_sigmoid, .silu = o_silu, .gelu = o_gelu,
     .softplus = o_softplus, .softcap = o_softcap, .swiglu = o_swiglu, .geglu = o_geglu,
     .add = o_add, .mul = o_mul, .scale = o_scale, .axpy = o_axpy, .mul_add = o_mul_add,
-    .dot = o_dot,
+    .dot = o_dot, .conv_silu = o_conv_silu,
 };
