@@ -593,11 +593,29 @@ AI void k4_half(const int Q5, const int NR, const int h, const uint8_t *bp, cons
 #pragma GCC unroll 6
     for (int r = 0; r < NR; r++) acc[2 * r + h] = _mm256_fmadd_ps(t[r], _mm256_set1_ps(a->d[r * a->d_stride + sb]), acc[2 * r + h]);
 }
+#ifndef NX_PK_VNNI
+AI void k4_half_ub(const int Q5, const int NR, const int h, const uint8_t *bp, const __m256i *ub, const nx_mm_act *a,
+                   int64_t sb, __m256 *acc);
+#endif
 AI void q4k_step(const int NR, const uint8_t *bp, const nx_mm_act *a, int64_t sb, __m256 *acc) {
+#ifndef NX_PK_VNNI
+    if (NR == 3) {
+        k4_half_ub(0, NR, 0, bp, NULL, a, sb, acc);
+        k4_half_ub(0, NR, 1, bp, NULL, a, sb, acc);
+        return;
+    }
+#endif
     k4_half(0, NR, 0, bp, NULL, a, sb, acc);
     k4_half(0, NR, 1, bp, NULL, a, sb, acc);
 }
 AI void q5k_step(const int NR, const uint8_t *bp, const nx_mm_act *a, int64_t sb, __m256 *acc) {
+#ifndef NX_PK_VNNI
+    if (NR == 3) {
+        k4_half_ub(1, NR, 0, bp, NULL, a, sb, acc);
+        k4_half_ub(1, NR, 1, bp, NULL, a, sb, acc);
+        return;
+    }
+#endif
     k4_half(1, NR, 0, bp, NULL, a, sb, acc);
     k4_half(1, NR, 1, bp, NULL, a, sb, acc);
 }
@@ -621,11 +639,14 @@ AI void k4_unpack(const int Q5, const uint8_t *bp, __m256i *ub) {
     }
 }
 #ifndef NX_PK_VNNI
-/* k4_half for the prefill's unpacked codes, the loop order turned: code vector k outer, rows
- * inner, so each W[k] is loaded once and meets every row while live (with the rows outer, the
- * 8 live vectors plus the rows' sums spill). The same int16 sums (exact in any order: Q4_K 8
- * maddubs, Q5_K two groups of 4, as k4_half), then k4_half's float steps. One thread,
- * 1024 x 3584, 64 rows, Zen 4 at NEXTN_CPU=avx2: Q4_K 85 -> 97, Q5_K 81 -> 91 MAC/ns. */
+/* k4_half with the loop order turned: code vector k outer, rows inner, so each W[k] is
+ * loaded (prefill: from the unpacked codes ub) or unpacked (ub NULL: from the packed block)
+ * once and meets every row while live (with the rows outer, the 8 live vectors plus the rows'
+ * sums spill). The same int16 sums (exact in any order: Q4_K 8 maddubs, Q5_K two groups of 4,
+ * as k4_half), then k4_half's float steps. One thread, 1024 x 3584, 64 rows, Zen 4 at
+ * NEXTN_CPU=avx2: Q4_K 85 -> 97, Q5_K 81 -> 91 MAC/ns. A decode pass of 3 rows takes it too
+ * (1024 x 4096 in cache: Q4_K 78-79 -> 86-87, Q5_K 66 -> 71-72 MAC/ns); at 4 rows the rows'
+ * sums spill instead and k4_half stays (77 against 83). */
 AI void k4_half_ub(const int Q5, const int NR, const int h, const uint8_t *bp, const __m256i *ub, const nx_mm_act *a,
                    int64_t sb, __m256 *acc) {
     const __m256i ones = _mm256_set1_epi16(1);
@@ -633,6 +654,7 @@ AI void k4_half_ub(const int Q5, const int NR, const int h, const uint8_t *bp, c
     const __m256 ndm = neg(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(bp + 32 + 16 * h))));
     __m256 t[6];
     __m256i mn[6];
+    if (!ub && !h) prefetch_k(NR, bp, 320);
     for (int r = 0; r < NR; r++) mn[r] = _mm256_setzero_si256();
 #pragma GCC unroll 8
     for (int j = 0; j < 8; j++) {
@@ -646,12 +668,25 @@ AI void k4_half_ub(const int Q5, const int NR, const int h, const uint8_t *bp, c
     for (int r = 0; r < NR; r++) t[r] = _mm256_mul_ps(_mm256_cvtepi32_ps(mn[r]), ndm);
 #pragma GCC unroll 1
     for (int j = 0; j < 8; j++) {
-        const __m256i *u = ub + 8 * (2 * j + h);
+        const __m256i *u = ub ? ub + 8 * (2 * j + h) : NULL;
+        const uint8_t *cp = bp + 320 + (Q5 ? 320 : 256) * j;
+        if (!ub && !h) prefetch_k(NR, cp, Q5 ? 320 : 256);
         const uint8_t *q0 = a->q + 256 * sb + 32 * j;
-        __m256i s0[6], s1[6];
+        __m256i s0[6], s1[6], v = _mm256_setzero_si256();
 #pragma GCC unroll 8
         for (int k = 0; k < 8; k++) {
-            const __m256i W = _mm256_load_si256(u + k);
+            __m256i W;
+            if (ub) W = _mm256_load_si256(u + k);
+            else {
+                const __m256i m4 = _mm256_set1_epi8(0x0F);
+                if (k % 2 == 0) v = _mm256_loadu_si256((const __m256i *)(cp + 64 * (k / 2) + 32 * h));
+                W = k % 2 ? _mm256_and_si256(_mm256_srli_epi16(v, 4), m4) : _mm256_and_si256(v, m4);
+                if (Q5) {
+                    const __m256i hb = _mm256_loadu_si256((const __m256i *)(cp + 256 + 32 * h));
+                    const __m256i sh = k < 4 ? _mm256_slli_epi16(hb, 4 - k) : _mm256_srli_epi16(hb, k - 4);
+                    W = _mm256_or_si256(W, _mm256_and_si256(sh, _mm256_set1_epi8(0x10)));
+                }
+            }
 #pragma GCC unroll 6
             for (int r = 0; r < NR; r++) {
                 const __m256i p = _mm256_maddubs_epi16(W, bcast4(q0 + r * a->q_stride + 4 * k));
