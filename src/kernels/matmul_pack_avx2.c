@@ -522,19 +522,15 @@ AI void k4_codes(const int Q5, const uint8_t *cp, const int h, __m256i *W) {
     }
 }
 
-/* Half h (rows 8h..8h+7) of one block for NR activation rows: acc[2r + h]. */
-AI void k4_half(const int Q5, const int NR, const int h, const uint8_t *bp, const __m256i *ub, const nx_mm_act *a,
-                int64_t sb, __m256 *acc) {
-    const __m256i ones = _mm256_set1_epi16(1);
-    (void)ones;   /* unused with VNNI */
-    const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(bp + 16 * h)));
+/* The start of a K-quant half's sums for NR rows: t[r] = cvt(Mn) * -dmin, Mn = sum_j m_j *
+ * (bs[2j] + bs[2j+1]) (the (m_j, m_j) pairs madd the rows' group-sum pairs); and its end,
+ * acc[2r + h] = fma(t[r], d_x, acc[2r + h]). */
+AI void k4_start(const int NR, const int h, const uint8_t *bp, const nx_mm_act *a, int64_t sb, __m256 *t) {
     const __m256 ndm = neg(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(bp + 32 + 16 * h))));
-    __m256 t[6];
     __m256i mn[6];
-    if (!h) prefetch_k(NR, bp, 320);   /* the rest per sub-block: a burst of 37 prefetches stalls on the fill buffers */
     for (int r = 0; r < NR; r++) mn[r] = _mm256_setzero_si256();
 #pragma GCC unroll 8
-    for (int j = 0; j < 8; j++) {   /* Mn = sum_j m_j * (bs[2j] + bs[2j+1]): (m_j, m_j) pairs madd the bs pairs */
+    for (int j = 0; j < 8; j++) {
         const __m256i m = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(bp + 192 + 16 * j + 8 * h)));
         const __m256i md = _mm256_or_si256(m, _mm256_slli_epi32(m, 16));
 #pragma GCC unroll 6
@@ -543,6 +539,21 @@ AI void k4_half(const int Q5, const int NR, const int h, const uint8_t *bp, cons
     }
 #pragma GCC unroll 6
     for (int r = 0; r < NR; r++) t[r] = _mm256_mul_ps(_mm256_cvtepi32_ps(mn[r]), ndm);
+}
+AI void k_end(const int NR, const int h, const __m256 *t, const nx_mm_act *a, int64_t sb, __m256 *acc) {
+#pragma GCC unroll 6
+    for (int r = 0; r < NR; r++) acc[2 * r + h] = _mm256_fmadd_ps(t[r], _mm256_set1_ps(a->d[r * a->d_stride + sb]), acc[2 * r + h]);
+}
+
+/* Half h (rows 8h..8h+7) of one block for NR activation rows: acc[2r + h]. */
+AI void k4_half(const int Q5, const int NR, const int h, const uint8_t *bp, const __m256i *ub, const nx_mm_act *a,
+                int64_t sb, __m256 *acc) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    (void)ones;   /* unused with VNNI */
+    const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(bp + 16 * h)));
+    __m256 t[6];
+    if (!h) prefetch_k(NR, bp, 320);   /* the rest per sub-block: a burst of 37 prefetches stalls on the fill buffers */
+    k4_start(NR, h, bp, a, sb, t);
 #pragma GCC unroll 1
     for (int j = 0; j < 8; j++) {
         const uint8_t *cp = bp + 320 + (Q5 ? 320 : 256) * j;
@@ -590,35 +601,27 @@ AI void k4_half(const int Q5, const int NR, const int h, const uint8_t *bp, cons
             t[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(I), D, t[r]);
         }
     }
-#pragma GCC unroll 6
-    for (int r = 0; r < NR; r++) acc[2 * r + h] = _mm256_fmadd_ps(t[r], _mm256_set1_ps(a->d[r * a->d_stride + sb]), acc[2 * r + h]);
+    k_end(NR, h, t, a, sb, acc);
 }
 #ifndef NX_PK_VNNI
 AI void k4_half_ub(const int Q5, const int NR, const int h, const uint8_t *bp, const __m256i *ub, const nx_mm_act *a,
                    int64_t sb, __m256 *acc);
 #endif
-AI void q4k_step(const int NR, const uint8_t *bp, const nx_mm_act *a, int64_t sb, __m256 *acc) {
+/* A decode step of a Q4_K / Q5_K block: 3-row passes in k4_half_ub's order (k4_half_ub's
+ * comment), the others k4_half's. */
+AI void k4_step(const int Q5, const int NR, const uint8_t *bp, const nx_mm_act *a, int64_t sb, __m256 *acc) {
 #ifndef NX_PK_VNNI
     if (NR == 3) {
-        k4_half_ub(0, NR, 0, bp, NULL, a, sb, acc);
-        k4_half_ub(0, NR, 1, bp, NULL, a, sb, acc);
+        k4_half_ub(Q5, NR, 0, bp, NULL, a, sb, acc);
+        k4_half_ub(Q5, NR, 1, bp, NULL, a, sb, acc);
         return;
     }
 #endif
-    k4_half(0, NR, 0, bp, NULL, a, sb, acc);
-    k4_half(0, NR, 1, bp, NULL, a, sb, acc);
+    k4_half(Q5, NR, 0, bp, NULL, a, sb, acc);
+    k4_half(Q5, NR, 1, bp, NULL, a, sb, acc);
 }
-AI void q5k_step(const int NR, const uint8_t *bp, const nx_mm_act *a, int64_t sb, __m256 *acc) {
-#ifndef NX_PK_VNNI
-    if (NR == 3) {
-        k4_half_ub(1, NR, 0, bp, NULL, a, sb, acc);
-        k4_half_ub(1, NR, 1, bp, NULL, a, sb, acc);
-        return;
-    }
-#endif
-    k4_half(1, NR, 0, bp, NULL, a, sb, acc);
-    k4_half(1, NR, 1, bp, NULL, a, sb, acc);
-}
+AI void q4k_step(const int NR, const uint8_t *bp, const nx_mm_act *a, int64_t sb, __m256 *acc) { k4_step(0, NR, bp, a, sb, acc); }
+AI void q5k_step(const int NR, const uint8_t *bp, const nx_mm_act *a, int64_t sb, __m256 *acc) { k4_step(1, NR, bp, a, sb, acc); }
 #ifndef NX_K4_MAXR
 #define NX_K4_MAXR 4
 #endif
@@ -651,21 +654,9 @@ AI void k4_half_ub(const int Q5, const int NR, const int h, const uint8_t *bp, c
                    int64_t sb, __m256 *acc) {
     const __m256i ones = _mm256_set1_epi16(1);
     const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(bp + 16 * h)));
-    const __m256 ndm = neg(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(bp + 32 + 16 * h))));
     __m256 t[6];
-    __m256i mn[6];
     if (!ub && !h) prefetch_k(NR, bp, 320);
-    for (int r = 0; r < NR; r++) mn[r] = _mm256_setzero_si256();
-#pragma GCC unroll 8
-    for (int j = 0; j < 8; j++) {
-        const __m256i m = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(bp + 192 + 16 * j + 8 * h)));
-        const __m256i md = _mm256_or_si256(m, _mm256_slli_epi32(m, 16));
-#pragma GCC unroll 6
-        for (int r = 0; r < NR; r++)
-            mn[r] = _mm256_add_epi32(mn[r], _mm256_madd_epi16(md, bcast4(a->bs + r * a->bs_stride + 16 * sb + 2 * j)));
-    }
-#pragma GCC unroll 6
-    for (int r = 0; r < NR; r++) t[r] = _mm256_mul_ps(_mm256_cvtepi32_ps(mn[r]), ndm);
+    k4_start(NR, h, bp, a, sb, t);
 #pragma GCC unroll 1
     for (int j = 0; j < 8; j++) {
         const __m256i *u = ub ? ub + 8 * (2 * j + h) : NULL;
@@ -704,8 +695,7 @@ AI void k4_half_ub(const int Q5, const int NR, const int h, const uint8_t *bp, c
             t[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(I), D, t[r]);
         }
     }
-#pragma GCC unroll 6
-    for (int r = 0; r < NR; r++) acc[2 * r + h] = _mm256_fmadd_ps(t[r], _mm256_set1_ps(a->d[r * a->d_stride + sb]), acc[2 * r + h]);
+    k_end(NR, h, t, a, sb, acc);
 }
 #endif
 /* Both halves of a block for NR rows from the unpacked codes. */
@@ -767,13 +757,10 @@ PK_KERNELS_K(PK(nx_mm_pk_q5_K), q5k_step, NX_MM_Q5KX16_BLOCK, NX_K4_MAXR, q5k_pr
  * Codes 0..63 unsigned: two maddubs results add in int16 exactly (2 * 2 * 63 * 127 < 2^15)
  * before one madd; the -32 correction C = sum sc_g * bs_g from madd of the sign-extended
  * scale pairs with the broadcast group-sum pairs. */
-AI void q6k_half(const int NR, const int h, const uint8_t *bp, const nx_mm_act *a, int64_t sb, __m256 *acc) {
-    const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30), ones = _mm256_set1_epi16(1);
-    (void)ones;   /* unused with VNNI */
-    const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(bp + 16 * h)));
-    __m256 t[6];
+/* The start of a Q6_K half's sums for NR rows: t[r] = cvt(C) * (d * -32), C = sum_g sc_g * bs_g
+ * from madd of the sign-extended scale pairs with the rows' group-sum pairs. */
+AI void q6_start(const int NR, const int h, __m256 dw, const uint8_t *bp, const nx_mm_act *a, int64_t sb, __m256 *t) {
     __m256i c[6];
-    if (!h) prefetch_k(NR, bp, 320);
     for (int r = 0; r < NR; r++) c[r] = _mm256_setzero_si256();
 #pragma GCC unroll 8
     for (int p = 0; p < 8; p++) {
@@ -785,6 +772,14 @@ AI void q6k_half(const int NR, const int h, const uint8_t *bp, const nx_mm_act *
     const __m256 n32 = _mm256_mul_ps(dw, _mm256_set1_ps(-32.0f));
 #pragma GCC unroll 6
     for (int r = 0; r < NR; r++) t[r] = _mm256_mul_ps(_mm256_cvtepi32_ps(c[r]), n32);
+}
+AI void q6k_half(const int NR, const int h, const uint8_t *bp, const nx_mm_act *a, int64_t sb, __m256 *acc) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30), ones = _mm256_set1_epi16(1);
+    (void)ones;   /* unused with VNNI */
+    const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(bp + 16 * h)));
+    __m256 t[6];
+    if (!h) prefetch_k(NR, bp, 320);
+    q6_start(NR, h, dw, bp, a, sb, t);
 #pragma GCC unroll 1
     for (int p = 0; p < 8; p++) {   /* groups 2p, 2p + 1: one scale-pair vector */
         const __m256i P = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(bp + 32 + 32 * p + 16 * h)));
@@ -819,8 +814,7 @@ AI void q6k_half(const int NR, const int h, const uint8_t *bp, const nx_mm_act *
             }
         }
     }
-#pragma GCC unroll 6
-    for (int r = 0; r < NR; r++) acc[2 * r + h] = _mm256_fmadd_ps(t[r], _mm256_set1_ps(a->d[r * a->d_stride + sb]), acc[2 * r + h]);
+    k_end(NR, h, t, a, sb, acc);
 }
 AI void q6k_step(const int NR, const uint8_t *bp, const nx_mm_act *a, int64_t sb, __m256 *acc) {
     q6k_half(NR, 0, bp, a, sb, acc);
@@ -860,18 +854,7 @@ AI void q6k_half_ub(const int NR, const int h, const uint8_t *bp, const __m256i 
     const __m256i ones = _mm256_set1_epi16(1);
     const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(bp + 16 * h)));
     __m256 t[6];
-    __m256i c[6];
-    for (int r = 0; r < NR; r++) c[r] = _mm256_setzero_si256();
-#pragma GCC unroll 8
-    for (int p = 0; p < 8; p++) {
-        const __m256i P = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(bp + 32 + 32 * p + 16 * h)));
-#pragma GCC unroll 6
-        for (int r = 0; r < NR; r++)
-            c[r] = _mm256_add_epi32(c[r], _mm256_madd_epi16(P, bcast4(a->bs + r * a->bs_stride + 16 * sb + 2 * p)));
-    }
-    const __m256 n32 = _mm256_mul_ps(dw, _mm256_set1_ps(-32.0f));
-#pragma GCC unroll 6
-    for (int r = 0; r < NR; r++) t[r] = _mm256_mul_ps(_mm256_cvtepi32_ps(c[r]), n32);
+    q6_start(NR, h, dw, bp, a, sb, t);
 #pragma GCC unroll 1
     for (int p = 0; p < 8; p++) {
         const __m256i P = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(bp + 32 + 32 * p + 16 * h)));
@@ -902,8 +885,7 @@ AI void q6k_half_ub(const int NR, const int h, const uint8_t *bp, const __m256i 
             }
         }
     }
-#pragma GCC unroll 6
-    for (int r = 0; r < NR; r++) acc[2 * r + h] = _mm256_fmadd_ps(t[r], _mm256_set1_ps(a->d[r * a->d_stride + sb]), acc[2 * r + h]);
+    k_end(NR, h, t, a, sb, acc);
 }
 AI void q6k_both(const int NR, const uint8_t *bp, const __m256i *ub, const nx_mm_act *a, int64_t sb, __m256 *acc) {
     q6k_half_ub(NR, 0, bp, ub, a, sb, acc);
