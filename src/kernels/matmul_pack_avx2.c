@@ -501,24 +501,23 @@ PK_DRIVER(nx_mm_pk_iq4_xs, iq4xs_block, NX_MM_IQ4XSX16_BLOCK)
 /* ===== Q4_K x16 ===== */
 /* The codes of half h (rows 8h..8h+7) of the sub-block at cp: W[k] holds, for its 8 rows, the
  * 4 codes 4k..4k+3 as bytes (Q5_K: with the fifth bit, bit k of each byte of the bit vector). */
+/* Q5_K's fifth bits of code vector k: bit k of each byte of hb to bit 4. */
+AI __m256i k5_fifth(__m256i hb, const int k) {
+    const __m256i sh = k < 4 ? _mm256_slli_epi16(hb, 4 - k) : k > 4 ? _mm256_srli_epi16(hb, k - 4) : hb;
+    return _mm256_and_si256(sh, _mm256_set1_epi8(0x10));
+}
 AI void k4_codes(const int Q5, const uint8_t *cp, const int h, __m256i *W) {
-    const __m256i m4 = _mm256_set1_epi8(0x0F), m10 = _mm256_set1_epi8(0x10);
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
 #pragma GCC unroll 4
     for (int kk = 0; kk < 4; kk++) {
         const __m256i v = _mm256_loadu_si256((const __m256i *)(cp + 64 * kk + 32 * h));
         W[2 * kk] = _mm256_and_si256(v, m4);
         W[2 * kk + 1] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
     }
-    if (Q5) {   /* fifth bits: bit k of each byte to bit 4 of W[k] */
+    if (Q5) {
         const __m256i hb = _mm256_loadu_si256((const __m256i *)(cp + 256 + 32 * h));
-        W[0] = _mm256_or_si256(W[0], _mm256_and_si256(_mm256_slli_epi16(hb, 4), m10));
-        W[1] = _mm256_or_si256(W[1], _mm256_and_si256(_mm256_slli_epi16(hb, 3), m10));
-        W[2] = _mm256_or_si256(W[2], _mm256_and_si256(_mm256_slli_epi16(hb, 2), m10));
-        W[3] = _mm256_or_si256(W[3], _mm256_and_si256(_mm256_slli_epi16(hb, 1), m10));
-        W[4] = _mm256_or_si256(W[4], _mm256_and_si256(hb, m10));
-        W[5] = _mm256_or_si256(W[5], _mm256_and_si256(_mm256_srli_epi16(hb, 1), m10));
-        W[6] = _mm256_or_si256(W[6], _mm256_and_si256(_mm256_srli_epi16(hb, 2), m10));
-        W[7] = _mm256_or_si256(W[7], _mm256_and_si256(_mm256_srli_epi16(hb, 3), m10));
+#pragma GCC unroll 8
+        for (int k = 0; k < 8; k++) W[k] = _mm256_or_si256(W[k], k5_fifth(hb, k));
     }
 }
 
@@ -664,19 +663,16 @@ AI void k4_half_ub(const int Q5, const int NR, const int h, const uint8_t *bp, c
         if (!ub && !h) prefetch_k(NR, cp, Q5 ? 320 : 256);
         const uint8_t *q0 = a->q + 256 * sb + 32 * j;
         __m256i s0[6], s1[6], v = _mm256_setzero_si256();
+        const __m256i hb = Q5 && !ub ? _mm256_loadu_si256((const __m256i *)(cp + 256 + 32 * h)) : v;
 #pragma GCC unroll 8
         for (int k = 0; k < 8; k++) {
             __m256i W;
             if (ub) W = _mm256_load_si256(u + k);
-            else {
+            else {   /* k4_codes' W[k] */
                 const __m256i m4 = _mm256_set1_epi8(0x0F);
                 if (k % 2 == 0) v = _mm256_loadu_si256((const __m256i *)(cp + 64 * (k / 2) + 32 * h));
                 W = k % 2 ? _mm256_and_si256(_mm256_srli_epi16(v, 4), m4) : _mm256_and_si256(v, m4);
-                if (Q5) {
-                    const __m256i hb = _mm256_loadu_si256((const __m256i *)(cp + 256 + 32 * h));
-                    const __m256i sh = k < 4 ? _mm256_slli_epi16(hb, 4 - k) : _mm256_srli_epi16(hb, k - 4);
-                    W = _mm256_or_si256(W, _mm256_and_si256(sh, _mm256_set1_epi8(0x10)));
-                }
+                if (Q5) W = _mm256_or_si256(W, k5_fifth(hb, k));
             }
 #pragma GCC unroll 6
             for (int r = 0; r < NR; r++) {
@@ -757,6 +753,17 @@ PK_KERNELS_K(PK(nx_mm_pk_q5_K), q5k_step, NX_MM_Q5KX16_BLOCK, NX_K4_MAXR, q5k_pr
  * Codes 0..63 unsigned: two maddubs results add in int16 exactly (2 * 2 * 63 * 127 < 2^15)
  * before one madd; the -32 correction C = sum sc_g * bs_g from madd of the sign-extended
  * scale pairs with the broadcast group-sum pairs. */
+/* Group g's 4 code vectors for half h (gp: the group's 192 bytes): low nibble | high bit pair. */
+AI void q6_codes(const uint8_t *gp, const int h, __m256i *W) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
+    const __m256i L0 = _mm256_loadu_si256((const __m256i *)(gp + 32 * h));
+    const __m256i L1 = _mm256_loadu_si256((const __m256i *)(gp + 64 + 32 * h));
+    const __m256i H = _mm256_loadu_si256((const __m256i *)(gp + 128 + 32 * h));
+    W[0] = _mm256_or_si256(_mm256_and_si256(L0, m4), _mm256_and_si256(_mm256_slli_epi16(H, 4), m30));
+    W[1] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(L0, 4), m4), _mm256_and_si256(_mm256_slli_epi16(H, 2), m30));
+    W[2] = _mm256_or_si256(_mm256_and_si256(L1, m4), _mm256_and_si256(H, m30));
+    W[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(L1, 4), m4), _mm256_and_si256(_mm256_srli_epi16(H, 2), m30));
+}
 /* The start of a Q6_K half's sums for NR rows: t[r] = cvt(C) * (d * -32), C = sum_g sc_g * bs_g
  * from madd of the sign-extended scale pairs with the rows' group-sum pairs. */
 AI void q6_start(const int NR, const int h, __m256 dw, const uint8_t *bp, const nx_mm_act *a, int64_t sb, __m256 *t) {
@@ -774,7 +781,7 @@ AI void q6_start(const int NR, const int h, __m256 dw, const uint8_t *bp, const 
     for (int r = 0; r < NR; r++) t[r] = _mm256_mul_ps(_mm256_cvtepi32_ps(c[r]), n32);
 }
 AI void q6k_half(const int NR, const int h, const uint8_t *bp, const nx_mm_act *a, int64_t sb, __m256 *acc) {
-    const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30), ones = _mm256_set1_epi16(1);
+    const __m256i ones = _mm256_set1_epi16(1);
     (void)ones;   /* unused with VNNI */
     const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(bp + 16 * h)));
     __m256 t[6];
@@ -788,13 +795,9 @@ AI void q6k_half(const int NR, const int h, const uint8_t *bp, const nx_mm_act *
             const int g = 2 * p + e;
             const uint8_t *gp = bp + 320 + 192 * g;
             if (!h) prefetch_k(NR, gp, 192);
-            const __m256i L0 = _mm256_loadu_si256((const __m256i *)(gp + 32 * h));
-            const __m256i L1 = _mm256_loadu_si256((const __m256i *)(gp + 64 + 32 * h));
-            const __m256i H = _mm256_loadu_si256((const __m256i *)(gp + 128 + 32 * h));
-            const __m256i W0 = _mm256_or_si256(_mm256_and_si256(L0, m4), _mm256_and_si256(_mm256_slli_epi16(H, 4), m30));
-            const __m256i W1 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(L0, 4), m4), _mm256_and_si256(_mm256_slli_epi16(H, 2), m30));
-            const __m256i W2 = _mm256_or_si256(_mm256_and_si256(L1, m4), _mm256_and_si256(H, m30));
-            const __m256i W3 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(L1, 4), m4), _mm256_and_si256(_mm256_srli_epi16(H, 2), m30));
+            __m256i Wq[4];
+            q6_codes(gp, h, Wq);
+            const __m256i W0 = Wq[0], W1 = Wq[1], W2 = Wq[2], W3 = Wq[3];
             /* d * sc_g: group 2p + 1's scale is the high int16 of each 32-bit lane */
             const __m256i S = e ? _mm256_srai_epi32(P, 16) : _mm256_srai_epi32(_mm256_slli_epi32(P, 16), 16);
             const __m256 D = _mm256_mul_ps(dw, _mm256_cvtepi32_ps(S));
@@ -831,21 +834,13 @@ AI void q6k_step(const int NR, const uint8_t *bp, const nx_mm_act *a, int64_t sb
  * NEXTN_CPU=avx2: 70-72 -> 77-80 MAC/ns). The avx2_vnni level keeps the driver's passes: no
  * machine here had AVX-VNNI to test a prefill path of its own. */
 AI void q6k_unpack(const uint8_t *bp, __m256i *ub) {
-    const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
     prefetch_k(1, bp, NX_MM_Q6KX16_BLOCK);
 #pragma GCC unroll 1
     for (int g = 0; g < 16; g++) {
         const uint8_t *gp = bp + 320 + 192 * g;
 #pragma GCC unroll 2
         for (int h = 0; h < 2; h++) {
-            const __m256i L0 = _mm256_loadu_si256((const __m256i *)(gp + 32 * h));
-            const __m256i L1 = _mm256_loadu_si256((const __m256i *)(gp + 64 + 32 * h));
-            const __m256i H = _mm256_loadu_si256((const __m256i *)(gp + 128 + 32 * h));
-            __m256i *u = ub + 8 * g + 4 * h;
-            u[0] = _mm256_or_si256(_mm256_and_si256(L0, m4), _mm256_and_si256(_mm256_slli_epi16(H, 4), m30));
-            u[1] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(L0, 4), m4), _mm256_and_si256(_mm256_slli_epi16(H, 2), m30));
-            u[2] = _mm256_or_si256(_mm256_and_si256(L1, m4), _mm256_and_si256(H, m30));
-            u[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(L1, 4), m4), _mm256_and_si256(_mm256_srli_epi16(H, 2), m30));
+            q6_codes(gp, h, ub + 8 * g + 4 * h);
         }
     }
 }

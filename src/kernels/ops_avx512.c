@@ -154,24 +154,13 @@ BINARY(o_geglu, _mm512_mul_ps(v_gelu(va), vb))
  * barriers keep the compiler from contracting a product and its sum into one fma) */
 #define NOFMA(v) __asm__("" : "+v"(v))
 static void o_conv_silu(float *y, const float *x, const float *w, long w_stride, int K, int n) {
-    int i = 0;
-    for (; i + 16 <= n; i += 16) {
-        __m512 a = _mm512_mul_ps(_mm512_loadu_ps(x + i), _mm512_loadu_ps(w + i));
-        NOFMA(a);
-        for (int j = 1; j < K; j++) {
-            __m512 pr = _mm512_mul_ps(_mm512_loadu_ps(x + (size_t)j * (size_t)n + i),
-                                      _mm512_loadu_ps(w + (size_t)j * (size_t)w_stride + i));
-            NOFMA(pr);
-            a = _mm512_add_ps(a, pr);
-        }
-        _mm512_storeu_ps(y + i, v_silu(a));
-    }
-    if (i < n) {
-        __mmask16 m = tail_mask(n - i);
+    for (int i = 0; i < n; i += 16) {   /* full vectors under an all-ones mask, then the tail's */
+        const __mmask16 m = n - i >= 16 ? (__mmask16)0xFFFF : tail_mask(n - i);
         __m512 a = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + i), _mm512_maskz_loadu_ps(m, w + i));
         NOFMA(a);
         for (int j = 1; j < K; j++) {
-            __m512 pr = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + (size_t)j * (size_t)n + i), _mm512_maskz_loadu_ps(m, w + (size_t)j * (size_t)w_stride + i));
+            __m512 pr = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + (size_t)j * (size_t)n + i),
+                                      _mm512_maskz_loadu_ps(m, w + (size_t)j * (size_t)w_stride + i));
             NOFMA(pr);
             a = _mm512_add_ps(a, pr);
         }
