@@ -448,6 +448,14 @@ PK_DRIVER(nx_mm_pk_iq4_xs, iq4xs_block, NX_MM_IQ4XSX16_BLOCK)
  * further ahead than Q8_0's: a K-quant block with 4+ rows takes longer than a DRAM miss.
  * The cases of 5 and 6 rows exist only where MAXR allows (the bound keeps NR <= MAXR for
  * the arrays; the guarded calls fold away). */
+/* One pass shape (NR rows, capped at MAXR; TWO groups) as a function of its own: inlined into
+ * one dispatcher, the shapes shared its register allocation, and one shape's code moved with
+ * another's (4-row Q4_K passes 81-90 MAC/ns by which other shapes took which order). */
+#define PK_K_ONE(fname, NR, TWO, MAXR) \
+    static __attribute__((noinline, unused)) void fname##_o##NR##TWO(int64_t nb, const uint8_t *g0, const uint8_t *g1, \
+                                                                   const nx_mm_act *a, float *y0, float *y1, int64_t ldy) { \
+        fname##_run((NR) < (MAXR) ? (NR) : (MAXR), TWO, nb, g0, g1, a, y0, y1, ldy); \
+    }
 #define PK_KERNELS_K(fname, STEP, BLOCK, MAXR, PREFILL) PK_KERNELS_K_(fname, STEP, BLOCK, MAXR, PREFILL)   /* fname expanded first */
 #define PK_KERNELS_K_(fname, STEP, BLOCK, MAXR, PREFILL) \
     AI void fname##_blk(const int NR, const uint8_t *bp, const nx_mm_act *a, int64_t b, int n, __m256 *acc) { \
@@ -459,22 +467,25 @@ PK_DRIVER(nx_mm_pk_iq4_xs, iq4xs_block, NX_MM_IQ4XSX16_BLOCK)
                         const nx_mm_act *a, float *y0, float *y1, int64_t ldy) { \
         fname##_k_run(NR, TWO, nb, g0, g1, a, NR, y0, y1, ldy); \
     } \
+    PK_K_ONE(fname, 1, 0, MAXR) PK_K_ONE(fname, 2, 0, MAXR) PK_K_ONE(fname, 3, 0, MAXR) PK_K_ONE(fname, 4, 0, MAXR) \
+    PK_K_ONE(fname, 5, 0, MAXR) PK_K_ONE(fname, 6, 0, MAXR) PK_K_ONE(fname, 1, 1, MAXR) PK_K_ONE(fname, 2, 1, MAXR) \
+    PK_K_ONE(fname, 3, 1, MAXR) PK_K_ONE(fname, 4, 1, MAXR) PK_K_ONE(fname, 5, 1, MAXR) PK_K_ONE(fname, 6, 1, MAXR) \
     static void fname##_pass(int nr, int two, int64_t nb, const uint8_t *g0, const uint8_t *g1, const nx_mm_act *a, \
                              float *y0, float *y1, int64_t ldy) { \
         if (!two) g1 = g0, y1 = y0; \
         switch (nr + 8 * !!two) { \
-        case 1: fname##_run(1, 0, nb, g0, g1, a, y0, y1, ldy); return; \
-        case 2: fname##_run(2, 0, nb, g0, g1, a, y0, y1, ldy); return; \
-        case 3: fname##_run(3, 0, nb, g0, g1, a, y0, y1, ldy); return; \
-        case 4: fname##_run(4, 0, nb, g0, g1, a, y0, y1, ldy); return; \
-        case 5: if ((MAXR) >= 5) fname##_run(5 < (MAXR) ? 5 : (MAXR), 0, nb, g0, g1, a, y0, y1, ldy); return; \
-        case 6: if ((MAXR) >= 6) fname##_run(6 < (MAXR) ? 6 : (MAXR), 0, nb, g0, g1, a, y0, y1, ldy); return; \
-        case 9: fname##_run(1, 1, nb, g0, g1, a, y0, y1, ldy); return; \
-        case 10: fname##_run(2, 1, nb, g0, g1, a, y0, y1, ldy); return; \
-        case 11: fname##_run(3, 1, nb, g0, g1, a, y0, y1, ldy); return; \
-        case 12: fname##_run(4, 1, nb, g0, g1, a, y0, y1, ldy); return; \
-        case 13: if ((MAXR) >= 5) fname##_run(5 < (MAXR) ? 5 : (MAXR), 1, nb, g0, g1, a, y0, y1, ldy); return; \
-        default: if ((MAXR) >= 6) fname##_run(6 < (MAXR) ? 6 : (MAXR), 1, nb, g0, g1, a, y0, y1, ldy); return; \
+        case 1: fname##_o10(nb, g0, g1, a, y0, y1, ldy); return; \
+        case 2: fname##_o20(nb, g0, g1, a, y0, y1, ldy); return; \
+        case 3: fname##_o30(nb, g0, g1, a, y0, y1, ldy); return; \
+        case 4: fname##_o40(nb, g0, g1, a, y0, y1, ldy); return; \
+        case 5: if ((MAXR) >= 5) fname##_o50(nb, g0, g1, a, y0, y1, ldy); return; \
+        case 6: if ((MAXR) >= 6) fname##_o60(nb, g0, g1, a, y0, y1, ldy); return; \
+        case 9: fname##_o11(nb, g0, g1, a, y0, y1, ldy); return; \
+        case 10: fname##_o21(nb, g0, g1, a, y0, y1, ldy); return; \
+        case 11: fname##_o31(nb, g0, g1, a, y0, y1, ldy); return; \
+        case 12: fname##_o41(nb, g0, g1, a, y0, y1, ldy); return; \
+        case 13: if ((MAXR) >= 5) fname##_o51(nb, g0, g1, a, y0, y1, ldy); return; \
+        default: if ((MAXR) >= 6) fname##_o61(nb, g0, g1, a, y0, y1, ldy); return; \
         } \
     } \
     void fname(int64_t nb, const uint8_t *wp, int64_t n_groups, const nx_mm_act *a, int n_act, float *y, int64_t ldy) { \
@@ -606,11 +617,11 @@ AI void k4_half(const int Q5, const int NR, const int h, const uint8_t *bp, cons
 AI void k4_half_ub(const int Q5, const int NR, const int h, const uint8_t *bp, const __m256i *ub, const nx_mm_act *a,
                    int64_t sb, __m256 *acc);
 #endif
-/* A decode step of a Q4_K / Q5_K block: 3-row passes in k4_half_ub's order (k4_half_ub's
- * comment), the others k4_half's. */
+/* A decode step of a Q4_K / Q5_K block: passes of 2+ rows in k4_half_ub's order (k4_half_ub's
+ * comment), a single row in k4_half's. */
 AI void k4_step(const int Q5, const int NR, const uint8_t *bp, const nx_mm_act *a, int64_t sb, __m256 *acc) {
 #ifndef NX_PK_VNNI
-    if (NR == 3) {
+    if (NR >= 2) {
         k4_half_ub(Q5, NR, 0, bp, NULL, a, sb, acc);
         k4_half_ub(Q5, NR, 1, bp, NULL, a, sb, acc);
         return;
@@ -646,9 +657,9 @@ AI void k4_unpack(const int Q5, const uint8_t *bp, __m256i *ub) {
  * once and meets every row while live (with the rows outer, the 8 live vectors plus the rows'
  * sums spill). The same int16 sums (exact in any order: Q4_K 8 maddubs, Q5_K two groups of 4,
  * as k4_half), then k4_half's float steps. One thread, 1024 x 3584, 64 rows, Zen 4 at
- * NEXTN_CPU=avx2: Q4_K 85 -> 97, Q5_K 81 -> 91 MAC/ns. A decode pass of 3 rows takes it too
- * (1024 x 4096 in cache: Q4_K 78-79 -> 86-87, Q5_K 66 -> 71-72 MAC/ns); at 4 rows the rows'
- * sums spill instead and k4_half stays (77 against 83). */
+ * NEXTN_CPU=avx2: Q4_K 85 -> 97, Q5_K 81 -> 91 MAC/ns. Decode passes of 2-4 rows take it too,
+ * each pass shape a function of its own (PK_K_ONE; 1024 x 3584 in cache: Q4_K 2 / 3 / 4 rows
+ * 70 / 86 / 82 -> 80 / 87 / 87, Q5_K 54 / 68 / 67 -> 57-63 / 69-72 / 76 MAC/ns). */
 AI void k4_half_ub(const int Q5, const int NR, const int h, const uint8_t *bp, const __m256i *ub, const nx_mm_act *a,
                    int64_t sb, __m256 *acc) {
     const __m256i ones = _mm256_set1_epi16(1);
