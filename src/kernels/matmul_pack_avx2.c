@@ -183,8 +183,15 @@ AI void q8_block(const int N, const uint8_t *bp, const nx_mm_act *a, int64_t b, 
             } \
         } \
     }
+/* One run shape (N: 1, 2 or 0 = any rows; TWO groups) as a function of its own (as PK_K_ONE). */
+#define PK_ONE(fname, N, TWO) \
+    static __attribute__((noinline)) void fname##_o##N##TWO(int64_t nb, const uint8_t *g0, const uint8_t *g1, \
+                                                          const nx_mm_act *a, int n, float *y0, float *y1, int64_t ldy) { \
+        fname##_run(N, TWO, nb, g0, g1, a, n, y0, y1, ldy); \
+    }
 #define PK_DRIVER(fname, BLOCKFN, BLOCK) \
     PK_RUN(fname, BLOCKFN, BLOCK, 2 * NX_MM_TILE) \
+    PK_ONE(fname, 1, 1) PK_ONE(fname, 2, 1) PK_ONE(fname, 0, 1) PK_ONE(fname, 1, 0) PK_ONE(fname, 2, 0) PK_ONE(fname, 0, 0) \
     void PK(fname)(int64_t nb, const uint8_t *wp, int64_t n_groups, const nx_mm_act *a, int n_act, float *y, \
                    int64_t ldy) { \
         const size_t gs = (size_t)nb * (BLOCK); \
@@ -194,13 +201,13 @@ AI void q8_block(const int N, const uint8_t *bp, const nx_mm_act *a, int64_t b, 
             const uint8_t *w0 = wp + (size_t)g0 * gs, *w1 = wp + (size_t)g1 * gs; \
             float *y0 = y + NX_MM_PACK_ROWS * g0, *y1 = y + NX_MM_PACK_ROWS * g1; \
             if (g < h) { \
-                if (n_act == 1) fname##_run(1, 1, nb, w0, w1, a, 1, y0, y1, ldy); \
-                else if (n_act == 2) fname##_run(2, 1, nb, w0, w1, a, 2, y0, y1, ldy); \
-                else fname##_run(0, 1, nb, w0, w1, a, n_act, y0, y1, ldy); \
+                if (n_act == 1) fname##_o11(nb, w0, w1, a, 1, y0, y1, ldy); \
+                else if (n_act == 2) fname##_o21(nb, w0, w1, a, 2, y0, y1, ldy); \
+                else fname##_o01(nb, w0, w1, a, n_act, y0, y1, ldy); \
             } else { \
-                if (n_act == 1) fname##_run(1, 0, nb, w0, w0, a, 1, y0, y0, ldy); \
-                else if (n_act == 2) fname##_run(2, 0, nb, w0, w0, a, 2, y0, y0, ldy); \
-                else fname##_run(0, 0, nb, w0, w0, a, n_act, y0, y0, ldy); \
+                if (n_act == 1) fname##_o10(nb, w0, w0, a, 1, y0, y0, ldy); \
+                else if (n_act == 2) fname##_o20(nb, w0, w0, a, 2, y0, y0, ldy); \
+                else fname##_o00(nb, w0, w0, a, n_act, y0, y0, ldy); \
             } \
         } \
     }
