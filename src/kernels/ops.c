@@ -102,8 +102,9 @@ static void s_tanh(float *y, const float *x, int n) {
 static void s_sigmoid(float *y, const float *x, int n) {
     for (int i = 0; i < n; i++) y[i] = 1.0f / (1.0f + expf(-x[i]));
 }
+static inline float silu1(float x) { return x / (1.0f + expf(-x)); }
 static void s_silu(float *y, const float *x, int n) {
-    for (int i = 0; i < n; i++) y[i] = x[i] / (1.0f + expf(-x[i]));
+    for (int i = 0; i < n; i++) y[i] = silu1(x[i]);
 }
 
 #define GELU_COEF_A    0.044715f
@@ -158,7 +159,7 @@ static void s_conv_silu(float *y, const float *x, const float *w, long w_stride,
     for (int c = 0; c < n; c++) {
         float a = x[c] * w[c];
         for (int j = 1; j < K; j++) a = a + x[(size_t)j * (size_t)n + (size_t)c] * w[(size_t)j * (size_t)w_stride + (size_t)c];
-        y[c] = a / (1.0f + expf(-a));
+        y[c] = silu1(a);
     }
 }
 
