@@ -12,6 +12,11 @@
 
 /* ===== Verify cost table ===== */
 
+#define NX_SPEC_COST_CLIP 1.3    /* an observation counts as at most this times the estimate */
+#define NX_SPEC_EXPLORE_BACKOFF 8  /* explorations that find nothing stretch up to this x explore_every */
+#define NX_SPEC_STEADY_AGE 0.9   /* per round at another k: the weight of a k's steady measurements */
+#define NX_SPEC_SPEED_ALPHA 0.3  /* EMA weight of the speed factor: follows an episode in a few rounds */
+
 static int clamp_rows(int n) {
     return n < 1 ? 1 : n > NX_SPEC_VERIFY_ROWS_MAX ? NX_SPEC_VERIFY_ROWS_MAX : n;
 }
@@ -49,11 +54,13 @@ static void costs_derive(nx_spec_costs *c) {
     }
     for (int n = 2; n <= N; n++)
         if (c->cv[n] < c->cv[n - 1]) c->cv[n] = c->cv[n - 1];
+    for (int n = 1; n <= N; n++) c->cv[n] *= c->speed;
     c->cv[0] = c->cv[1];
 }
 
 void nx_spec_costs_init(nx_spec_costs *c) {
     memset(c, 0, sizeof *c);
+    c->speed = 1.0;
     c->alpha = 0.1;
     c->slope_prior = 0.2;
     costs_derive(c);
@@ -80,12 +87,25 @@ nx_status nx_spec_costs_observe(nx_spec_costs *c, int n_rows, double cost, nx_er
     nx_status st = check_cost(n_rows, cost, err);
     if (st) return st;
     uint32_t k = c->n_obs[n_rows];
-    /* Timing noise is one-sided (interference only slows a step down): a faster observation
-     * moves the estimate half way at once, a slower one by alpha (the plain mean while fewer
-     * than 1/alpha are in), so one slow outlier cannot make a row count look dear for long. */
-    double w = cost < c->meas[n_rows] ? 0.5 : 1.0 / (double)(k + 1);
-    if (w < c->alpha) w = c->alpha;
-    c->meas[n_rows] = k ? c->meas[n_rows] + w * (cost - c->meas[n_rows]) : cost;
+    /* Timing noise is one-sided (interference only slows a step): an observation counts as at most
+     * NX_SPEC_COST_CLIP times what the table predicts (nothing to clip against before the first
+     * measurement), so a slow outlier moves the estimates by a bounded step. */
+    const double pred = nx_spec_costs_measured_rows(c) ? c->cv[n_rows] : 0.0;
+    if (pred > 0 && cost > pred * NX_SPEC_COST_CLIP) cost = pred * NX_SPEC_COST_CLIP;
+    if (k) {
+        /* The machine's speed moves in episodes (a VM at 22, 28 or 40 ms for the same verify for
+         * dozens of rounds): the speed factor follows them from whatever row count is measured,
+         * so a row count measured now is compared with the others at today's speed. */
+        c->speed += NX_SPEC_SPEED_ALPHA * (cost / c->meas[n_rows] - c->speed);
+        /* The shape: the plain mean while fewer than 1/alpha are in, then the EMA; the same
+         * estimator for every row count, so one measured 3 times and one measured 30 times are
+         * comparable (following faster observations more than slower ones drifted toward the
+         * minimum with more samples and made the rarely measured k + 1 look dearer). */
+        double w = 1.0 / (double)(k + 1);
+        if (w < c->alpha) w = c->alpha;
+        c->meas[n_rows] += w * (cost / c->speed - c->meas[n_rows]);
+    } else
+        c->meas[n_rows] = cost / c->speed;
     if (k < UINT32_MAX) c->n_obs[n_rows] = k + 1;
     costs_derive(c);
     return NX_OK;
@@ -93,6 +113,12 @@ nx_status nx_spec_costs_observe(nx_spec_costs *c, int n_rows, double cost, nx_er
 
 double nx_spec_costs_verify(const nx_spec_costs *c, int n_rows) {
     return c->cv[clamp_rows(n_rows)];
+}
+
+int nx_spec_costs_measured_rows(const nx_spec_costs *c) {
+    for (int n = NX_SPEC_VERIFY_ROWS_MAX; n >= 1; n--)
+        if (c->n_obs[n]) return n;
+    return 0;
 }
 
 /* ===== Formulas ===== */
@@ -119,18 +145,14 @@ double nx_spec_predicted_speedup_uniform(double alpha, int k, double c_d, const 
     return nx_spec_predicted_speedup(a, k, c_d, c);
 }
 
-int nx_spec_best_k(const double *a, int k_lo, int k_hi, double c_d, const nx_spec_costs *c, double *speedup) {
-    if (k_lo < 1) k_lo = 1;
-    if (k_hi > NX_SPEC_DRAFT_CAP) k_hi = NX_SPEC_DRAFT_CAP;
-    double c1 = nx_spec_costs_verify(c, 1);
-    double best = 1.0, e = 1.0, prod = 1.0;
+/* The k in [k_lo, k_hi] maximising e[k] c_v(1) / (k c_d + c_v(k + 1)), 0 when none beats 1. */
+static int best_k_of(const double *e, int k_lo, int k_hi, double c_d, const nx_spec_costs *c, double *speedup) {
+    const double c1 = nx_spec_costs_verify(c, 1);
+    double best = 1.0;
     int best_k = 0;
-    for (int k = 1; k <= k_hi; k++) {
-        prod *= a[k - 1];
-        e += prod;
-        if (k < k_lo) continue;
+    for (int k = k_lo; k <= k_hi; k++) {
         double cost = (double)k * c_d + nx_spec_costs_verify(c, k + 1);
-        double s = cost > 0 ? e * c1 / cost : 0.0;
+        double s = cost > 0 ? e[k] * c1 / cost : 0.0;
         if (s > best * (1.0 + 1e-9)) {                /* strictly better: ties keep the smaller k */
             best = s;
             best_k = k;
@@ -138,6 +160,14 @@ int nx_spec_best_k(const double *a, int k_lo, int k_hi, double c_d, const nx_spe
     }
     if (speedup) *speedup = best;
     return best_k;
+}
+
+int nx_spec_best_k(const double *a, int k_lo, int k_hi, double c_d, const nx_spec_costs *c, double *speedup) {
+    if (k_lo < 1) k_lo = 1;
+    if (k_hi > NX_SPEC_DRAFT_CAP) k_hi = NX_SPEC_DRAFT_CAP;
+    double e[NX_SPEC_DRAFT_CAP + 1];
+    for (int k = 1; k <= k_hi; k++) e[k] = nx_spec_expected_tokens(a, k);
+    return best_k_of(e, k_lo, k_hi, c_d, c, speedup);
 }
 
 double nx_spec_predicted_speedup_stats(const nx_spec_stats *st, double c_d, const nx_spec_costs *c) {
@@ -156,6 +186,7 @@ nx_spec_policy_params nx_spec_policy_default_params(void) {
         .draft_max = 8, .draft_min = 0, .adaptive = true, .p_min = 0.0f, .ema_alpha = 0.1,
         .accept_prior = 0.6, .draft_cost_prior = 0.05, .probe_every = 8, .shadow_every = 4, .guard = true,
         .guard_margin = 0.03, .guard_probe_every = 32, .guard_confirm = 16, .plain_every = 64, .explore_every = 16,
+        .explore_len = 3, .steady_prior = 4.0,
     };
 }
 
@@ -177,10 +208,11 @@ nx_status nx_spec_policy_init(nx_spec_policy *pol, const nx_spec_policy_params *
     if (p.probe_every < 1)
         return nx_fail(err, NX_ERR_INVALID_ARG, "draft policy: probe_every %d < 1", p.probe_every);
     if (p.shadow_every < 0 || p.guard_probe_every < 1 || p.guard_confirm < 0 || p.plain_every < 1 || !(p.guard_margin >= 0.0) ||
-        p.explore_every < 0)
+        p.explore_every < 0 || p.explore_len < 1 || !(p.steady_prior > 0.0))
         return nx_fail(err, NX_ERR_INVALID_ARG, "draft policy: shadow_every %d (>= 0), guard_probe_every %d, plain_every "
-                       "%d (>= 1), guard_margin %g (>= 0)", p.shadow_every, p.guard_probe_every, p.plain_every,
-                       p.guard_margin);
+                       "%d (>= 1), guard_margin %g (>= 0), explore_len %d (>= 1), steady_prior %g (> 0)",
+                       p.shadow_every, p.guard_probe_every, p.plain_every, p.guard_margin, p.explore_len,
+                       p.steady_prior);
     memset(pol, 0, sizeof *pol);
     pol->p = p;
     return NX_OK;
@@ -224,7 +256,20 @@ int nx_spec_policy_best_k(const nx_spec_policy *pol, const nx_spec_costs *c, dou
     }
     double a[NX_SPEC_DRAFT_CAP];
     accept_estimates(pol, a, pol->p.draft_max);
-    return nx_spec_best_k(a, pol->p.draft_min, pol->p.draft_max, nx_spec_policy_draft_cost(pol, c), c, speedup);
+    /* k + 1 verify rows at most one past the largest measured batch: a cost extrapolated from the
+     * prior's slope once sent k from 3 to 8 where 9 rows cost 2.6x one row (AVX2), and the table
+     * then held k there. Growing one row per round measures each step before it is trusted. */
+    int k_hi = pol->p.draft_max;
+    const int R = nx_spec_costs_measured_rows(c);
+    if (R > 0 && k_hi > R) k_hi = R < pol->p.draft_min ? pol->p.draft_min : R;
+    /* E(k): the model's, blended with what steady rounds at k committed (policy.h) */
+    const double cap = 1.0 / pol->p.ema_alpha, m = pol->p.steady_prior;   /* an EMA weighs ~cap rounds */
+    double e[NX_SPEC_DRAFT_CAP + 1];
+    for (int k = 1; k <= k_hi; k++) {
+        const double n = (pol->n_tpr[k] < cap ? (double)pol->n_tpr[k] : cap) * pol->tpr_w[k];
+        e[k] = (n * pol->tpr[k] + m * nx_spec_expected_tokens(a, k)) / (n + m);
+    }
+    return best_k_of(e, pol->p.draft_min < 1 ? 1 : pol->p.draft_min, k_hi, nx_spec_policy_draft_cost(pol, c), c, speedup);
 }
 
 /* Rounds between shadow drafts at k* > 0: shadow_every, stretched so that the extra draft step
@@ -264,9 +309,28 @@ nx_spec_plan nx_spec_policy_plan(nx_spec_policy *pol, const nx_spec_costs *c) {
         return plan;
     }
     pol->idle_rounds = 0;
-    if (pol->p.explore_every && plan.k < pol->p.draft_max && ++pol->since_explore >= pol->p.explore_every) {
+    if (pol->explore_left > 0) {       /* the rest of an exploration run */
+        if (--pol->explore_left == 0) pol->explore_judge = true;
+        plan.k = pol->explore_k;
+        return plan;
+    }
+    if (pol->explore_judge) {          /* the first plan after a run: did it move k*? */
+        pol->explore_judge = false;
+        const int lim = NX_SPEC_EXPLORE_BACKOFF * pol->p.explore_every;
+        pol->explore_period = plan.k >= pol->explore_k ? pol->p.explore_every
+                            : pol->explore_period * 2 > lim ? lim : pol->explore_period * 2;
+    }
+    if (pol->explore_period < pol->p.explore_every) pol->explore_period = pol->p.explore_every;
+    if (pol->p.explore_every && plan.k < pol->p.draft_max && ++pol->since_explore >= pol->explore_period) {
         pol->since_explore = 0;
-        plan.k++;                      /* verified: measures c_v(k + 2) and depth k + 1 for real */
+        /* verified: measures c_v(k + 2) and depth k + 1 for real. Every other run goes two
+         * deeper (within one row of the measured costs): on text with period p, k* + 1 can be
+         * no better than k* while p - 1 is (k* = 2, p = 5). */
+        const int R = nx_spec_costs_measured_rows(c);
+        plan.k += (pol->n_explore++ & 1) && plan.k + 2 <= pol->p.draft_max && plan.k + 2 <= R ? 2 : 1;
+        pol->explore_k = plan.k;
+        pol->explore_left = pol->p.explore_len - 1;
+        if (pol->explore_left == 0) pol->explore_judge = true;
         return plan;
     }
     const int every = shadow_period(pol, c);
@@ -325,10 +389,23 @@ int nx_spec_policy_observe_round(nx_spec_policy *pol, int k, int committed, doub
 }
 
 void nx_spec_policy_observe(nx_spec_policy *pol, int k_drafted, int n_accepted) {
+    const int prev_k = pol->last_k;
+    pol->last_k = k_drafted < 0 ? 0 : k_drafted;
     if (k_drafted <= 0) return;
     if (k_drafted > NX_SPEC_DRAFT_CAP) k_drafted = NX_SPEC_DRAFT_CAP;
     if (n_accepted < 0) n_accepted = 0;
     if (n_accepted > k_drafted) n_accepted = k_drafted;
+    for (int k = 1; k <= NX_SPEC_DRAFT_CAP; k++)   /* the other k's measurements age */
+        if (k != k_drafted) pol->tpr_w[k] *= NX_SPEC_STEADY_AGE;
+    if (prev_k == k_drafted) {         /* a steady round (policy.h) */
+        const double x = (double)(n_accepted + 1);
+        pol->tpr_w[k_drafted] = 1.0;
+        uint32_t *n = &pol->n_tpr[k_drafted];
+        double w = 1.0 / (double)(*n + 1);
+        if (w < pol->p.ema_alpha) w = pol->p.ema_alpha;
+        pol->tpr[k_drafted] = *n ? pol->tpr[k_drafted] + w * (x - pol->tpr[k_drafted]) : x;
+        if (*n < UINT32_MAX) (*n)++;
+    }
     int judged = n_accepted < k_drafted ? n_accepted + 1 : k_drafted;
     double est[NX_SPEC_DRAFT_CAP];
     accept_estimates(pol, est, judged);               /* before any update: carries use old values */

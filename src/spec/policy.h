@@ -16,13 +16,22 @@
  *   nx_spec_policy  one per sequence (per chain stage if the engine wishes): EMAs of a_i and c_d,
  *                   the probe counter. Plain data, no allocation.
  * Unmeasured depths borrow the estimate of the depth below (depth 1: accept_prior), so a policy
- * can grow k past what it has tried.
+ * can grow k past what it has tried, but only one verify row past the largest batch measured
+ * (k <= that row count, once one is measured): extrapolated costs are not trusted further.
  * Exploration without verify cost (shadow drafts): every shadow_every rounds the plan asks the
  * drafter for one draft more than it verifies; when the verified drafts all pass, the round's
  * bonus token equals that extra draft exactly when the target would have accepted it (greedy: the
  * argmax; sampled: P(bonus = d) = p(d), the acceptance probability of a deterministic draft), so
  * depth k+1 is observed for one draft step. At k* = 0 the shadow draft is d_1 itself. Without it
  * a depth whose estimate once fell would never be measured again (k stays below it).
+ * Steady rounds: E(k) from per-depth rates assumes each round starts anywhere in the text. Rounds
+ * at a fixed k start where the last one ended, and on text with a period (code lines, repeated
+ * structure: one hard token every p) k = p - 1 drafts the easy tokens and takes the hard one as the
+ * bonus every round, which the per-depth rates do not see (a 24-layer model at AVX2: k = 4 made
+ * 4.5 tokens a round, k = 3 3.4). So the tokens committed by a round at k that follows a round at
+ * k are measured per k, and E(k) is their mean blended with the model's value as steady_prior
+ * pseudo-rounds; the mean's weight fades while k is not used (the text moves on). Explorations
+ * run explore_len rounds in a row so k + 1 is seen aligned.
  * Wall-clock guard (adaptive mode): the measured seconds per committed token of rounds with
  * drafts against rounds without (plain rounds come every plain_every rounds while speculating);
  * when speculation is slower by more than guard_margin the policy decodes plainly (k = 0) and
@@ -52,6 +61,8 @@ typedef struct nx_spec_costs {
     double   cv[NX_SPEC_VERIFY_ROWS_MAX + 1];    /* [n]: the derived, non-decreasing table */
     double   alpha;                              /* EMA weight of an online observation (0.1) */
     double   slope_prior;                        /* relative cost of one more row when unmeasured (0.2) */
+    double   speed;                              /* online: the machine's speed now; cv[n] = speed x the
+                                                    shape meas[] (1 until a row count is re-measured) */
 } nx_spec_costs;
 
 /* Nothing measured: c_v(n) = 1 + slope_prior (n - 1). */
@@ -59,11 +70,16 @@ void      nx_spec_costs_init(nx_spec_costs *c);
 /* A measured cost for n rows (replaces earlier ones; e.g. from `bench --verify-sweep`).
  * Errors: n outside 1..NX_SPEC_VERIFY_ROWS_MAX, cost not finite or <= 0. */
 nx_status nx_spec_costs_set(nx_spec_costs *c, int n_rows, double cost, nx_error *err);
-/* One online measurement: a faster one moves the estimate half way, a slower one by the EMA
- * weight (the plain mean while few are in): timing noise only ever slows a step. Same errors. */
+/* One online measurement. A cost is speed x shape(n): a re-measured row count moves the speed
+ * factor (EMA 0.3: the machine's speed shifts in episodes) and its own shape by the plain mean
+ * while few are in, then the EMA alpha, of cost / speed; a first one sets its shape at today's
+ * speed. An observation above 1.3x the table's prediction counts as 1.3x (timing noise only ever
+ * slows a step). Same errors. */
 nx_status nx_spec_costs_observe(nx_spec_costs *c, int n_rows, double cost, nx_error *err);
 /* c_v(n); n is clamped to 1..NX_SPEC_VERIFY_ROWS_MAX. */
 double    nx_spec_costs_verify(const nx_spec_costs *c, int n_rows);
+/* The largest row count measured so far (0: none). */
+int       nx_spec_costs_measured_rows(const nx_spec_costs *c);
 
 /* ===== Pure formulas (also used by `nextn bench`) ===== */
 
@@ -102,8 +118,14 @@ typedef struct nx_spec_policy_params {
                                     slower before the guard turns it off (a request's first rounds
                                     pay one-time costs: cold caches, first-touch pages) */
     int    plain_every;          /* 64: a plain round among speculative ones (measures plain speed) */
-    int    explore_every;        /* 16: a verified round at k* + 1 (its verify cost is measured too:
-                                    an entry of the cost table is only refreshed when used; 0: none) */
+    int    explore_every;        /* 16: rounds between verified runs at k* + 1 (its verify cost is
+                                    measured too: an entry of the cost table is only refreshed when
+                                    used; 0: none); every other run tries k* + 2; a run after which
+                                    k* stays below it doubles the period, up to 8x, one that moves k*
+                                    resets it */
+    int    explore_len;          /* 3: rounds in such a run (the first finds k + 1's own alignment) */
+    double steady_prior;         /* 4: pseudo-rounds of the model's E(k) against measured tokens per
+                                    round at k (see "Steady rounds" above) */
 } nx_spec_policy_params;
 
 typedef struct nx_spec_policy {
@@ -123,6 +145,18 @@ typedef struct nx_spec_policy {
     bool     retry;                    /* this round is a re-try while off */
     int      since_plain, since_retry, since_explore;
     int      off_votes;                /* speculative rounds in a row found slower */
+    /* steady rounds: a round at k after a round at k */
+    double   tpr[NX_SPEC_DRAFT_CAP + 1];   /* [k]: EMA of the tokens such a round committed */
+    double   tpr_w[NX_SPEC_DRAFT_CAP + 1]; /* [k]: their weight, x0.9 per round at another k (the
+                                          text moves on while k rests) */
+    uint32_t n_tpr[NX_SPEC_DRAFT_CAP + 1];
+    int      last_k;                   /* drafts verified by the last observed round */
+    int      explore_left;             /* rounds still to run at explore_k */
+    int      explore_k;
+    int      explore_period;           /* rounds between runs now: explore_every, doubled (up to 8x)
+                                          by each run after which k* did not take its k */
+    bool     explore_judge;
+    uint32_t n_explore;                /* runs so far (every other one tries k* + 2) */
     uint64_t n_switches;               /* times the guard turned speculation off or back on */
 } nx_spec_policy;
 
