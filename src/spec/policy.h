@@ -123,7 +123,7 @@ typedef struct nx_spec_policy_params {
                                     used; 0: none); every other run tries k* + 2; a run after which
                                     k* stays below it doubles the period, up to 8x, one that moves k*
                                     resets it */
-    int    explore_len;          /* 3: rounds in such a run (the first finds k + 1's own alignment) */
+    int    explore_len;          /* 4: rounds in such a run (the first finds k + 1's own alignment) */
     double steady_prior;         /* 4: pseudo-rounds of the model's E(k) against measured tokens per
                                     round at k (see "Steady rounds" above) */
 } nx_spec_policy_params;
