@@ -186,7 +186,7 @@ nx_spec_policy_params nx_spec_policy_default_params(void) {
         .draft_max = 8, .draft_min = 0, .adaptive = true, .p_min = 0.0f, .ema_alpha = 0.1,
         .accept_prior = 0.6, .draft_cost_prior = 0.05, .probe_every = 8, .shadow_every = 4, .guard = true,
         .guard_margin = 0.03, .guard_probe_every = 32, .guard_confirm = 16, .plain_every = 64, .explore_every = 16,
-        .explore_len = 4, .steady_prior = 4.0,
+        .explore_len = 4, .steady_prior = 2.0,
     };
 }
 
@@ -256,12 +256,13 @@ int nx_spec_policy_best_k(const nx_spec_policy *pol, const nx_spec_costs *c, dou
     }
     double a[NX_SPEC_DRAFT_CAP];
     accept_estimates(pol, a, pol->p.draft_max);
-    /* k + 1 verify rows at most one past the largest measured batch: a cost extrapolated from the
+    /* k + 1 verify rows at most two past the largest measured batch: a cost extrapolated from the
      * prior's slope once sent k from 3 to 8 where 9 rows cost 2.6x one row (AVX2), and the table
-     * then held k there. Growing one row per round measures each step before it is trusted. */
+     * then held k there. Two rows a round still reach a flat table's deep k quickly (AVX-512: one
+     * row a round walked up to 8 and stayed near it, below k = 4-5). */
     int k_hi = pol->p.draft_max;
     const int R = nx_spec_costs_measured_rows(c);
-    if (R > 0 && k_hi > R) k_hi = R < pol->p.draft_min ? pol->p.draft_min : R;
+    if (R > 0 && k_hi > R + 1) k_hi = R + 1 < pol->p.draft_min ? pol->p.draft_min : R + 1;
     /* E(k): the model's, blended with what steady rounds at k committed (policy.h) */
     const double cap = 1.0 / pol->p.ema_alpha, m = pol->p.steady_prior;   /* an EMA weighs ~cap rounds */
     double e[NX_SPEC_DRAFT_CAP + 1];

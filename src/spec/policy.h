@@ -16,8 +16,8 @@
  *   nx_spec_policy  one per sequence (per chain stage if the engine wishes): EMAs of a_i and c_d,
  *                   the probe counter. Plain data, no allocation.
  * Unmeasured depths borrow the estimate of the depth below (depth 1: accept_prior), so a policy
- * can grow k past what it has tried, but only one verify row past the largest batch measured
- * (k <= that row count, once one is measured): extrapolated costs are not trusted further.
+ * can grow k past what it has tried, but only two verify rows past the largest batch measured
+ * (k <= that row count + 1, once one is measured): extrapolated costs are not trusted further.
  * Exploration without verify cost (shadow drafts): every shadow_every rounds the plan asks the
  * drafter for one draft more than it verifies; when the verified drafts all pass, the round's
  * bonus token equals that extra draft exactly when the target would have accepted it (greedy: the
@@ -124,7 +124,7 @@ typedef struct nx_spec_policy_params {
                                     k* stays below it doubles the period, up to 8x, one that moves k*
                                     resets it */
     int    explore_len;          /* 4: rounds in such a run (the first finds k + 1's own alignment) */
-    double steady_prior;         /* 4: pseudo-rounds of the model's E(k) against measured tokens per
+    double steady_prior;         /* 2: pseudo-rounds of the model's E(k) against measured tokens per
                                     round at k (see "Steady rounds" above) */
 } nx_spec_policy_params;
 
