@@ -4,7 +4,10 @@
 # default (adaptive k with the guard), REPS alternating rounds (every mode once per round), median
 # tok/s per mode, speedup vs off, and whether every run's text equals the speculation-off text.
 #
-# Usage: bench/spec_speedup.sh [MODEL.gguf] [--tokens N] [--reps R] [--threads T] [--kmax K] [-- EXTRA...]
+# Usage: bench/spec_speedup.sh [MODEL.gguf] [--tokens N] [--reps R] [--threads T] [--kmax K] [--score] [-- EXTRA...]
+# --score: also price every run's rounds with one verify-cost table (`nextn bench --verify-sweep` at
+# the prompt's depth, once) and report the median modelled speedup per mode (bench/trace_cost.py):
+# what each mode decided, apart from a shared machine's timing noise.
 # Default model: build/inflated-24x45056-q8_0.gguf, made from the bundled model by
 # `nextn gen-model --inflate` (24 trunk layers + MTP, n_ff 45056, Q8_0: same tokens, ~700 MB) when
 # missing. EXTRA flags go to every run (e.g. --draft-vocab 0). NEXTN_CPU=avx2 forces the AVX2 kernels.
@@ -12,7 +15,7 @@
 set -u
 here=$(cd "$(dirname "$0")/.." && pwd)
 NEXTN=${NEXTN:-$here/build/nextn}
-model= tokens=128 reps=5 threads=2 kmax=3
+model= tokens=128 reps=5 threads=2 kmax=3 score=0
 extra=()
 while [ $# -gt 0 ]; do
     case $1 in
@@ -20,6 +23,7 @@ while [ $# -gt 0 ]; do
     --reps) reps=$2; shift 2 ;;
     --threads) threads=$2; shift 2 ;;
     --kmax) kmax=$2; shift 2 ;;
+    --score) score=1; shift ;;
     --) shift; extra=("$@"); break ;;
     -*) echo "spec_speedup: unknown flag $1" >&2; exit 2 ;;
     *) model=$1; shift ;;
@@ -53,19 +57,50 @@ echo "model: $model; $tokens greedy tokens, $threads threads, $reps alternating 
 for r in $(seq 1 "$reps"); do
     for m in "${modes[@]}"; do
         # shellcheck disable=SC2046
-        "$NEXTN" run -m "$model" -f "$prompt" -n "$tokens" --temp 0 -t "$threads" $(flags_of "$m") "${extra[@]}" \
+        tr=()
+        [ "$score" = 1 ] && [ "$m" != off ] && tr=(--spec-trace "$work/$m.$r.trace")
+        "$NEXTN" run -m "$model" -f "$prompt" -n "$tokens" --temp 0 -t "$threads" $(flags_of "$m") "${extra[@]}" "${tr[@]}" \
             >"$work/$m.$r.out" 2>"$work/$m.$r.err" || { echo "spec_speedup: $m failed:"; cat "$work/$m.$r.err"; exit 1; }
         sed -n 's/.*generated [0-9]* tokens ([0-9]* decodes), \([0-9.]*\) tok\/s.*/\1/p' "$work/$m.$r.err" | head -1 >>"$work/$m.tps"
     done
 done
 median() { sort -g "$1" | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+if [ "$score" = 1 ]; then
+    # one cost table at the prompt's depth: rows 1..kmax+1 (relative column), and the runs' draft ms per step
+    depth=$("$NEXTN" run -m "$model" -f "$prompt" -n 1 --temp 0 -t "$threads" --spec-type none 2>&1 >/dev/null |
+            sed -n 's/.*prompt \([0-9]*\) tokens.*/\1/p' | head -1)
+    sweep=$("$NEXTN" bench -m "$model" --verify-sweep -t "$threads" -d "${depth:-0}" 2>&1 | grep -E '^\| +[0-9]+ \|')
+    costs=$(echo "$sweep" | awk -F'|' -v n=$((kmax > 8 ? kmax + 1 : 9)) '$2 + 0 <= n {gsub(/ /, "", $2); gsub(/ /, "", $4); printf "%s%s:%s", (c++ ? "," : ""), $2, $4}')
+    ms1=$(echo "$sweep" | awk -F'|' '$2 + 0 == 1 {print $3 + 0}')
+    dms=$(cat "$work"/k*.*.err "$work"/default.*.err 2>/dev/null |
+          awk '/drafted [0-9]+/ {for (i = 1; i <= NF; i++) if ($i == "drafted") d = $(i + 1) + 0}
+               /time: draft/ {for (i = 1; i <= NF; i++) if ($i == "draft") {t = $(i + 1) + 0; if (d > 0) print 1000 * t / d}}' | sort -g |
+          awk '{a[NR]=$1} END {print (NR ? a[int((NR+1)/2)] : 0)}')
+    cdr=$(awk -v a="$dms" -v b="$ms1" 'BEGIN {print (b > 0 ? a / b : 0.05)}')
+    echo "scored with: verify costs $costs (x one row, $ms1 ms, depth $depth); draft step $dms ms = $cdr x one row"
+    for m in "${modes[@]}"; do
+        [ "$m" = off ] && continue
+        python3 "$here/bench/trace_cost.py" --costs "$costs" --draft-cost "$cdr" "$work/$m".*.trace |
+            sed -n 's/.*modelled \([0-9.]*\)x.*/\1/p' >"$work/$m.model"
+    done
+fi
 off=$(median "$work/off.tps")
-printf '| mode | tok/s (median of %d) | all runs | speedup | acceptance | text |\n| --- | ---: | --- | ---: | ---: | --- |\n' "$reps"
+if [ "$score" = 1 ]; then
+    printf '| mode | tok/s (median of %d) | all runs | speedup | acceptance | text | modelled (median) | modelled, all runs |\n' "$reps"
+    printf '| --- | ---: | --- | ---: | ---: | --- | ---: | --- |\n'
+else
+    printf '| mode | tok/s (median of %d) | all runs | speedup | acceptance | text |\n| --- | ---: | --- | ---: | ---: | --- |\n' "$reps"
+fi
 for m in "${modes[@]}"; do
     med=$(median "$work/$m.tps")
     all=$(tr '\n' ' ' <"$work/$m.tps")
     same=identical
     for r in $(seq 1 "$reps"); do cmp -s "$work/off.1.out" "$work/$m.$r.out" || same=DIFFERENT; done
     acc=$(sed -n 's/.*| acceptance \([0-9.]*\),.*/\1/p' "$work/$m.1.err" | head -1)
-    printf '| %s | %.2f | %s| %.3fx | %s | %s |\n' "$m" "$med" "$all" "$(awk -v a="$med" -v b="$off" 'BEGIN {print (b > 0 ? a / b : 0)}')" "${acc:--}" "$same"
+    printf '| %s | %.2f | %s| %.3fx | %s | %s |' "$m" "$med" "$all" "$(awk -v a="$med" -v b="$off" 'BEGIN {print (b > 0 ? a / b : 0)}')" "${acc:--}" "$same"
+    if [ "$score" = 1 ]; then
+        if [ "$m" = off ]; then printf ' 1.00x | - |'
+        else printf ' %sx | %s|' "$(median "$work/$m.model")" "$(tr '\n' ' ' <"$work/$m.model")"; fi
+    fi
+    printf '\n'
 done
