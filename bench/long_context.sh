@@ -45,6 +45,7 @@ jq -c --argjson np "$n_predict" '{prompt: ., n_predict: $np, temperature: 0, cac
     "$work/prompt.json" >"$work/req.json"
 
 start() {   # start the server with extra args; sets pid and port
+    : >"$work/serve.out"   # not only the background job's redirection: it may come after the loop's first read
     "$NEXTN" serve --port 0 -m "$model" -np 1 -c "$ctx" -t "$threads" "$@" >"$work/serve.out" 2>"$work/serve.err" &
     pid=$!
     port=""

@@ -28,6 +28,7 @@ trap 'kill -9 ${pid:-0} 2>/dev/null; rm -rf "$work"' EXIT
 ${CC:-cc} -std=c11 -O2 -pthread "$here/tests/load/nx_load.c" -o "$work/nx_load" || exit 1
 
 start() {   # start the server with extra args; sets pid and port
+    : >"$work/serve.out"   # not only the background job's redirection: it may come after the loop's first read
     "$NEXTN" serve --port 0 -m "$model" -np 4 -t "$threads" "$@" >"$work/serve.out" 2>"$work/serve.err" &
     pid=$!
     port=""

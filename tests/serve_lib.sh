@@ -11,6 +11,9 @@
 nx_serve_start() {
     local work=$1 tries=$2
     shift 2
+    # emptied here, not only by the background job's redirection: that one may run after the loop
+    # below has read the last server's "listening on" line (a dead port) on a loaded machine
+    : >"$work/serve.out"
     "$NEXTN" serve --port 0 "$@" >"$work/serve.out" 2>"$work/serve.err" &
     pid=$!
     trap 'kill -9 $pid 2>/dev/null' EXIT
