@@ -928,16 +928,31 @@ PK_KERNELS_K(PK(nx_mm_pk_q6_K), q6k_step, NX_MM_Q6KX16_BLOCK, NX_Q6_MAXR, Q6_PRE
  * PK_KERNELS_K's driver: each converted weight vector serves 6 rows, not 4 (the conversions share
  * ports with the fmas; one thread, 64 rows, 1024 x 3584, Zen 4 at NEXTN_CPU=avx2, best of four:
  * F16 49.9 -> 53.4 MAC/ns, F32 unchanged). */
-AI __m256 fw8(const int T, const uint8_t *p) {   /* F32 or F16 */
-    if (T == NX_TYPE_F32) return _mm256_loadu_ps((const float *)p);
-    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+/* The k's two 8-row halves, exactly as f32. BF16: a bf16 is the top half of its f32, so one
+ * 32-byte load of the k's 16 weights and two word unpacks against zero give them, in lanes of rows
+ * [0-3, 8-11] and [4-7, 12-15] (the unpacks work per 128-bit half) instead of two widening loads
+ * and two shifts: the same chain per (row, column), the rows put back in order once per pass
+ * (bf16_fin). With 6-row passes, same harness: 4 rows 47.2 -> 51.9, 64 rows 46.2 -> 52.3 MAC/ns. */
+AI void fw16(const int T, const uint8_t *p, __m256 *w0, __m256 *w1) {
+    if (T == NX_TYPE_F32) {
+        *w0 = _mm256_loadu_ps((const float *)p);
+        *w1 = _mm256_loadu_ps((const float *)p + 8);
+    } else if (T == NX_TYPE_F16) {
+        *w0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+        *w1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p + 1));
+    } else {
+        const __m256i v = _mm256_loadu_si256((const __m256i *)p), z = _mm256_setzero_si256();
+        *w0 = _mm256_castsi256_ps(_mm256_unpacklo_epi16(z, v));
+        *w1 = _mm256_castsi256_ps(_mm256_unpackhi_epi16(z, v));
+    }
 }
 AI void fl_step(const int T, const int NR, const uint8_t *bp, const nx_mm_act *a, int64_t b, __m256 *acc) {
     const int es = T == NX_TYPE_F32 ? 64 : 32;
     prefetch_k(NR, bp, (size_t)32 * es);
 #pragma GCC unroll 4
     for (int k = 0; k < 32; k++) {
-        const __m256 w0 = fw8(T, bp + k * es), w1 = fw8(T, bp + k * es + es / 2);
+        __m256 w0, w1;
+        fw16(T, bp + k * es, &w0, &w1);
 #pragma GCC unroll 8
         for (int r = 0; r < NR; r++) {
             const __m256 x = _mm256_set1_ps(a->x[r * a->ldx + 32 * b + k]);
@@ -948,27 +963,7 @@ AI void fl_step(const int T, const int NR, const uint8_t *bp, const nx_mm_act *a
 }
 AI void f32_step(const int NR, const uint8_t *bp, const nx_mm_act *a, int64_t b, __m256 *acc) { fl_step(NX_TYPE_F32, NR, bp, a, b, acc); }
 AI void f16_step(const int NR, const uint8_t *bp, const nx_mm_act *a, int64_t b, __m256 *acc) { fl_step(NX_TYPE_F16, NR, bp, a, b, acc); }
-/* BF16: a bf16 is the top half of its f32, so one 32-byte load of a k's 16 weights and two
- * word unpacks against zero give them exactly, in lanes of rows [0-3, 8-11] and [4-7, 12-15]
- * (the unpacks work per 128-bit half) instead of two widening loads and two shifts: the same
- * chain per (row, column), the rows put back in order once per pass (bf16_fin). With 6-row
- * passes, same harness: 4 rows 47.2 -> 51.9, 64 rows 46.2 -> 52.3 MAC/ns. */
-AI void bf16_step(const int NR, const uint8_t *bp, const nx_mm_act *a, int64_t b, __m256 *acc) {
-    prefetch_k(NR, bp, (size_t)32 * 32);
-    const __m256i z = _mm256_setzero_si256();
-#pragma GCC unroll 4
-    for (int k = 0; k < 32; k++) {
-        const __m256i v = _mm256_loadu_si256((const __m256i *)(bp + k * 32));
-        const __m256 w0 = _mm256_castsi256_ps(_mm256_unpacklo_epi16(z, v));
-        const __m256 w1 = _mm256_castsi256_ps(_mm256_unpackhi_epi16(z, v));
-#pragma GCC unroll 8
-        for (int r = 0; r < NR; r++) {
-            const __m256 x = _mm256_set1_ps(a->x[r * a->ldx + 32 * b + k]);
-            acc[2 * r] = _mm256_fmadd_ps(w0, x, acc[2 * r]);
-            acc[2 * r + 1] = _mm256_fmadd_ps(w1, x, acc[2 * r + 1]);
-        }
-    }
-}
+AI void bf16_step(const int NR, const uint8_t *bp, const nx_mm_act *a, int64_t b, __m256 *acc) { fl_step(NX_TYPE_BF16, NR, bp, a, b, acc); }
 AI void bf16_fin(__m256 *acc, int n) {
     for (int r = 0; r < n; r++) {
         const __m256 p = acc[2 * r], q = acc[2 * r + 1];

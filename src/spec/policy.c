@@ -17,6 +17,15 @@
 #define NX_SPEC_STEADY_AGE 0.9   /* per round at another k: the weight of a k's steady measurements */
 #define NX_SPEC_SPEED_ALPHA 0.3  /* EMA weight of the speed factor: follows an episode in a few rounds */
 
+/* est <- x for the first observation, then the plain mean while fewer than 1/alpha are in, then
+ * the EMA alpha; *n counts them. */
+static void mean_then_ema(double *est, uint32_t *n, double x, double alpha) {
+    double w = 1.0 / (double)(*n + 1);
+    if (w < alpha) w = alpha;
+    *est = *n ? *est + w * (x - *est) : x;
+    if (*n < UINT32_MAX) (*n)++;
+}
+
 static int clamp_rows(int n) {
     return n < 1 ? 1 : n > NX_SPEC_VERIFY_ROWS_MAX ? NX_SPEC_VERIFY_ROWS_MAX : n;
 }
@@ -92,21 +101,14 @@ nx_status nx_spec_costs_observe(nx_spec_costs *c, int n_rows, double cost, nx_er
      * measurement), so a slow outlier moves the estimates by a bounded step. */
     const double pred = nx_spec_costs_measured_rows(c) ? c->cv[n_rows] : 0.0;
     if (pred > 0 && cost > pred * NX_SPEC_COST_CLIP) cost = pred * NX_SPEC_COST_CLIP;
-    if (k) {
-        /* The machine's speed moves in episodes (a VM at 22, 28 or 40 ms for the same verify for
-         * dozens of rounds): the speed factor follows them from whatever row count is measured,
-         * so a row count measured now is compared with the others at today's speed. */
-        c->speed += NX_SPEC_SPEED_ALPHA * (cost / c->meas[n_rows] - c->speed);
-        /* The shape: the plain mean while fewer than 1/alpha are in, then the EMA; the same
-         * estimator for every row count, so one measured 3 times and one measured 30 times are
-         * comparable (following faster observations more than slower ones drifted toward the
-         * minimum with more samples and made the rarely measured k + 1 look dearer). */
-        double w = 1.0 / (double)(k + 1);
-        if (w < c->alpha) w = c->alpha;
-        c->meas[n_rows] += w * (cost / c->speed - c->meas[n_rows]);
-    } else
-        c->meas[n_rows] = cost / c->speed;
-    if (k < UINT32_MAX) c->n_obs[n_rows] = k + 1;
+    /* The machine's speed moves in episodes (a VM at 22, 28 or 40 ms for the same verify for
+     * dozens of rounds): the speed factor follows them from whatever row count is re-measured,
+     * so a row count measured now is compared with the others at today's speed. */
+    if (k) c->speed += NX_SPEC_SPEED_ALPHA * (cost / c->meas[n_rows] - c->speed);
+    /* The shape: the same estimator for every row count, so one measured 3 times and one measured
+     * 30 times are comparable (following faster observations more than slower ones drifted toward
+     * the minimum with more samples and made the rarely measured k + 1 look dearer). */
+    mean_then_ema(&c->meas[n_rows], &c->n_obs[n_rows], cost / c->speed, c->alpha);
     costs_derive(c);
     return NX_OK;
 }
@@ -399,13 +401,8 @@ void nx_spec_policy_observe(nx_spec_policy *pol, int k_drafted, int n_accepted) 
     for (int k = 1; k <= NX_SPEC_DRAFT_CAP; k++)   /* the other k's measurements age */
         if (k != k_drafted) pol->tpr_w[k] *= NX_SPEC_STEADY_AGE;
     if (prev_k == k_drafted) {         /* a steady round (policy.h) */
-        const double x = (double)(n_accepted + 1);
         pol->tpr_w[k_drafted] = 1.0;
-        uint32_t *n = &pol->n_tpr[k_drafted];
-        double w = 1.0 / (double)(*n + 1);
-        if (w < pol->p.ema_alpha) w = pol->p.ema_alpha;
-        pol->tpr[k_drafted] = *n ? pol->tpr[k_drafted] + w * (x - pol->tpr[k_drafted]) : x;
-        if (*n < UINT32_MAX) (*n)++;
+        mean_then_ema(&pol->tpr[k_drafted], &pol->n_tpr[k_drafted], (double)(n_accepted + 1), pol->p.ema_alpha);
     }
     int judged = n_accepted < k_drafted ? n_accepted + 1 : k_drafted;
     double est[NX_SPEC_DRAFT_CAP];
@@ -422,11 +419,7 @@ void nx_spec_policy_observe(nx_spec_policy *pol, int k_drafted, int n_accepted) 
 
 void nx_spec_policy_observe_draft_cost(nx_spec_policy *pol, double cost, int steps) {
     if (steps <= 0 || !isfinite(cost) || cost < 0) return;
-    double x = cost / (double)steps;
-    double w = 1.0 / (double)(pol->n_cd + 1);
-    if (w < pol->p.ema_alpha) w = pol->p.ema_alpha;
-    pol->c_d = pol->n_cd ? pol->c_d + w * (x - pol->c_d) : x;
-    if (pol->n_cd < UINT32_MAX) pol->n_cd++;
+    mean_then_ema(&pol->c_d, &pol->n_cd, cost / (double)steps, pol->p.ema_alpha);
 }
 
 /* ===== p_min ===== */
