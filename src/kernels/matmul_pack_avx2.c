@@ -844,7 +844,7 @@ AI void q6k_half(const int NR, const int h, const uint8_t *bp, const nx_mm_act *
             const __m256 D = _mm256_mul_ps(dw, _mm256_cvtepi32_ps(S));
 #pragma GCC unroll 6
             for (int r = 0; r < NR; r++) {
-                const uint8_t *q = qr[r] + 32 * p + 16 * e;
+                const uint8_t *q = qr[r] + 16 * g;
 #ifdef NX_PK_VNNI
                 const __m256i i01 = _mm256_dpbusd_avx_epi32(_mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), W0, bcast4(q)), W1, bcast4(q + 4));
                 const __m256i i23 = _mm256_dpbusd_avx_epi32(_mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), W2, bcast4(q + 8)), W3, bcast4(q + 12));
