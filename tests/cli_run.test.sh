@@ -190,6 +190,13 @@ if [ "$rc" = 0 ] && [ "$(grep -cE '^(f16|q4_0) +d +(64|96) (decode|prefill) ' "$
     ok "bench-kernels --attn: 8 rows"
 else bad "bench-kernels --attn: 8 rows (rc $rc)" "$(cat "$work/bench_attn.out" "$work/bench_attn.err")"; fi
 expect_error bench_attn_type 2 "not a KV cache type" bench-kernels --attn --types q4_K
+# --cold MB: the same rows, each call after a read of MB MiB; a size out of range refused
+run bench_attn_cold bench-kernels --attn -d 64 --types q8_0 -r 2 --cold 4
+if [ "$rc" = 0 ] && grep -q 'cold (a 4 MiB read' "$work/bench_attn_cold.out" &&
+    [ "$(grep -cE '^q8_0 +d +64 (decode|prefill) ' "$work/bench_attn_cold.out")" = 2 ]; then
+    ok "bench-kernels --attn --cold: 2 rows"
+else bad "bench-kernels --attn --cold: 2 rows (rc $rc)" "$(cat "$work/bench_attn_cold.out" "$work/bench_attn_cold.err")"; fi
+expect_error bench_attn_cold0 2 "--cold must be" bench-kernels --attn --cold 0
 
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

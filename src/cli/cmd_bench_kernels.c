@@ -33,13 +33,14 @@ static double now_s(void) {
 
 static void bk_usage(FILE *f) {
     fprintf(f, "usage: nextn bench-kernels [--types q8_0,q4_K,...] [-t N] [--stream-mb N] [--packed] [--contended]\n"
-               "       nextn bench-kernels --attn [-d 4096,16384] [--types f16,q8_0,q4_0] [-r N]\n"
+               "       nextn bench-kernels --attn [-d 4096,16384] [--types f16,q8_0,q4_0] [-r N] [--cold MB]\n"
                "  --types      weight types to time (default: every type with a matmul kernel)\n"
                "  -t N         threads (default: physical cores)\n"
                "  --stream-mb  size of the set of weight copies for the DRAM-bound figure (default 512)\n"
                "  --packed     time the repacked weights the model loader makes (types that have them)\n"
                "  --contended  run the threads module's contended-core benchmark instead\n"
-               "  --attn       time the attention kernel instead (1 thread; decode and 16-row prefill blocks)\n");
+               "  --attn       time the attention kernel instead (1 thread; decode and 16-row prefill blocks;\n"
+               "               --cold MB: read an MB-MiB buffer before each call, so K/V come from DRAM)\n");
 }
 
 /* ===== Bandwidth ===== */
