@@ -150,6 +150,10 @@ static void test_predicted_from_stats(void) {
 static void test_policy_estimates(void) {
     nx_spec_policy pol;
     CHECK(nx_spec_policy_init(&pol, NULL, NULL) == NX_OK);
+    CHECK_NEAR(nx_spec_policy_accept_est(&pol, 1), 0.8, 1e-12);   /* the default prior */
+    nx_spec_policy_params pp = nx_spec_policy_default_params();
+    pp.accept_prior = 0.6;                                         /* the figures below use 0.6 */
+    CHECK(nx_spec_policy_init(&pol, &pp, NULL) == NX_OK);
     CHECK_NEAR(nx_spec_policy_accept_est(&pol, 1), 0.6, 1e-12);
     CHECK_NEAR(nx_spec_policy_accept_est(&pol, 5), 0.6, 1e-12);
     nx_spec_policy_observe(&pol, 3, 1);          /* depth 1 accepted, depth 2 rejected, 3 unjudged */

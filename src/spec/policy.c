@@ -186,7 +186,7 @@ double nx_spec_predicted_speedup_stats(const nx_spec_stats *st, double c_d, cons
 nx_spec_policy_params nx_spec_policy_default_params(void) {
     return (nx_spec_policy_params){
         .draft_max = 8, .draft_min = 0, .adaptive = true, .p_min = 0.0f, .ema_alpha = 0.1,
-        .accept_prior = 0.6, .draft_cost_prior = 0.05, .probe_every = 8, .shadow_every = 4, .guard = true,
+        .accept_prior = 0.8, .draft_cost_prior = 0.05, .probe_every = 8, .shadow_every = 4, .guard = true,
         .guard_margin = 0.03, .guard_probe_every = 32, .guard_confirm = 16, .plain_every = 64, .explore_every = 16,
         .explore_len = 4, .steady_prior = 2.0,
     };
