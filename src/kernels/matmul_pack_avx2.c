@@ -9,10 +9,10 @@
  * into a stack buffer shared by the activation rows (tried instead: both sides widened to int16
  * for one vpmaddwd per 16 products, which frees the multiply pipes of vpsignb on Zen 4 and Intel:
  * 1.18x in a bare loop, but 0.97-1.07x as a kernel, per-block hadd and widening included, and
- * llvm-mca's Zen 3, where vpsignb runs beside the multiplies, predicts 0.84x). Q4_K's unsigned 4-bit codes let 8 maddubs
- * results add in int16 exactly (8 * 2 * 15 * 127 < 2^15) before one madd. The K-quants have
- * their own driver (PK_KERNELS_K) and work one 8-row half of a block at a time, so a pass's
- * live vectors fit the 16 ymm.
+ * llvm-mca's Zen 3, where vpsignb runs beside the multiplies, predicts 0.84x). Q4_K's unsigned
+ * 4-bit codes let 8 maddubs results add in int16 exactly (8 * 2 * 15 * 127 < 2^15) before one
+ * madd. The K-quants have their own driver (PK_KERNELS_K) and work one 8-row half of a block at
+ * a time, so a pass's live vectors fit the 16 ymm.
  * The float ops per (weight row, activation row) are the layout's contract (bit-identical to
  * nx_mm_pk_*_scalar, tested). Must never: read outside the packed group.
  *
