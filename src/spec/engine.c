@@ -102,6 +102,7 @@ struct nx_spec_engine {
     int n_stages;
     nx_spec_policy_params pp;
     nx_spec_costs costs;
+    nx_spec_policy_memory mem[2]; /* [sampled]: what released sequences measured (policy.h) */
     nx_spec_trace *trace;
     FILE *acc;                   /* LLAMA_MTP_ACC_TRACE: NDJSON mtp_draft / mtp_accept (NULL: off) */
     bool acc_own;
@@ -592,6 +593,7 @@ static nx_status req_setup(nx_spec_engine *e, eng_seq *q, const nx_spec_request 
         if (st != NX_OK) { seq_clear(q); return st; }
         nx_rng_seed(&q->drng, (uint64_t)nx_sampler_seed(q->ch) * 0x9E3779B97F4A7C15ull ^ 0xD1B54A32D192ED03ull);
     }
+    nx_spec_policy_seed(&q->pol, &e->mem[!nx_sampler_is_greedy(q->ch)]);
     q->n_probs = r->n_probs;
     q->n_top = r->n_probs < e->V ? r->n_probs : e->V;
     q->n_reused = 0;
@@ -1102,7 +1104,9 @@ int nx_spec_engine_take(nx_spec_engine *e, nx_seq_id seq, const nx_token **toks)
 
 void nx_spec_engine_release(nx_spec_engine *e, nx_seq_id seq) {
     if (!e || seq < 0 || seq >= e->n_seq || !e->seqs[seq].used) return;
-    seq_clear(&e->seqs[seq]);   /* the cache (KV, tokens, checkpoints) stays for a later reuse_prefix */
+    eng_seq *q = &e->seqs[seq];
+    if (q->ch) nx_spec_memory_fold(&e->mem[!nx_sampler_is_greedy(q->ch)], &q->pol);
+    seq_clear(q);   /* the cache (KV, tokens, checkpoints) stays for a later reuse_prefix */
 }
 
 void nx_spec_engine_forget(nx_spec_engine *e, nx_seq_id seq) {

@@ -44,7 +44,10 @@
  * drafter, draft length, policy, number of sequences, prompt chunking and prefix reuse; at temperature > 0 the token process has the target chain's
  * distribution; after any round the context and drafter state equal a plain run over the committed
  * tokens, bit for bit.
- * Never: print (warnings go through the logger), share per-sequence state between sequences.
+ * Shared on purpose, engine-wide: the verify-cost table, and the policy memory (policy.h): a
+ * released sequence's measured acceptance rates and draft cost seed the next sequence's policy,
+ * greedy and sampled sequences apart (they accept differently). Both steer speed, never tokens.
+ * Never: print (warnings go through the logger), share other per-sequence state between sequences.
  * Not thread-safe: one thread drives an engine (it owns the context while it runs).
  */
 #ifndef NX_SPEC_ENGINE_H

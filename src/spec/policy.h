@@ -40,6 +40,12 @@
  * queued work). Costs: unmeasured row counts are interpolated between
  * measured ones, or follow c_v(1) (1 + slope_prior (n - 1)) scaled to the nearest measurement;
  * the table is made non-decreasing in n (noise must not make a larger verify look cheaper).
+ * Memory across sequences: a sequence starts from the prior above, and the first draft of a text
+ * is often its hard token (a prompt's continuation); one rejection then halves a_1 and holds k at
+ * 1-2 for several rounds (a server's warm requests: 6/0 2/1 1/1 1/1 2/2 ... before k = 5-7). An
+ * engine that serves many sequences of one model folds each finished sequence's measured rates
+ * into an nx_spec_policy_memory and seeds the next sequence's estimates with it, standing for
+ * memory_weight observations: the next sequence still adapts to its own text within a few rounds.
  * Never: global state, allocation, printing.
  */
 #ifndef NX_SPEC_POLICY_H
@@ -70,11 +76,11 @@ void      nx_spec_costs_init(nx_spec_costs *c);
 /* A measured cost for n rows (replaces earlier ones; e.g. from `bench --verify-sweep`).
  * Errors: n outside 1..NX_SPEC_VERIFY_ROWS_MAX, cost not finite or <= 0. */
 nx_status nx_spec_costs_set(nx_spec_costs *c, int n_rows, double cost, nx_error *err);
-/* One online measurement. A cost is speed x shape(n): a re-measured row count moves the speed
- * factor (EMA 0.3: the machine's speed shifts in episodes) and its own shape by the plain mean
- * while few are in, then the EMA alpha, of cost / speed; a first one sets its shape at today's
- * speed. An observation above 1.3x the table's prediction counts as 1.3x (timing noise only ever
- * slows a step). Same errors. */
+/* One online measurement. A cost is speed x shape(n): a re-measured row count's log residual
+ * against the table moves the speed factor by 0.3 of it (the machine's speed shifts in episodes)
+ * and its own shape by the mean while few are in, then the EMA alpha; a first one sets its shape
+ * at today's speed. An observation above 1.3x the table's prediction counts as 1.3x (timing noise
+ * only ever slows a step). Same errors. */
 nx_status nx_spec_costs_observe(nx_spec_costs *c, int n_rows, double cost, nx_error *err);
 /* c_v(n); n is clamped to 1..NX_SPEC_VERIFY_ROWS_MAX. */
 double    nx_spec_costs_verify(const nx_spec_costs *c, int n_rows);
@@ -129,6 +135,9 @@ typedef struct nx_spec_policy_params {
     int    explore_len;          /* 4: rounds in such a run (the first finds k + 1's own alignment) */
     double steady_prior;         /* 2: pseudo-rounds of the model's E(k) against measured tokens per
                                     round at k (see "Steady rounds" above) */
+    int    memory_weight;        /* 3: earlier observations a seeded acceptance rate stands for (>= 1;
+                                    with the estimate's own weight it counts as 4: one rejection moves
+                                    it by a fifth) */
 } nx_spec_policy_params;
 
 typedef struct nx_spec_policy {
@@ -161,7 +170,19 @@ typedef struct nx_spec_policy {
     bool     explore_judge;
     uint32_t n_explore;                /* runs so far (every other one tries k* + 2) */
     uint64_t n_switches;               /* times the guard turned speculation off or back on */
+    uint32_t n_seed[NX_SPEC_DRAFT_CAP];  /* [i]: how much of n_a[i] a memory seeded */
+    uint32_t n_seed_cd;                  /* likewise of n_cd */
 } nx_spec_policy;
+
+/* What finished sequences measured (see "Memory across sequences"): per depth the mean of their
+ * acceptance estimates, then an EMA (0.3: requests differ, recent ones weigh more); the drafter's
+ * cost per step likewise. Zeroed = empty. */
+typedef struct nx_spec_policy_memory {
+    double   a[NX_SPEC_DRAFT_CAP];
+    uint32_t n_a[NX_SPEC_DRAFT_CAP];   /* sequences folded in per depth */
+    double   c_d;
+    uint32_t n_cd;
+} nx_spec_policy_memory;
 
 /* One round's plan: verify k drafts; shadow: ask the drafter for k + 1 and keep the last one
  * unverified (see above). */
@@ -178,6 +199,12 @@ nx_spec_policy_params nx_spec_policy_default_params(void);
 nx_status nx_spec_policy_init(nx_spec_policy *pol, const nx_spec_policy_params *params, nx_error *err);
 /* Forget the observations, keep the params. */
 void      nx_spec_policy_reset(nx_spec_policy *pol);
+/* Before a sequence's first round: its acceptance estimates at the depths the memory holds (as
+ * memory_weight observations each) and its draft cost (as one) start from the memory's. */
+void      nx_spec_policy_seed(nx_spec_policy *pol, const nx_spec_policy_memory *m);
+/* A finished sequence: the depths it observed itself at least 4 times (fewer say little) and its
+ * draft cost, if measured, go into the memory. */
+void      nx_spec_memory_fold(nx_spec_policy_memory *m, const nx_spec_policy *pol);
 
 /* This round's plan (call once per round: it counts rounds for probes, shadows and the guard). */
 nx_spec_plan nx_spec_policy_plan(nx_spec_policy *pol, const nx_spec_costs *c);
