@@ -2,21 +2,23 @@
 # issue11.sh — every figure issue #11 asks for, side by side in one run, on the machine's own
 # CPU tier and again with the AVX2 kernels forced (NEXTN_CPU=avx2):
 #   1. spec_speedup.sh on the inflated 24 + 1-layer model (n_ff 45056, Q8_0) and on the 4-layer
-#      variant (n_ff 262144): off, fixed k = 1..3, default;
+#      variant (n_ff 262144): off, fixed k = 1..kmax, default; each `nextn run` cold, then (24 + 1
+#      layers) through `nextn serve` /completion as the issue's table was measured (--server);
 #   2. verify_sweep.sh: cost of 1..16 verify rows on 0.8B-shaped Q8_0 and Q4_K_M models;
 #   3. bench-draft on the 0.8B shape: draft step, full head vs the 32768-token subset (and + Q4_0);
 #   4. bench-draft on the bundled model's held-out text: acceptance with and without a subset.
-# Usage: bench/issue11.sh [--reps R] [--tokens N] [--tiers "native avx2 avx2_vnni"] (any NEXTN_CPU
+# Usage: bench/issue11.sh [--reps R] [--tokens N] [--kmax K] [--tiers "native avx2 avx2_vnni"] (any NEXTN_CPU
 # level name besides native). Models are made once
 # under build/ (about 2.7 GB in all). Speed is measured, never asserted; run on a quiet machine.
 set -u
 here=$(cd "$(dirname "$0")/.." && pwd)
 NEXTN=${NEXTN:-$here/build/nextn}
-reps=5 tokens=128 tiers="native avx2"
+reps=5 tokens=128 kmax=5 tiers="native avx2"
 while [ $# -gt 0 ]; do
     case $1 in
     --reps) reps=$2; shift 2 ;;
     --tokens) tokens=$2; shift 2 ;;
+    --kmax) kmax=$2; shift 2 ;;
     --tiers) tiers=$2; shift 2 ;;
     *) echo "issue11: unknown argument $1" >&2; exit 2 ;;
     esac
@@ -39,8 +41,10 @@ echo "# issue11.sh $(date -u +%FT%TZ) on $(grep -m1 'model name' /proc/cpuinfo |
 for tier in $tiers; do
     if [ "$tier" != native ]; then export NEXTN_CPU=$tier; else unset NEXTN_CPU; fi
     echo; echo "## tier: $tier"
-    echo; echo "### spec_speedup, 24 + 1 layers"; bash "$here/bench/spec_speedup.sh" "$m24" --reps "$reps" --tokens "$tokens"
-    echo; echo "### spec_speedup, 4 + 1 layers"; bash "$here/bench/spec_speedup.sh" "$m4" --reps "$reps" --tokens "$tokens"
+    sp=(--reps "$reps" --tokens "$tokens" --kmax "$kmax")
+    echo; echo "### spec_speedup, 24 + 1 layers"; bash "$here/bench/spec_speedup.sh" "$m24" "${sp[@]}"
+    echo; echo "### spec_speedup, 24 + 1 layers, nextn serve"; bash "$here/bench/spec_speedup.sh" "$m24" "${sp[@]}" --server
+    echo; echo "### spec_speedup, 4 + 1 layers"; bash "$here/bench/spec_speedup.sh" "$m4" "${sp[@]}"
     echo; echo "### draft step on the 0.8B shape"
     for f in "--draft-vocab 32768" "--draft-vocab 32768 --draft-head-type q4_0"; do
         # shellcheck disable=SC2086
