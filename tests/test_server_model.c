@@ -340,6 +340,16 @@ static void test_concurrent_greedy_equals_engine(void) {
         /* the draft policy's guard (spec/policy.h): exposed, whatever it decided on this machine */
         CHECK(metric(m, "nextn_spec_guard_switches_total") >= 0);
         CHECK(metric(m, "nextn_spec_guard_off_slots") >= 0);
+        /* what the policy learned across the requests: a measured verify cost, and the memory
+         * of the finished greedy requests' acceptance (speculation is on here) */
+        CHECK(strstr(m, "# TYPE nextn_spec_verify_cost_seconds gauge") != NULL);
+        CHECK(strstr(m, "nextn_spec_verify_cost_seconds{rows=\"") != NULL);
+        const double a1 = metric(m, "nextn_spec_memory_acceptance{depth=\"1\"}");
+        bool folded = false;   /* a request with >= 4 drafting rounds (at most 8 drafts each) */
+        for (int i = 0; i < N_CLIENTS; i++) folded |= cl[i].draft_n >= 4 * 8;
+        printf("  memory acceptance at depth 1: %g (a request drafted >= 32: %s)\n", a1, folded ? "yes" : "no");
+        if (folded) CHECK(a1 > 0 && a1 <= 1);
+        else CHECK(a1 == -1 || (a1 > 0 && a1 <= 1));
     }
     free(m);
     char *sj = request(S.port, "GET", "/slots", NULL, &st);

@@ -266,6 +266,10 @@ typedef struct nx_gen_load {
     double kv_usage;            /* cached tokens / total context, 0..1 */
     int    n_guard_off;         /* slots whose guard holds speculation off */
     uint64_t guard_switches;    /* guard switches since start, all slots */
+    /* what the draft policy learned, engine-wide (spec/policy.h; 0 = not measured): the verify
+     * cost of n rows in seconds, and the greedy sequences' acceptance at depth i + 1 */
+    double verify_s[NX_SPEC_DRAFT_CAP + 2];
+    double accept_mem[NX_SPEC_DRAFT_CAP];
 } nx_gen_load;
 
 typedef struct nx_gen_backend nx_gen_backend;

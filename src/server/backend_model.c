@@ -73,6 +73,8 @@ typedef struct model_be {
     model_slot *slots;          /* slot i drives engine sequence i */
     nx_wait_list wait;                /* requests not yet admitted */
     uint64_t tick;
+    double verify_s[NX_SPEC_DRAFT_CAP + 2];   /* the engine's learned policy state, copied after */
+    double accept_mem[NX_SPEC_DRAFT_CAP];     /* each step under mu (nx_gen_load) */
 } model_be;
 
 nx_gen_model_params nx_gen_model_default_params(void) {
@@ -182,6 +184,8 @@ static int model_slots(nx_gen_backend *b, nx_gen_slot_info *out, int cap, nx_gen
             load->n_guard_off += be->slots[i].b.busy && be->slots[i].guard.off;
             load->guard_switches += be->slots[i].guard_switches_done + be->slots[i].guard.switches;
         }
+        memcpy(load->verify_s, be->verify_s, sizeof load->verify_s);
+        memcpy(load->accept_mem, be->accept_mem, sizeof load->accept_mem);
         load->n_busy = busy;
         load->n_waiting = be->wait.n;
         load->kv_usage = (double)cached / ((double)be->n_ctx_slot * be->p.n_slots);
@@ -199,11 +203,20 @@ static void model_wake(nx_gen_backend *b) {
 
 /* ===== The scheduler (its thread only; be->mu held unless said otherwise) ===== */
 
+/* The draft policy's engine-wide learned state, for /metrics (nx_gen_load). */
+static void learned_copy(model_be *be) {
+    const nx_spec_costs *c = nx_spec_engine_costs(be->eng);
+    const nx_spec_policy_memory *m = nx_spec_engine_memory(be->eng, false);
+    for (int n = 0; n <= NX_SPEC_VERIFY_ROWS_MAX; n++) be->verify_s[n] = c && n && c->n_obs[n] ? c->cv[n] : 0.0;
+    for (int i = 0; i < NX_SPEC_DRAFT_CAP; i++) be->accept_mem[i] = m && m->n_a[i] ? m->a[i] : 0.0;
+}
+
 /* Free the slot's engine sequence (its cache stays for a later prefix reuse) and the request's
  * scratch. */
 static void slot_clear(model_be *be, model_slot *sl) {
     if (sl->in_engine) {
         nx_spec_engine_release(be->eng, sl->b.id);
+        learned_copy(be);   /* the release folded the sequence into the policy memory */
         /* The slot's record becomes exactly what the sequence holds (what a later request can
          * reuse; nothing after a failed step). */
         int n = 0;
@@ -457,6 +470,7 @@ static void *scheduler(void *arg) {
         nx_error err = {0};
         nx_status st = n_in > 0 ? nx_spec_engine_step(be->eng, &err) : NX_OK;
         pthread_mutex_lock(&be->mu);
+        learned_copy(be);
         for (int i = 0; i < be->p.n_slots; i++) {
             model_slot *sl = &be->slots[i];
             if (sl->state == SLOT_ADMITTED) {

@@ -125,6 +125,12 @@ void nx_metrics_render(nx_metrics *m, const nx_gen_load *load, int n_active, nx_
     nx_sbuf_addf(o, "nextn_spec_guard_off_slots %d\n", load ? load->n_guard_off : 0);
     head(o, "nextn_spec_guard_switches_total", "counter", "Times a slot's speculation guard switched speculation off or back on.");
     nx_sbuf_addf(o, "nextn_spec_guard_switches_total %llu\n", load ? (unsigned long long)load->guard_switches : 0ull);
+    head(o, "nextn_spec_verify_cost_seconds", "gauge", "The draft policy's verify cost table: seconds of a target batch of n rows (measured row counts; engine-wide, spec/policy.h).");
+    for (int n = 1; load && n < (int)(sizeof load->verify_s / sizeof *load->verify_s); n++)
+        if (load->verify_s[n] > 0) nx_sbuf_addf(o, "nextn_spec_verify_cost_seconds{rows=\"%d\"} %.9g\n", n, load->verify_s[n]);
+    head(o, "nextn_spec_memory_acceptance", "gauge", "Acceptance per draft depth that finished greedy requests measured; it seeds the next request's draft policy.");
+    for (int i = 0; load && i < NX_SPEC_DRAFT_CAP; i++)
+        if (load->accept_mem[i] > 0) nx_sbuf_addf(o, "nextn_spec_memory_acceptance{depth=\"%d\"} %.6f\n", i + 1, load->accept_mem[i]);
     head(o, "nextn_spec_drafted_total", "counter", "Draft tokens verified, per drafter.");
     for (int i = 0; i < m->n_drafters; i++)
         nx_sbuf_addf(o, "nextn_spec_drafted_total{drafter=\"%s\"} %llu\n", m->drafter[i].name,

@@ -1122,6 +1122,9 @@ const nx_spec_stats *nx_spec_engine_stats(const nx_spec_engine *e, nx_seq_id seq
 
 const nx_spec_stats *nx_spec_engine_stats_total(const nx_spec_engine *e) { return e ? &e->total : NULL; }
 const nx_spec_costs *nx_spec_engine_costs(const nx_spec_engine *e) { return e ? &e->costs : NULL; }
+const nx_spec_policy_memory *nx_spec_engine_memory(const nx_spec_engine *e, bool sampled) {
+    return e ? &e->mem[sampled] : NULL;
+}
 nx_drafter *nx_spec_engine_drafter(nx_spec_engine *e) { return e ? e->drafter : NULL; }
 
 const char *const *nx_spec_engine_stage_names(const nx_spec_engine *e, int *n) {

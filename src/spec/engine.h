@@ -209,6 +209,8 @@ bool nx_spec_engine_guard(const nx_spec_engine *e, nx_seq_id seq, nx_spec_guard_
 const nx_spec_stats *nx_spec_engine_stats_total(const nx_spec_engine *e);
 /* The verify-cost table the policies use (seconds). */
 const nx_spec_costs *nx_spec_engine_costs(const nx_spec_engine *e);
+/* What released sequences measured (policy.h), greedy or sampled ones; seeds the next ones. */
+const nx_spec_policy_memory *nx_spec_engine_memory(const nx_spec_engine *e, bool sampled);
 /* The drafter (NULL when speculation is off) and the names of its chain stages (n entries). */
 nx_drafter *nx_spec_engine_drafter(nx_spec_engine *e);
 const char *const *nx_spec_engine_stage_names(const nx_spec_engine *e, int *n);
