@@ -268,7 +268,7 @@ typedef struct nx_gen_load {
     uint64_t guard_switches;    /* guard switches since start, all slots */
     /* what the draft policy learned, engine-wide (spec/policy.h; 0 = not measured): the verify
      * cost of n rows in seconds, and the greedy sequences' acceptance at depth i + 1 */
-    double verify_s[NX_SPEC_DRAFT_CAP + 2];
+    double verify_s[NX_SPEC_DRAFT_CAP + 2];   /* [n], n = 1..NX_SPEC_VERIFY_ROWS_MAX (policy.h) */
     double accept_mem[NX_SPEC_DRAFT_CAP];
 } nx_gen_load;
 

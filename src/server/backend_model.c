@@ -73,8 +73,9 @@ typedef struct model_be {
     model_slot *slots;          /* slot i drives engine sequence i */
     nx_wait_list wait;                /* requests not yet admitted */
     uint64_t tick;
-    double verify_s[NX_SPEC_DRAFT_CAP + 2];   /* the engine's learned policy state, copied after */
-    double accept_mem[NX_SPEC_DRAFT_CAP];     /* each step under mu (nx_gen_load) */
+    double verify_s[NX_SPEC_VERIFY_ROWS_MAX + 1];   /* the engine's learned policy state for /metrics */
+    double accept_mem[NX_SPEC_DRAFT_CAP];           /* (nx_gen_load): copied under mu after each step
+                                                       and each release (learned_copy) */
 } model_be;
 
 nx_gen_model_params nx_gen_model_default_params(void) {
