@@ -113,17 +113,11 @@ nx_status nx_spec_costs_observe(nx_spec_costs *c, int n_rows, double cost, nx_er
      * lagged the drift (2 rows read as 0.905x one row, not 1.037x: test_spec_policy), and in a
      * policy simulator a server's 6000-token requests after its first scored 0.91 of the best
      * fixed k instead of 0.95. */
-    if (!k) {
-        c->meas[n_rows] = cost / c->speed;
-        c->n_obs[n_rows] = 1;
-    } else {
-        const double r = log(cost / (c->speed * c->meas[n_rows]));
-        double w = 1.0 / (double)(k + 1);
-        if (w < c->alpha) w = c->alpha;
-        c->meas[n_rows] *= exp(w * r);
-        c->speed *= exp(NX_SPEC_SPEED_ALPHA * r);
-        if (k < UINT32_MAX) c->n_obs[n_rows]++;
-    }
+    const double r = k ? log(cost / (c->speed * c->meas[n_rows])) : 0.0;   /* a first one: no residual */
+    double shape = k ? log(c->meas[n_rows]) : 0.0;
+    mean_then_ema(&shape, &c->n_obs[n_rows], log(cost / c->speed), c->alpha);
+    c->meas[n_rows] = exp(shape);
+    c->speed *= exp(NX_SPEC_SPEED_ALPHA * r);
     costs_derive(c);
     return NX_OK;
 }
@@ -254,18 +248,11 @@ void nx_spec_policy_seed(nx_spec_policy *pol, const nx_spec_policy_memory *m) {
     }
 }
 
-static void memory_add(double *est, uint32_t *n, double x) {
-    double w = 1.0 / (double)(*n + 1);
-    if (w < NX_SPEC_MEMORY_ALPHA) w = NX_SPEC_MEMORY_ALPHA;
-    *est = *n ? *est + w * (x - *est) : x;
-    if (*n < UINT32_MAX) (*n)++;
-}
-
 void nx_spec_memory_fold(nx_spec_policy_memory *m, const nx_spec_policy *pol) {
     if (!m || !pol) return;
     for (int i = 0; i < NX_SPEC_DRAFT_CAP; i++)
-        if (pol->n_a[i] >= pol->n_seed[i] + NX_SPEC_MEMORY_MIN_OBS) memory_add(&m->a[i], &m->n_a[i], pol->a[i]);
-    if (pol->n_cd > pol->n_seed_cd) memory_add(&m->c_d, &m->n_cd, pol->c_d);
+        if (pol->n_a[i] >= pol->n_seed[i] + NX_SPEC_MEMORY_MIN_OBS) mean_then_ema(&m->a[i], &m->n_a[i], pol->a[i], NX_SPEC_MEMORY_ALPHA);
+    if (pol->n_cd > pol->n_seed_cd) mean_then_ema(&m->c_d, &m->n_cd, pol->c_d, NX_SPEC_MEMORY_ALPHA);
 }
 
 /* Estimates of a_1..a_k into a[0..k-1]: measured depths their EMA, unmeasured ones the depth below. */
