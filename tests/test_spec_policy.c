@@ -332,9 +332,11 @@ static void test_policy_shadow_depth(void) {
     p.draft_max = 4;
     p.guard = false;
     CHECK(nx_spec_policy_init(&pol, &p, NULL) == NX_OK);
-    /* depth 1 always passes; depth 2 failed a few times early: k settles at 1 */
+    /* depth 1 always passes; depth 2 failed every time early: k settles at 1 (the replay takes
+     * depth 2's rate as the drafter's decay once it is measured often enough: 6 failures in a row
+     * could also be 6 hard positions) */
     for (int r = 0; r < 30; r++) nx_spec_policy_observe(&pol, 1, 1);
-    for (int r = 0; r < 6; r++) nx_spec_policy_observe(&pol, 2, 1);
+    for (int r = 0; r < 20; r++) nx_spec_policy_observe(&pol, 2, 1);
     CHECK_EQ_INT(nx_spec_policy_best_k(&pol, &c, NULL), 1);
     int shadows = 0, k = 1;
     for (int r = 0; r < 200; r++) {
@@ -357,6 +359,34 @@ static void test_policy_shadow_depth(void) {
     shadows = 0;
     for (int r = 0; r < 300; r++) shadows += nx_spec_policy_plan(&pol, &c).shadow;
     CHECK(shadows >= 5 && shadows <= 12);
+}
+
+/* Replay: rounds at k = 3 on a text with one hard token every 5 commit 4, then 1 token (the hard
+ * one is drafted first); per-depth rates read a_1 = 0.5 and predict k = 4 no better. Replaying the
+ * recorded positions at k = 4 drafts the 4 easy ones and takes the hard one as the bonus every
+ * round (5 tokens), so k* = 4; without the replay k* stays at 3 (AVX2-like step costs). */
+static void test_policy_replay_alignment(void) {
+    nx_spec_costs c;
+    nx_spec_costs_init(&c);
+    for (int n = 1; n <= NX_SPEC_VERIFY_ROWS_MAX; n++)
+        CHECK(nx_spec_costs_set(&c, n, n <= 4 ? 1.0 + 0.08 * (n - 1) : 1.24 + 0.28 * (n - 4), NULL) == NX_OK);
+    for (int replay = 0; replay <= 1; replay++) {
+        nx_spec_policy_params p = nx_spec_policy_default_params();
+        p.replay = replay;
+        nx_spec_policy pol;
+        CHECK(nx_spec_policy_init(&pol, &p, NULL) == NX_OK);
+        int pos = 0;
+        for (int r = 0; r < 40; r++) {
+            int a = 0;
+            while (a < 3 && (pos + a) % 5 != 4) a++;
+            nx_spec_policy_observe(&pol, 3, a);
+            nx_spec_policy_observe_draft_cost(&pol, 0.04 * 3, 3);
+            if (a == 3 && r % 4 == 0) nx_spec_policy_observe_shadow(&pol, 4, (pos + 3) % 5 != 4);
+            pos += a + 1;
+        }
+        CHECK_EQ_INT(pol.n_hist, (uint32_t)pos);
+        CHECK_EQ_INT(nx_spec_policy_best_k(&pol, &c, NULL), replay ? 4 : 3);
+    }
 }
 
 /* k + 1 verify rows stay within two rows of the largest batch measured: the prior's slope once
@@ -737,6 +767,7 @@ int main(void) {
     RUN(test_policy_low_acceptance_and_probing);
     RUN(test_policy_fixed_and_bounds);
     RUN(test_policy_shadow_depth);
+    RUN(test_policy_replay_alignment);
     RUN(test_policy_grows_by_measured_rows);
     RUN(test_policy_guard);
     RUN(test_policy_simulated_texts);

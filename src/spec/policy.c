@@ -197,7 +197,7 @@ nx_spec_policy_params nx_spec_policy_default_params(void) {
         .draft_max = 8, .draft_min = 0, .adaptive = true, .p_min = 0.0f, .ema_alpha = 0.1,
         .accept_prior = 0.8, .draft_cost_prior = 0.05, .probe_every = 8, .shadow_every = 4, .guard = true,
         .guard_margin = 0.03, .guard_probe_every = 32, .guard_confirm = 16, .plain_every = 64, .explore_every = 16,
-        .explore_len = 4, .steady_prior = 2.0, .memory_weight = 3,
+        .explore_len = 4, .steady_prior = 2.0, .memory_weight = 3, .replay = true,
     };
 }
 
@@ -276,6 +276,68 @@ double nx_spec_policy_draft_cost(const nx_spec_policy *pol, const nx_spec_costs 
     return pol->n_cd ? pol->c_d : pol->p.draft_cost_prior * nx_spec_costs_verify(c, 1);
 }
 
+/* ===== Replay ===== */
+
+#define NX_SPEC_REPLAY_MIN 16     /* recorded positions before the replay stands in for the model's E(k) */
+#define NX_SPEC_REPLAY_W0 2.0     /* pseudo-observations of "no decay" in w_d (a decay must be shown) */
+#define NX_SPEC_REPLAY_PRIOR 30.0 /* pseudo-rounds of the replay against steady rounds measured at k */
+
+static void hist_push(nx_spec_policy *pol, int label) {
+    pol->hist[pol->n_hist % NX_SPEC_REPLAY_LEN] = (int8_t)label;
+    if (pol->n_hist < UINT32_MAX) pol->n_hist++;
+}
+
+/* P(the depth-d draft at a position is accepted | its label), under: accepted = the position is
+ * easy and the drafter is good enough at that depth (w_d <= 1, non-increasing: how much worse a
+ * deeper draft is). A position accepted at depth o is taken again at any depth <= o, and deeper
+ * with w_d / w_o; one rejected at o is rejected again at any depth >= o, and at a shallower one
+ * with the chance that it was easy after all (u = a_1); an unlabelled one (a bonus token: the
+ * target's, after all drafts passed) with b w_d, b = how often shadow drafts of bonus tokens pass.
+ * On the bundled model's text hardness is a property of the position (accepted at depth 1 ->
+ * accepted at depths 2..8 in 1239 of 1245 cases), so w stays near 1 there. */
+static double replay_p(int label, int d, double u, double b, const double *w) {
+    if (label == 0) return b * w[d];
+    const int o = label > 0 ? label : -label;
+    if (label > 0) return d <= o ? 1.0 : w[o] > 0 ? w[d] / w[o] : 0.0;
+    if (d >= o) return 0.0;
+    const double q = 1.0 - u * w[o];
+    return q > 0 ? fmax(0.0, u * (w[d] - w[o]) / q) : 0.0;
+}
+
+/* Tokens a round at fixed k would commit on the recorded positions (oldest first, rounds start
+ * where the previous one ended: this is what sees the text's alignment with k), in expectation
+ * over the labels' probabilities. a: estimates for depths 1..k. O(LEN k). */
+static double replay_tokens(const nx_spec_policy *pol, const double *a, int k) {
+    enum { L = NX_SPEC_REPLAY_LEN };
+    const int n = pol->n_hist < L ? (int)pol->n_hist : L;
+    const int first = pol->n_hist < L ? 0 : (int)(pol->n_hist % L);
+    /* w_d: a_d / a_1 (per-depth rates also carry the text's hardness at that slot, so this errs
+     * towards decay), shrunk towards 1 by W0 pseudo-observations, made non-increasing */
+    double w[NX_SPEC_DRAFT_CAP + 1];
+    w[0] = w[1] = 1.0;
+    for (int d = 2; d <= k; d++) {
+        const double r = a[0] > 0 ? fmin(1.0, a[d - 1] / a[0]) : 0.0, m = (double)pol->n_a[d - 1];
+        w[d] = fmin(w[d - 1], (m * r + NX_SPEC_REPLAY_W0) / (m + NX_SPEC_REPLAY_W0));
+    }
+    const double u = a[0], b = pol->n_bonus ? pol->bonus : a[0];
+    /* T[i], R[i]: expected tokens and rounds from position i to past the end */
+    double T[L + NX_SPEC_DRAFT_CAP + 2], R[L + NX_SPEC_DRAFT_CAP + 2];
+    for (int i = n; i <= n + k + 1; i++) T[i] = R[i] = 0.0;
+    for (int i = n - 1; i >= 0; i--) {
+        double reach = 1.0, t = 0.0, r = 1.0;
+        for (int j = 0; j < k; j++) {
+            const int lab = i + j < n ? pol->hist[(first + i + j) % L] : 0;
+            const double p = replay_p(lab, j + 1, u, b, w), stop = reach * (1.0 - p);
+            t += stop * ((double)(j + 1) + T[i + j + 1]);
+            r += stop * R[i + j + 1];
+            reach *= p;
+        }
+        T[i] = t + reach * ((double)(k + 1) + T[i + k + 1]);
+        R[i] = r + reach * R[i + k + 1];
+    }
+    return n > 0 && R[0] > 0 ? T[0] / R[0] : nx_spec_expected_tokens(a, k);
+}
+
 int nx_spec_policy_best_k(const nx_spec_policy *pol, const nx_spec_costs *c, double *speedup) {
     if (!pol->p.adaptive || pol->p.draft_max == 0) {
         if (speedup) {
@@ -295,11 +357,12 @@ int nx_spec_policy_best_k(const nx_spec_policy *pol, const nx_spec_costs *c, dou
     const int R = nx_spec_costs_measured_rows(c);
     if (R > 0 && k_hi > R + 1) k_hi = R + 1 < pol->p.draft_min ? pol->p.draft_min : R + 1;
     /* E(k): the model's, blended with what steady rounds at k committed (policy.h) */
-    const double cap = 1.0 / pol->p.ema_alpha, m = pol->p.steady_prior;   /* an EMA weighs ~cap rounds */
+    const bool replay = pol->p.replay && pol->n_hist >= NX_SPEC_REPLAY_MIN;
+    const double cap = 1.0 / pol->p.ema_alpha, m = replay ? NX_SPEC_REPLAY_PRIOR : pol->p.steady_prior;
     double e[NX_SPEC_DRAFT_CAP + 1];
     for (int k = 1; k <= k_hi; k++) {
         const double n = (pol->n_tpr[k] < cap ? (double)pol->n_tpr[k] : cap) * pol->tpr_w[k];
-        e[k] = (n * pol->tpr[k] + m * nx_spec_expected_tokens(a, k)) / (n + m);
+        e[k] = (n * pol->tpr[k] + m * (replay ? replay_tokens(pol, a, k) : nx_spec_expected_tokens(a, k))) / (n + m);
     }
     return best_k_of(e, pol->p.draft_min < 1 ? 1 : pol->p.draft_min, k_hi, nx_spec_policy_draft_cost(pol, c), c, speedup);
 }
@@ -386,6 +449,11 @@ void nx_spec_policy_observe_shadow(nx_spec_policy *pol, int depth, bool accepted
     if (w < pol->p.ema_alpha) w = pol->p.ema_alpha;
     pol->a[i] = est[i] + w * ((accepted ? 1.0 : 0.0) - est[i]);
     if (pol->n_a[i] < UINT32_MAX) pol->n_a[i]++;
+    mean_then_ema(&pol->bonus, &pol->n_bonus, accepted ? 1.0 : 0.0, pol->p.ema_alpha);
+    if (pol->n_hist) {                 /* the round's last token was the one shadowed */
+        int8_t *h = &pol->hist[(pol->n_hist - 1) % NX_SPEC_REPLAY_LEN];
+        if (*h == 0) *h = (int8_t)(accepted ? depth : -depth);
+    }
     pol->n_shadow++;
     pol->n_shadow_ok += accepted;
 }
@@ -423,10 +491,15 @@ int nx_spec_policy_observe_round(nx_spec_policy *pol, int k, int committed, doub
 void nx_spec_policy_observe(nx_spec_policy *pol, int k_drafted, int n_accepted) {
     const int prev_k = pol->last_k;
     pol->last_k = k_drafted < 0 ? 0 : k_drafted;
-    if (k_drafted <= 0) return;
+    if (k_drafted <= 0) {
+        hist_push(pol, 0);             /* a plain round's token: not drafted */
+        return;
+    }
     if (k_drafted > NX_SPEC_DRAFT_CAP) k_drafted = NX_SPEC_DRAFT_CAP;
     if (n_accepted < 0) n_accepted = 0;
     if (n_accepted > k_drafted) n_accepted = k_drafted;
+    for (int d = 1; d <= n_accepted; d++) hist_push(pol, d);
+    hist_push(pol, n_accepted < k_drafted ? -(n_accepted + 1) : 0);   /* the target's token */
     for (int k = 1; k <= NX_SPEC_DRAFT_CAP; k++)   /* the other k's measurements age */
         if (k != k_drafted) pol->tpr_w[k] *= NX_SPEC_STEADY_AGE;
     if (prev_k == k_drafted) {         /* a steady round (policy.h) */
