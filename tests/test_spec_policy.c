@@ -387,6 +387,16 @@ static void test_policy_replay_alignment(void) {
         CHECK_EQ_INT(pol.n_hist, (uint32_t)pos);
         CHECK_EQ_INT(nx_spec_policy_best_k(&pol, &c, NULL), replay ? 4 : 3);
     }
+    /* labels deeper than any k replayed (rejections at depth 6, draft_max 3) are read with the
+     * drafter's decay at their own depth */
+    nx_spec_policy_params p = nx_spec_policy_default_params();
+    p.draft_max = 3;
+    nx_spec_policy pol;
+    CHECK(nx_spec_policy_init(&pol, &p, NULL) == NX_OK);
+    for (int r = 0; r < 10; r++) nx_spec_policy_observe(&pol, 8, 5);
+    double sp = 0;
+    const int k = nx_spec_policy_best_k(&pol, &c, &sp);
+    CHECK(k >= 1 && k <= 3 && isfinite(sp) && sp > 1);
 }
 
 /* k + 1 verify rows stay within two rows of the largest batch measured: the prior's slope once

@@ -304,22 +304,34 @@ static double replay_p(int label, int d, double u, double b, const double *w) {
     return q > 0 ? fmax(0.0, u * (w[d] - w[o]) / q) : 0.0;
 }
 
+/* The replay's view of the drafter, built once per decision for every depth a label can carry
+ * (labels may be deeper than the k being replayed): w_d = a_d / a_1 (per-depth rates also carry
+ * the text's hardness at that slot, so this errs towards decay), shrunk towards 1 by W0
+ * pseudo-observations, made non-increasing; u = a_1; b = the shadow drafts' pass rate. */
+typedef struct replay_model {
+    double w[NX_SPEC_DRAFT_CAP + 1];
+    double u, b;
+} replay_model;
+
+static void replay_model_of(const nx_spec_policy *pol, replay_model *rm) {
+    double a[NX_SPEC_DRAFT_CAP];
+    accept_estimates(pol, a, NX_SPEC_DRAFT_CAP);
+    rm->w[0] = rm->w[1] = 1.0;
+    for (int d = 2; d <= NX_SPEC_DRAFT_CAP; d++) {
+        const double r = a[0] > 0 ? fmin(1.0, a[d - 1] / a[0]) : 0.0, m = (double)pol->n_a[d - 1];
+        rm->w[d] = fmin(rm->w[d - 1], (m * r + NX_SPEC_REPLAY_W0) / (m + NX_SPEC_REPLAY_W0));
+    }
+    rm->u = a[0];
+    rm->b = pol->n_bonus ? pol->bonus : a[0];
+}
+
 /* Tokens a round at fixed k would commit on the recorded positions (oldest first, rounds start
  * where the previous one ended: this is what sees the text's alignment with k), in expectation
- * over the labels' probabilities. a: estimates for depths 1..k. O(LEN k). */
-static double replay_tokens(const nx_spec_policy *pol, const double *a, int k) {
+ * over the labels' probabilities. Needs at least one recorded position. O(LEN k). */
+static double replay_tokens(const nx_spec_policy *pol, const replay_model *rm, int k) {
     enum { L = NX_SPEC_REPLAY_LEN };
     const int n = pol->n_hist < L ? (int)pol->n_hist : L;
     const int first = pol->n_hist < L ? 0 : (int)(pol->n_hist % L);
-    /* w_d: a_d / a_1 (per-depth rates also carry the text's hardness at that slot, so this errs
-     * towards decay), shrunk towards 1 by W0 pseudo-observations, made non-increasing */
-    double w[NX_SPEC_DRAFT_CAP + 1];
-    w[0] = w[1] = 1.0;
-    for (int d = 2; d <= k; d++) {
-        const double r = a[0] > 0 ? fmin(1.0, a[d - 1] / a[0]) : 0.0, m = (double)pol->n_a[d - 1];
-        w[d] = fmin(w[d - 1], (m * r + NX_SPEC_REPLAY_W0) / (m + NX_SPEC_REPLAY_W0));
-    }
-    const double u = a[0], b = pol->n_bonus ? pol->bonus : a[0];
     /* T[i], R[i]: expected tokens and rounds from position i to past the end */
     double T[L + NX_SPEC_DRAFT_CAP + 2], R[L + NX_SPEC_DRAFT_CAP + 2];
     for (int i = n; i <= n + k + 1; i++) T[i] = R[i] = 0.0;
@@ -327,7 +339,7 @@ static double replay_tokens(const nx_spec_policy *pol, const double *a, int k) {
         double reach = 1.0, t = 0.0, r = 1.0;
         for (int j = 0; j < k; j++) {
             const int lab = i + j < n ? pol->hist[(first + i + j) % L] : 0;
-            const double p = replay_p(lab, j + 1, u, b, w), stop = reach * (1.0 - p);
+            const double p = replay_p(lab, j + 1, rm->u, rm->b, rm->w), stop = reach * (1.0 - p);
             t += stop * ((double)(j + 1) + T[i + j + 1]);
             r += stop * R[i + j + 1];
             reach *= p;
@@ -335,7 +347,7 @@ static double replay_tokens(const nx_spec_policy *pol, const double *a, int k) {
         T[i] = t + reach * ((double)(k + 1) + T[i + k + 1]);
         R[i] = r + reach * R[i + k + 1];
     }
-    return n > 0 && R[0] > 0 ? T[0] / R[0] : nx_spec_expected_tokens(a, k);
+    return T[0] / R[0];   /* R[0] >= 1: a round starts at position 0 */
 }
 
 int nx_spec_policy_best_k(const nx_spec_policy *pol, const nx_spec_costs *c, double *speedup) {
@@ -358,11 +370,13 @@ int nx_spec_policy_best_k(const nx_spec_policy *pol, const nx_spec_costs *c, dou
     if (R > 0 && k_hi > R + 1) k_hi = R + 1 < pol->p.draft_min ? pol->p.draft_min : R + 1;
     /* E(k): the model's, blended with what steady rounds at k committed (policy.h) */
     const bool replay = pol->p.replay && pol->n_hist >= NX_SPEC_REPLAY_MIN;
+    replay_model rm;
+    if (replay) replay_model_of(pol, &rm);
     const double cap = 1.0 / pol->p.ema_alpha, m = replay ? NX_SPEC_REPLAY_PRIOR : pol->p.steady_prior;
     double e[NX_SPEC_DRAFT_CAP + 1];
     for (int k = 1; k <= k_hi; k++) {
         const double n = (pol->n_tpr[k] < cap ? (double)pol->n_tpr[k] : cap) * pol->tpr_w[k];
-        e[k] = (n * pol->tpr[k] + m * (replay ? replay_tokens(pol, a, k) : nx_spec_expected_tokens(a, k))) / (n + m);
+        e[k] = (n * pol->tpr[k] + m * (replay ? replay_tokens(pol, &rm, k) : nx_spec_expected_tokens(a, k))) / (n + m);
     }
     return best_k_of(e, pol->p.draft_min < 1 ? 1 : pol->p.draft_min, k_hi, nx_spec_policy_draft_cost(pol, c), c, speedup);
 }
